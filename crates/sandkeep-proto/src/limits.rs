@@ -1,0 +1,60 @@
+//! The limits of SPEC.md §8, in one place.
+
+/// Longest accepted command, in characters.
+pub const COMMAND_MAX_CHARS: usize = 65_536;
+/// Largest start request, JSON-encoded then shell-quoted, in bytes.
+pub const START_REQUEST_MAX_BYTES: usize = 98_304;
+/// Task timeout range and default, seconds.
+pub const TASK_TIMEOUT_MIN: u64 = 1;
+pub const TASK_TIMEOUT_MAX: u64 = 3_600;
+pub const TASK_TIMEOUT_DEFAULT: u64 = 300;
+/// Sandbox timeout range and default, seconds.
+pub const SANDBOX_TIMEOUT_MIN: u64 = 1;
+pub const SANDBOX_TIMEOUT_MAX: u64 = 86_400;
+pub const SANDBOX_TIMEOUT_DEFAULT: u64 = 300;
+/// run_command timeout range and default, seconds.
+pub const RUN_TIMEOUT_MIN: u64 = 1;
+pub const RUN_TIMEOUT_MAX: u64 = 3_600;
+pub const RUN_TIMEOUT_DEFAULT: u64 = 60;
+/// Bytes saved per log stream; later output is read and dropped.
+pub const LOG_CAP_BYTES: u64 = 1_048_576;
+/// Highest accepted log offset.
+pub const OFFSET_MAX: u64 = 1_048_576;
+/// Page size range and default, bytes per stream.
+pub const PAGE_LIMIT_MIN: u64 = 1;
+pub const PAGE_LIMIT_MAX: u64 = 65_536;
+pub const PAGE_LIMIT_DEFAULT: u64 = 16_384;
+/// Task directories per sandbox OS user.
+pub const MAX_TASK_DIRS: usize = 128;
+/// How long cancel waits for the terminal record, milliseconds.
+pub const CANCEL_WAIT_MS: u64 = 3_000;
+/// run_command returns at most this many trailing bytes per stream.
+pub const RUN_OUTPUT_MAX_BYTES: usize = 65_536;
+/// Environment values shorter than this are not redacted (they would
+/// destroy the log).
+pub const REDACT_MIN_LEN: usize = 4;
+/// Names containing one of these (any case) mark a secret value.
+pub const SECRET_NAME_MARKERS: [&str; 4] = ["KEY", "TOKEN", "SECRET", "PASSWORD"];
+/// What a redacted value is replaced with.
+pub const REDACTED: &str = "[REDACTED]";
+
+/// True when an environment variable of this name holds a secret to redact.
+pub fn is_secret_name(name: &str) -> bool {
+    let upper = name.to_ascii_uppercase();
+    SECRET_NAME_MARKERS.iter().any(|m| upper.contains(m))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn secret_names_match_in_any_case() {
+        assert!(is_secret_name("OPENAI_API_KEY"));
+        assert!(is_secret_name("github_token"));
+        assert!(is_secret_name("Db_Password"));
+        assert!(is_secret_name("MY_SECRET"));
+        assert!(!is_secret_name("PATH"));
+        assert!(!is_secret_name("HOME"));
+    }
+}

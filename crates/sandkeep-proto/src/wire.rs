@@ -1,0 +1,224 @@
+//! The helper's command line and JSON replies.
+//!
+//! The host runs, inside the sandbox, `sandkeep-task VERB [JSON]` and reads
+//! one JSON object from its stdout. A reply is either the verb's result or
+//! [`ErrorReply`]; the helper exits non-zero only with an [`ErrorReply`].
+
+use serde::{Deserialize, Serialize};
+
+use crate::limits;
+use crate::task::{TaskId, TaskState};
+
+/// The helper's verbs, as spelled on its command line.
+pub mod verb {
+    pub const START: &str = "start";
+    pub const STATUS: &str = "status";
+    pub const CANCEL: &str = "cancel";
+    pub const LIST: &str = "list";
+}
+
+/// `sandkeep-task start JSON`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StartRequest {
+    pub task_id: TaskId,
+    pub command: String,
+    /// Working directory; `None` means the user's home.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cwd: Option<String>,
+    /// Seconds, within the task timeout range of SPEC.md §8.
+    pub timeout: u64,
+}
+
+/// `sandkeep-task status JSON` and `sandkeep-task cancel JSON`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StatusRequest {
+    pub task_id: TaskId,
+    #[serde(default)]
+    pub stdout_offset: u64,
+    #[serde(default)]
+    pub stderr_offset: u64,
+    #[serde(default = "default_limit")]
+    pub limit: u64,
+}
+
+fn default_limit() -> u64 {
+    limits::PAGE_LIMIT_DEFAULT
+}
+
+impl StatusRequest {
+    /// A request for the first page of both logs.
+    pub fn first_page(task_id: TaskId) -> Self {
+        Self {
+            task_id,
+            stdout_offset: 0,
+            stderr_offset: 0,
+            limit: limits::PAGE_LIMIT_DEFAULT,
+        }
+    }
+}
+
+/// What a task looks like without its logs: the reply to `start`, and one
+/// entry of `list`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TaskSummary {
+    pub task_id: TaskId,
+    pub state: TaskState,
+    pub exit_code: Option<i32>,
+    pub started_at: Option<u64>,
+    pub finished_at: Option<u64>,
+}
+
+/// The reply to `status`: get_task's result without `sandbox_id`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TaskStatus {
+    #[serde(flatten)]
+    pub summary: TaskSummary,
+    pub stdout: String,
+    pub stderr: String,
+    pub stdout_next_offset: u64,
+    pub stderr_next_offset: u64,
+    pub stdout_bytes: u64,
+    pub stderr_bytes: u64,
+    pub stdout_truncated: bool,
+    pub stderr_truncated: bool,
+}
+
+/// The reply to `cancel`: the status seen at the end, and whether the
+/// terminal state `cancelled` (or another terminal state reached first) was
+/// confirmed within the wait.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CancelReply {
+    #[serde(flatten)]
+    pub status: TaskStatus,
+    pub confirmed: bool,
+}
+
+/// The reply to `list`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ListReply {
+    pub tasks: Vec<TaskSummary>,
+}
+
+/// Why a request failed. The host maps these to tool errors.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorKind {
+    /// The request is malformed or a value is out of range.
+    BadRequest,
+    /// No task with that id exists for this user.
+    NoSuchTask,
+    /// A task with that id already exists: the submission is not run again.
+    TaskExists,
+    /// The user already has the maximum number of task directories.
+    TooManyTasks,
+    /// The working directory does not exist or is not a directory.
+    NoSuchCwd,
+    /// The private task directory is unsafe (symlink, foreign owner, open
+    /// permissions).
+    UnsafeTaskDir,
+    /// Anything else (I/O failure, spawn failure).
+    Internal,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorBody {
+    pub kind: ErrorKind,
+    pub message: String,
+}
+
+/// `{"error": {"kind": ..., "message": ...}}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorReply {
+    pub error: ErrorBody,
+}
+
+impl ErrorReply {
+    pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
+        Self {
+            error: ErrorBody {
+                kind,
+                message: message.into(),
+            },
+        }
+    }
+}
+
+/// Quotes one word for a POSIX shell: `'...'` with each `'` written `'\''`.
+pub fn shell_quote(word: &str) -> String {
+    let mut out = String::with_capacity(word.len() + 2);
+    out.push('\'');
+    for c in word.chars() {
+        if c == '\'' {
+            out.push_str("'\\''");
+        } else {
+            out.push(c);
+        }
+    }
+    out.push('\'');
+    out
+}
+
+/// The command line that runs `verb` of the helper at `helper` with the
+/// JSON-encoded `request`, as it travels to the sandbox.
+pub fn helper_command_line<T: Serialize>(helper: &str, verb: &str, request: &T) -> String {
+    let json = serde_json::to_string(request).expect("helper requests always encode");
+    format!("{} {} {}", shell_quote(helper), verb, shell_quote(&json))
+}
+
+/// The size SPEC.md §4 start_task rule 2 limits: the request encoded as JSON
+/// and then shell-quoted.
+pub fn encoded_request_len<T: Serialize>(request: &T) -> usize {
+    let json = serde_json::to_string(request).expect("helper requests always encode");
+    shell_quote(&json).len()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shell_quote_survives_single_quotes() {
+        assert_eq!(shell_quote("it's"), "'it'\\''s'");
+        assert_eq!(shell_quote(""), "''");
+    }
+
+    #[test]
+    fn status_request_defaults() {
+        let r: StatusRequest =
+            serde_json::from_str(r#"{"task_id":"0123456789abcdef0123456789abcdef"}"#).unwrap();
+        assert_eq!(r.limit, limits::PAGE_LIMIT_DEFAULT);
+        assert_eq!(r.stdout_offset, 0);
+        assert!(serde_json::from_str::<StatusRequest>(
+            r#"{"task_id":"0123456789abcdef0123456789abcdef","bogus":1}"#
+        )
+        .is_err());
+    }
+
+    #[test]
+    fn status_reply_is_flat() {
+        let s = TaskStatus {
+            summary: TaskSummary {
+                task_id: TaskId::from_bytes([1; 16]),
+                state: TaskState::Running,
+                exit_code: None,
+                started_at: Some(1),
+                finished_at: None,
+            },
+            stdout: "a".into(),
+            stderr: String::new(),
+            stdout_next_offset: 1,
+            stderr_next_offset: 0,
+            stdout_bytes: 1,
+            stderr_bytes: 0,
+            stdout_truncated: false,
+            stderr_truncated: false,
+        };
+        let v = serde_json::to_value(&s).unwrap();
+        assert_eq!(v["state"], "running");
+        assert_eq!(v["exit_code"], serde_json::Value::Null);
+        let back: TaskStatus = serde_json::from_value(v).unwrap();
+        assert_eq!(back, s);
+    }
+}

@@ -1,0 +1,13 @@
+//! sandkeep: Linux sandboxes and durable background tasks for AI agents.
+//!
+//! - [`provider`]: where sandboxes live (the `Provider` trait and the
+//!   embedded `local` provider). Knows nothing of MCP or sessions.
+//! - [`service`]: one handler per tool of SPEC.md §4, sessions, validation,
+//!   masking. Shared by every front end; never touches `/proc` or a socket.
+//! - [`mcp`]: rmcp glue for stdio and Streamable HTTP. Decides no policy.
+//! - [`cli`]: the command line for people, on the same service.
+
+pub mod cli;
+pub mod mcp;
+pub mod provider;
+pub mod service;

@@ -1,0 +1,12 @@
+//! The `sandkeep` binary. It is also the in-sandbox helper: run under the
+//! name `sandkeep-task` (the local provider mounts it so), it behaves exactly
+//! as the `sandkeep-task` executable.
+
+fn main() {
+    let mut args = std::env::args();
+    let argv0 = args.next().unwrap_or_default();
+    if std::path::Path::new(&argv0).file_name() == Some(std::ffi::OsStr::new("sandkeep-task")) {
+        std::process::exit(sandkeep_task::main_with_args(args.collect()));
+    }
+    std::process::exit(sandkeep::cli::main());
+}

@@ -1,0 +1,1 @@
+//! MCP transports (stdio, Streamable HTTP) over the service. (Being written.)

@@ -1,0 +1,2 @@
+//! The embedded local provider: namespaced sandboxes on this host. (Being
+//! written.)

@@ -1,0 +1,215 @@
+//! Where sandboxes live.
+//!
+//! The [`Provider`] trait is everything the service may ask of a sandbox
+//! host: create, kill, list, exec, files, renew, retain, and the path of the
+//! task helper inside a sandbox. The service never knows which provider it
+//! talks to. Providers know nothing of MCP, sessions or tasks' meaning.
+
+pub mod local;
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+
+/// A sandbox id: 1–64 characters of `[a-z0-9-]`, starting with a letter or
+/// digit. Ids come from users, so the type keeps them safe to use in paths.
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct SandboxId(String);
+
+impl SandboxId {
+    pub fn parse(s: &str) -> Result<Self, String> {
+        let ok = !s.is_empty()
+            && s.len() <= 64
+            && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+            && !s.starts_with('-');
+        if ok {
+            Ok(Self(s.to_owned()))
+        } else {
+            Err(format!(
+                "sandbox_id must be 1-64 characters of a-z, 0-9 and '-', got {:?}",
+                s.chars().take(80).collect::<String>()
+            ))
+        }
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for SandboxId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl fmt::Debug for SandboxId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "SandboxId({})", self.0)
+    }
+}
+
+impl TryFrom<String> for SandboxId {
+    type Error = String;
+    fn try_from(s: String) -> Result<Self, String> {
+        Self::parse(&s)
+    }
+}
+
+impl From<SandboxId> for String {
+    fn from(id: SandboxId) -> String {
+        id.0
+    }
+}
+
+/// What create needs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CreateSpec {
+    pub template: String,
+    /// Seconds; also the renewal period.
+    pub timeout: u64,
+    /// Added to the sandbox's clean environment.
+    pub envs: BTreeMap<String, String>,
+}
+
+/// A sandbox as list and create report it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SandboxInfo {
+    pub sandbox_id: SandboxId,
+    pub template: String,
+    /// Unix seconds.
+    pub created_at: u64,
+    /// Unix seconds; the sandbox is destroyed then.
+    pub expires_at: u64,
+    /// Seconds; what renewals extend the deadline by.
+    pub timeout: u64,
+    /// Taken out of every session's destruction set (a task was started).
+    pub retained: bool,
+    /// The named isolation level this sandbox got.
+    pub isolation: String,
+}
+
+/// A foreground command.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExecRequest {
+    /// Run as `sh -c COMMAND` (bash where the provider prefers it).
+    pub command: String,
+    /// `None`: the sandbox user's home.
+    pub cwd: Option<String>,
+    /// At the timeout the command's process group is killed.
+    pub timeout: Duration,
+    /// Bytes fed to stdin; `None` means /dev/null.
+    pub stdin: Option<Vec<u8>>,
+    /// Keep at most the last this-many bytes of each stream.
+    pub output_limit: usize,
+}
+
+/// What a foreground command did.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ExecOutput {
+    /// Exit status, or 128+N for signal N; `None` if none was collected.
+    pub exit_code: Option<i32>,
+    pub stdout: Vec<u8>,
+    pub stderr: Vec<u8>,
+    pub stdout_truncated: bool,
+    pub stderr_truncated: bool,
+    pub timed_out: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FileKind {
+    File,
+    Dir,
+    Symlink,
+    Other,
+}
+
+/// One entry of list_files.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileEntry {
+    pub name: String,
+    #[serde(rename = "type")]
+    pub kind: FileKind,
+    pub size: u64,
+    /// Unix seconds.
+    pub modified_at: u64,
+}
+
+/// Failures a caller can act on, each saying what to do next.
+#[derive(Debug, thiserror::Error)]
+pub enum ProviderError {
+    #[error(
+        "no such sandbox {0}: it does not exist or was destroyed; call list_sandboxes, or create_sandbox for a new one"
+    )]
+    NoSuchSandbox(SandboxId),
+    #[error("unknown template {name:?}: available templates are {}", available.join(", "))]
+    UnknownTemplate { name: String, available: Vec<String> },
+    #[error("{path}: no such file or directory in the sandbox")]
+    NoSuchPath { path: String },
+    #[error("{path} is {size} bytes, over the {limit}-byte limit")]
+    FileTooLarge { path: String, size: u64, limit: u64 },
+    #[error("{path}: {message}")]
+    FileError { path: String, message: String },
+    /// The call broke after the request may have reached the sandbox: it may
+    /// or may not have run.
+    #[error("the call to sandbox {sandbox} broke after it may have been sent: {message}")]
+    Unconfirmed { sandbox: SandboxId, message: String },
+    #[error("{0}")]
+    Unavailable(String),
+    #[error("{context}: {source}")]
+    Io {
+        context: String,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+pub type Result<T, E = ProviderError> = std::result::Result<T, E>;
+
+/// A place where sandboxes live.
+#[async_trait]
+pub trait Provider: Send + Sync {
+    /// The provider's kind, e.g. `"local"`.
+    fn kind(&self) -> &'static str;
+
+    /// Creates a sandbox and returns once it accepts exec.
+    async fn create(&self, spec: CreateSpec) -> Result<SandboxInfo>;
+
+    /// Destroys a sandbox with everything in it. `Ok(false)` when it was
+    /// already gone.
+    async fn kill(&self, id: &SandboxId) -> Result<bool>;
+
+    /// Every live sandbox this provider configuration can see.
+    async fn list(&self) -> Result<Vec<SandboxInfo>>;
+
+    /// One live sandbox, or [`ProviderError::NoSuchSandbox`].
+    async fn info(&self, id: &SandboxId) -> Result<SandboxInfo>;
+
+    /// Runs a foreground command and waits for it (bounded by its timeout).
+    async fn exec(&self, id: &SandboxId, request: ExecRequest) -> Result<ExecOutput>;
+
+    /// Reads a file (a relative path is taken from the sandbox user's
+    /// home), refusing files over `limit` bytes.
+    async fn read_file(&self, id: &SandboxId, path: &str, limit: u64) -> Result<Vec<u8>>;
+
+    /// Replaces a file atomically, creating missing parent directories.
+    async fn write_file(&self, id: &SandboxId, path: &str, content: &[u8]) -> Result<u64>;
+
+    /// Lists a directory.
+    async fn list_files(&self, id: &SandboxId, path: &str) -> Result<Vec<FileEntry>>;
+
+    /// Sets the deadline to now + the sandbox's own timeout.
+    async fn renew(&self, id: &SandboxId) -> Result<SandboxInfo>;
+
+    /// Marks the sandbox retained (visible to every server process).
+    async fn retain(&self, id: &SandboxId) -> Result<()>;
+
+    /// The path of the static task helper inside the sandbox, placing it
+    /// there first if needed.
+    async fn task_helper(&self, id: &SandboxId) -> Result<String>;
+}
