@@ -33,8 +33,9 @@ impl TaskId {
     pub const LEN: usize = 32;
 
     pub fn parse(s: &str) -> Result<Self, TaskIdError> {
-        let valid =
-            s.len() == Self::LEN && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+        let valid = s.len() == Self::LEN
+            && s.bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
         if valid {
             Ok(Self(s.to_owned()))
         } else {
@@ -165,7 +166,10 @@ mod tests {
 
     #[test]
     fn states_serialize_as_spec_names() {
-        assert_eq!(serde_json::to_string(&TaskState::TimedOut).unwrap(), "\"timed_out\"");
+        assert_eq!(
+            serde_json::to_string(&TaskState::TimedOut).unwrap(),
+            "\"timed_out\""
+        );
         assert!(TaskState::Cancelled.is_terminal());
         assert!(!TaskState::Unknown.is_terminal());
         assert!(!TaskState::Running.is_terminal());

@@ -47,6 +47,89 @@ fn default_limit() -> u64 {
     limits::PAGE_LIMIT_DEFAULT
 }
 
+/// A request value outside what SPEC.md §8 allows: names the parameter and
+/// the allowed range, so the caller knows what to change.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RequestError {
+    pub parameter: &'static str,
+    pub message: String,
+}
+
+impl std::fmt::Display for RequestError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.parameter, self.message)
+    }
+}
+
+impl std::error::Error for RequestError {}
+
+fn check_range(
+    parameter: &'static str,
+    value: u64,
+    min: u64,
+    max: u64,
+) -> Result<(), RequestError> {
+    if (min..=max).contains(&value) {
+        Ok(())
+    } else {
+        Err(RequestError {
+            parameter,
+            message: format!("must be between {min} and {max}, got {value}"),
+        })
+    }
+}
+
+impl StartRequest {
+    /// Checks every value against SPEC.md §8; the helper creates nothing
+    /// for a request that fails this.
+    pub fn validate(&self) -> Result<(), RequestError> {
+        let chars = self.command.chars().count();
+        if !(1..=limits::COMMAND_MAX_CHARS).contains(&chars) {
+            return Err(RequestError {
+                parameter: "command",
+                message: format!(
+                    "must be 1 to {} characters long, got {chars}",
+                    limits::COMMAND_MAX_CHARS
+                ),
+            });
+        }
+        if self.command.contains('\0') {
+            return Err(RequestError {
+                parameter: "command",
+                message: "must not contain a NUL character (a shell cannot receive it)".into(),
+            });
+        }
+        if let Some(cwd) = &self.cwd
+            && (cwd.is_empty() || cwd.contains('\0'))
+        {
+            return Err(RequestError {
+                parameter: "cwd",
+                message: "must be a non-empty path without NUL characters".into(),
+            });
+        }
+        check_range(
+            "timeout",
+            self.timeout,
+            limits::TASK_TIMEOUT_MIN,
+            limits::TASK_TIMEOUT_MAX,
+        )
+    }
+}
+
+impl StatusRequest {
+    /// Checks offsets and page limit against SPEC.md §8.
+    pub fn validate(&self) -> Result<(), RequestError> {
+        check_range("stdout_offset", self.stdout_offset, 0, limits::OFFSET_MAX)?;
+        check_range("stderr_offset", self.stderr_offset, 0, limits::OFFSET_MAX)?;
+        check_range(
+            "limit",
+            self.limit,
+            limits::PAGE_LIMIT_MIN,
+            limits::PAGE_LIMIT_MAX,
+        )
+    }
+}
+
 impl StatusRequest {
     /// A request for the first page of both logs.
     pub fn first_page(task_id: TaskId) -> Self {
@@ -190,10 +273,50 @@ mod tests {
             serde_json::from_str(r#"{"task_id":"0123456789abcdef0123456789abcdef"}"#).unwrap();
         assert_eq!(r.limit, limits::PAGE_LIMIT_DEFAULT);
         assert_eq!(r.stdout_offset, 0);
-        assert!(serde_json::from_str::<StatusRequest>(
-            r#"{"task_id":"0123456789abcdef0123456789abcdef","bogus":1}"#
-        )
-        .is_err());
+        assert!(
+            serde_json::from_str::<StatusRequest>(
+                r#"{"task_id":"0123456789abcdef0123456789abcdef","bogus":1}"#
+            )
+            .is_err()
+        );
+    }
+
+    #[test]
+    fn out_of_range_values_name_the_parameter() {
+        let id = TaskId::from_bytes([3; 16]);
+        let start = |command: &str, timeout| StartRequest {
+            task_id: id.clone(),
+            command: command.into(),
+            cwd: None,
+            timeout,
+        };
+        assert!(start("true", 1).validate().is_ok());
+        assert!(
+            start(&"€".repeat(limits::COMMAND_MAX_CHARS), 3600)
+                .validate()
+                .is_ok()
+        );
+        assert_eq!(start("", 5).validate().unwrap_err().parameter, "command");
+        let long = "x".repeat(limits::COMMAND_MAX_CHARS + 1);
+        assert_eq!(start(&long, 5).validate().unwrap_err().parameter, "command");
+        assert_eq!(
+            start("a\0b", 5).validate().unwrap_err().parameter,
+            "command"
+        );
+        let err = start("true", 0).validate().unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "timeout: must be between 1 and 3600, got 0"
+        );
+        assert!(start("true", 3601).validate().is_err());
+
+        let mut status = StatusRequest::first_page(id);
+        assert!(status.validate().is_ok());
+        status.limit = 0;
+        assert_eq!(status.validate().unwrap_err().parameter, "limit");
+        status.limit = 1;
+        status.stderr_offset = limits::OFFSET_MAX + 1;
+        assert_eq!(status.validate().unwrap_err().parameter, "stderr_offset");
     }
 
     #[test]
