@@ -1,1 +1,120 @@
-//! The service: one handler per tool of SPEC.md §4. (Being written.)
+//! The service: one handler per tool of SPEC.md §4, shared by every front end.
+//!
+//! It owns policy: argument validation (§3), session state (default sandbox,
+//! destruction set, retention; §2, §6), the start_task protocol with the
+//! in-sandbox helper, and masking of the server's own secrets in returned
+//! output. It must not know about transports (no rmcp, no sockets) and never
+//! touches `/proc` or sandbox internals: everything goes through
+//! [`Provider`].
+//!
+//! # How a front end uses it
+//!
+//! Build one [`Service`] per process from an `Arc<dyn Provider>` and the
+//! server's own secret configuration values ([`Service::new`]). Keep one
+//! [`Session`] per MCP connection ([`Session::new`]), or use
+//! [`Session::stateless`] where no session exists (2026-07-28 HTTP requests,
+//! one-shot CLI commands that must not destroy what they create). When the
+//! connection ends, call [`Service::end_session`].
+//!
+//! There are two ways in, and both run the very same code:
+//!
+//! - typed: `service.start_task(&session, StartTaskArgs { .. }).await`
+//!   returns a [`StartTaskResult`] or a [`ToolError`]. The CLI builds the
+//!   args struct from its flags and calls these handlers; with `--json` it
+//!   prints the result object with `serde_json` exactly as MCP returns it in
+//!   `structuredContent`, and on error prints [`ToolError`]'s message (and
+//!   [`ToolError::structured`] when present).
+//! - JSON: [`Service::call_json`] takes a tool name and a JSON object of
+//!   arguments, as MCP receives them. It parses with messages that name the
+//!   parameter even for wrong types, then calls the typed handler.
+//!
+//! [`catalog::TOOLS`] lists every tool with its description (written for a
+//! model) and its input/output JSON schemas.
+
+pub mod catalog;
+mod error;
+mod handlers;
+mod helper;
+mod json;
+mod mask;
+mod session;
+mod types;
+mod validate;
+
+use std::sync::Arc;
+
+use crate::provider::{Provider, SandboxId};
+
+pub use error::ToolError;
+pub use session::Session;
+pub use types::*;
+
+use mask::Masker;
+
+/// The handlers of every tool. Cheap to share: wrap it in an `Arc`.
+pub struct Service {
+    provider: Arc<dyn Provider>,
+    masker: Masker,
+}
+
+/// What [`Service::end_session`] did.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct SessionEnd {
+    /// Sandboxes of the destruction set that were destroyed.
+    pub destroyed: Vec<SandboxId>,
+    /// Sandboxes of the destruction set that another session retained in
+    /// the meantime (a task was started in them), or that were already
+    /// gone.
+    pub kept: Vec<SandboxId>,
+    /// Sandboxes that could not be destroyed, with the reason. They still
+    /// expire at their deadline.
+    pub failed: Vec<(SandboxId, String)>,
+}
+
+impl Service {
+    /// `secrets` are the values of the server's own configuration secrets
+    /// (API keys, the HTTP auth token). They are replaced by `[REDACTED]` in
+    /// every stdout/stderr page the service returns.
+    pub fn new(provider: Arc<dyn Provider>, secrets: Vec<String>) -> Self {
+        Self {
+            provider,
+            masker: Masker::new(secrets),
+        }
+    }
+
+    pub fn provider(&self) -> &Arc<dyn Provider> {
+        &self.provider
+    }
+
+    /// Ends a session: destroys every sandbox still in its destruction set,
+    /// unless it has been retained meanwhile. Retained sandboxes and
+    /// sandboxes the session only queried are left alone. Calling it twice
+    /// is harmless: the set is emptied by the first call.
+    pub async fn end_session(&self, session: &Session) -> SessionEnd {
+        let mut end = SessionEnd::default();
+        for id in session.take_destruction_set() {
+            // Another session may have started a task in this sandbox
+            // (retaining it for everyone); only the provider knows.
+            match self.provider.info(&id).await {
+                Ok(info) if info.retained => {
+                    end.kept.push(id);
+                    continue;
+                }
+                Ok(_) => {}
+                Err(crate::provider::ProviderError::NoSuchSandbox(_)) => {
+                    end.kept.push(id);
+                    continue;
+                }
+                Err(e) => {
+                    end.failed.push((id, e.to_string()));
+                    continue;
+                }
+            }
+            match self.provider.kill(&id).await {
+                Ok(_) => end.destroyed.push(id),
+                Err(e) => end.failed.push((id, e.to_string())),
+            }
+        }
+        end
+    }
+}

@@ -1,0 +1,386 @@
+//! The typed handlers, one per tool of SPEC.md §4. Each validates first (so
+//! a rejected call runs nothing), then asks the provider or the in-sandbox
+//! helper, then shapes the result.
+
+use std::time::Duration;
+
+use sandkeep_proto::limits::{RUN_OUTPUT_MAX_BYTES, START_REQUEST_MAX_BYTES};
+use sandkeep_proto::wire::{
+    self, CancelReply, ErrorKind, StartRequest, StatusRequest, TaskStatus, TaskSummary,
+};
+use sandkeep_proto::{TaskId, TaskState};
+
+use super::helper::{self, HelperError};
+use super::*;
+use crate::provider::{CreateSpec, ExecRequest, FileKind, ProviderError, SandboxInfo};
+
+/// read_file refuses files larger than this (SPEC.md §4).
+pub const READ_FILE_MAX_BYTES: u64 = 1_048_576;
+
+const DO_NOT_RESUBMIT: &str = "The task may or may not be running. Do NOT call start_task again for this command: \
+     query this handle with get_task (state unknown with no progress means it never started), \
+     or kill_sandbox to make sure nothing of it runs.";
+
+impl Service {
+    fn resolve(&self, session: &Session, sandbox_id: Option<&str>) -> Result<SandboxId, ToolError> {
+        match sandbox_id {
+            Some(s) => validate::sandbox_id(s),
+            None => session.default_sandbox().ok_or(ToolError::NoDefaultSandbox),
+        }
+    }
+
+    /// Renewal doubles as the existence check, so a vanished sandbox is
+    /// reported before any work is attempted.
+    async fn renew(&self, session: &Session, id: &SandboxId) -> Result<(), ToolError> {
+        match self.provider.renew(id).await {
+            Ok(_) => Ok(()),
+            Err(e @ ProviderError::NoSuchSandbox(_)) => {
+                session.forget(id);
+                Err(e.into())
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    pub async fn create_sandbox(
+        &self,
+        session: &Session,
+        args: CreateSandboxArgs,
+    ) -> Result<CreateSandboxResult, ToolError> {
+        let timeout = validate::sandbox_timeout(args.timeout)?;
+        let template = args.template.unwrap_or_else(|| "base".to_owned());
+        validate::template(&template)?;
+        let envs = args.envs.unwrap_or_default();
+        validate::envs(&envs)?;
+        let info = self
+            .provider
+            .create(CreateSpec {
+                template,
+                timeout,
+                envs,
+            })
+            .await?;
+        session.adopt(info.sandbox_id.clone());
+        Ok(CreateSandboxResult {
+            sandbox_id: info.sandbox_id.to_string(),
+            template: info.template,
+            created_at: info.created_at,
+            expires_at: info.expires_at,
+            isolation: info.isolation,
+        })
+    }
+
+    pub async fn kill_sandbox(
+        &self,
+        session: &Session,
+        args: KillSandboxArgs,
+    ) -> Result<KillSandboxResult, ToolError> {
+        let id = validate::sandbox_id(&args.sandbox_id)?;
+        let killed = self.provider.kill(&id).await?;
+        session.forget(&id);
+        Ok(KillSandboxResult {
+            sandbox_id: id.to_string(),
+            killed,
+        })
+    }
+
+    pub async fn list_sandboxes(
+        &self,
+        _args: ListSandboxesArgs,
+    ) -> Result<ListSandboxesResult, ToolError> {
+        let sandboxes = self
+            .provider
+            .list()
+            .await?
+            .into_iter()
+            .map(|i: SandboxInfo| SandboxEntry {
+                sandbox_id: i.sandbox_id.to_string(),
+                template: i.template,
+                created_at: i.created_at,
+                expires_at: i.expires_at,
+                retained: i.retained,
+                isolation: i.isolation,
+            })
+            .collect();
+        Ok(ListSandboxesResult { sandboxes })
+    }
+
+    pub async fn run_command(
+        &self,
+        session: &Session,
+        args: RunCommandArgs,
+    ) -> Result<RunCommandResult, ToolError> {
+        validate::command(&args.command)?;
+        if let Some(cwd) = &args.cwd {
+            validate::path("cwd", cwd)?;
+        }
+        let timeout = validate::run_timeout(args.timeout)?;
+        let id = self.resolve(session, args.sandbox_id.as_deref())?;
+        self.renew(session, &id).await?;
+        let out = self
+            .provider
+            .exec(
+                &id,
+                ExecRequest {
+                    command: args.command,
+                    cwd: args.cwd,
+                    timeout: Duration::from_secs(timeout),
+                    stdin: None,
+                    output_limit: RUN_OUTPUT_MAX_BYTES,
+                },
+            )
+            .await?;
+        // The deadline counts from the end of the last use.
+        self.renew(session, &id).await?;
+        Ok(RunCommandResult {
+            sandbox_id: id.to_string(),
+            exit_code: out.exit_code,
+            stdout: self
+                .masker
+                .mask(String::from_utf8_lossy(&out.stdout).into_owned()),
+            stderr: self
+                .masker
+                .mask(String::from_utf8_lossy(&out.stderr).into_owned()),
+            stdout_truncated: out.stdout_truncated,
+            stderr_truncated: out.stderr_truncated,
+            timed_out: out.timed_out,
+        })
+    }
+
+    pub async fn read_file(
+        &self,
+        session: &Session,
+        args: ReadFileArgs,
+    ) -> Result<ReadFileResult, ToolError> {
+        validate::path("path", &args.path)?;
+        let id = self.resolve(session, args.sandbox_id.as_deref())?;
+        self.renew(session, &id).await?;
+        let bytes = self
+            .provider
+            .read_file(&id, &args.path, READ_FILE_MAX_BYTES)
+            .await?;
+        Ok(ReadFileResult {
+            path: args.path,
+            size: bytes.len() as u64,
+            content: String::from_utf8_lossy(&bytes).into_owned(),
+        })
+    }
+
+    pub async fn write_file(
+        &self,
+        session: &Session,
+        args: WriteFileArgs,
+    ) -> Result<WriteFileResult, ToolError> {
+        validate::path("path", &args.path)?;
+        let id = self.resolve(session, args.sandbox_id.as_deref())?;
+        self.renew(session, &id).await?;
+        let bytes_written = self
+            .provider
+            .write_file(&id, &args.path, args.content.as_bytes())
+            .await?;
+        Ok(WriteFileResult {
+            path: args.path,
+            bytes_written,
+        })
+    }
+
+    pub async fn list_files(
+        &self,
+        session: &Session,
+        args: ListFilesArgs,
+    ) -> Result<ListFilesResult, ToolError> {
+        validate::path("path", &args.path)?;
+        let id = self.resolve(session, args.sandbox_id.as_deref())?;
+        self.renew(session, &id).await?;
+        let entries = self
+            .provider
+            .list_files(&id, &args.path)
+            .await?
+            .into_iter()
+            .map(|e| DirEntry {
+                name: e.name,
+                entry_type: match e.kind {
+                    FileKind::File => EntryType::File,
+                    FileKind::Dir => EntryType::Dir,
+                    FileKind::Symlink => EntryType::Symlink,
+                    FileKind::Other => EntryType::Other,
+                },
+                size: e.size,
+                modified_at: e.modified_at,
+            })
+            .collect();
+        Ok(ListFilesResult {
+            path: args.path,
+            entries,
+        })
+    }
+
+    pub async fn start_task(
+        &self,
+        session: &Session,
+        args: StartTaskArgs,
+    ) -> Result<StartTaskResult, ToolError> {
+        validate::command(&args.command)?;
+        if let Some(cwd) = &args.cwd {
+            validate::path("cwd", cwd)?;
+        }
+        let timeout = validate::task_timeout(args.timeout)?;
+        let id = self.resolve(session, args.sandbox_id.as_deref())?;
+        let request = StartRequest {
+            task_id: new_task_id()?,
+            command: args.command,
+            cwd: args.cwd,
+            timeout,
+        };
+        let encoded = wire::encoded_request_len(&request);
+        if encoded > START_REQUEST_MAX_BYTES {
+            return Err(ToolError::InvalidArgument(format!(
+                "invalid parameter `command`: the start request, JSON-encoded and shell-quoted, is {encoded} bytes, \
+                 over the {START_REQUEST_MAX_BYTES}-byte limit (quotes, backslashes and control characters count \
+                 several times); shorten the command, or write the script with write_file and start it by path; \
+                 nothing was run"
+            )));
+        }
+        // Retain before submitting: once the helper may have the task, no
+        // session end may destroy its sandbox.
+        self.provider.retain(&id).await?;
+        session.release(&id);
+        let task_id = request.task_id.clone();
+        match helper::call::<_, TaskSummary>(
+            self.provider.as_ref(),
+            &id,
+            wire::verb::START,
+            &request,
+        )
+        .await
+        {
+            Ok(s) => Ok(StartTaskResult {
+                sandbox_id: id.to_string(),
+                task_id: s.task_id.to_string(),
+                state: s.state,
+                exit_code: s.exit_code,
+                started_at: s.started_at,
+                finished_at: s.finished_at,
+                error: None,
+            }),
+            Err(
+                HelperError::Provider(ProviderError::Unconfirmed { message, .. })
+                | HelperError::Unreadable(message),
+            ) => Ok(StartTaskResult {
+                sandbox_id: id.to_string(),
+                task_id: task_id.to_string(),
+                state: TaskState::Unknown,
+                exit_code: None,
+                started_at: None,
+                finished_at: None,
+                error: Some(format!(
+                    "the submission could not be confirmed: {message}. {DO_NOT_RESUBMIT}"
+                )),
+            }),
+            Err(e) => Err(helper_error(e, &id, &task_id)),
+        }
+    }
+
+    pub async fn get_task(&self, args: GetTaskArgs) -> Result<TaskResult, ToolError> {
+        let (id, request) = status_request(&args)?;
+        let status: TaskStatus =
+            helper::call(self.provider.as_ref(), &id, wire::verb::STATUS, &request)
+                .await
+                .map_err(|e| helper_error(e, &id, &request.task_id))?;
+        Ok(self.task_result(&id, status))
+    }
+
+    pub async fn cancel_task(&self, args: CancelTaskArgs) -> Result<TaskResult, ToolError> {
+        let (id, request) = status_request(&args)?;
+        let reply: CancelReply =
+            helper::call(self.provider.as_ref(), &id, wire::verb::CANCEL, &request)
+                .await
+                .map_err(|e| helper_error(e, &id, &request.task_id))?;
+        let result = self.task_result(&id, reply.status);
+        if reply.confirmed {
+            Ok(result)
+        } else {
+            Err(ToolError::CancelNotConfirmed(Box::new(result)))
+        }
+    }
+
+    fn task_result(&self, id: &SandboxId, s: TaskStatus) -> TaskResult {
+        TaskResult {
+            sandbox_id: id.to_string(),
+            task_id: s.summary.task_id.to_string(),
+            state: s.summary.state,
+            exit_code: s.summary.exit_code,
+            started_at: s.summary.started_at,
+            finished_at: s.summary.finished_at,
+            stdout: self.masker.mask(s.stdout),
+            stderr: self.masker.mask(s.stderr),
+            stdout_next_offset: s.stdout_next_offset,
+            stderr_next_offset: s.stderr_next_offset,
+            stdout_bytes: s.stdout_bytes,
+            stderr_bytes: s.stderr_bytes,
+            stdout_truncated: s.stdout_truncated,
+            stderr_truncated: s.stderr_truncated,
+        }
+    }
+}
+
+fn status_request(args: &TaskQueryArgs) -> Result<(SandboxId, StatusRequest), ToolError> {
+    let id = validate::sandbox_id(&args.sandbox_id)?;
+    let request = StatusRequest {
+        task_id: validate::task_id(&args.task_id)?,
+        stdout_offset: validate::offset("stdout_offset", args.stdout_offset)?,
+        stderr_offset: validate::offset("stderr_offset", args.stderr_offset)?,
+        limit: validate::limit(args.limit)?,
+    };
+    Ok((id, request))
+}
+
+/// 128 bits from the OS CSPRNG.
+fn new_task_id() -> Result<TaskId, ToolError> {
+    let mut bytes = [0u8; 16];
+    getrandom::fill(&mut bytes).map_err(|e| {
+        ToolError::Provider(ProviderError::Unavailable(format!(
+            "the OS random number generator failed ({e}); nothing was run, retry start_task"
+        )))
+    })?;
+    Ok(TaskId::from_bytes(bytes))
+}
+
+fn helper_error(e: HelperError, id: &SandboxId, task_id: &TaskId) -> ToolError {
+    match e {
+        HelperError::Provider(p) => p.into(),
+        HelperError::Unreadable(detail) => ToolError::BadHelperReply {
+            sandbox_id: id.to_string(),
+            detail,
+        },
+        HelperError::Refused { kind, message } => {
+            let advice = match kind {
+                ErrorKind::NoSuchTask => format!(
+                    "no such task {task_id} in sandbox {id}: check both parts of the handle start_task returned; \
+                     a task is gone when its sandbox was destroyed or expired"
+                ),
+                ErrorKind::TaskExists => format!(
+                    "task {task_id} already exists in sandbox {id}, so it was not run again: query it with get_task"
+                ),
+                ErrorKind::TooManyTasks => format!(
+                    "sandbox {id} already holds the maximum of 128 tasks: use another sandbox (create_sandbox)"
+                ),
+                ErrorKind::NoSuchCwd => {
+                    "the working directory does not exist: create it first (run_command mkdir -p DIR) or omit cwd; \
+                     nothing was run"
+                        .to_owned()
+                }
+                ErrorKind::BadRequest => "the task helper refused the request".to_owned(),
+                ErrorKind::UnsafeTaskDir => format!(
+                    "the private task directory in sandbox {id} is unsafe, so no task can run there: \
+                     use another sandbox (create_sandbox)"
+                ),
+                ErrorKind::Internal => format!("the task helper in sandbox {id} failed; retry, or use another sandbox"),
+            };
+            ToolError::Helper {
+                kind,
+                message: format!("{advice} ({message})"),
+            }
+        }
+    }
+}

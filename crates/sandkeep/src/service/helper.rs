@@ -1,0 +1,93 @@
+//! Calls to the in-sandbox task helper: `sandkeep-task VERB JSON` run
+//! through [`Provider::exec`], one JSON object read back from its stdout.
+//! This is the only place that knows the helper's exit-code convention.
+
+use std::time::Duration;
+
+use sandkeep_proto::wire::{self, ErrorKind, ErrorReply};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use crate::provider::{ExecRequest, Provider, ProviderError, SandboxId};
+
+/// How long a helper call may take. Status and start answer in
+/// milliseconds; cancel waits up to 3 s for the terminal record.
+pub(super) const CALL_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// The helper's replies are one JSON object; a status page is at most two
+/// 64 KiB pages, JSON-escaped (up to 6 bytes per byte).
+const REPLY_LIMIT: usize = 2 * 6 * 65_536 + 65_536;
+
+#[derive(Debug)]
+pub(super) enum HelperError {
+    /// The provider failed; [`ProviderError::Unconfirmed`] means the
+    /// request may have been run.
+    Provider(ProviderError),
+    /// The helper answered with an error reply: the request was refused
+    /// and nothing happened.
+    Refused { kind: ErrorKind, message: String },
+    /// No readable answer (timeout, crash, garbage): the request may have
+    /// been run.
+    Unreadable(String),
+}
+
+pub(super) async fn call<Req: Serialize, Rep: DeserializeOwned>(
+    provider: &dyn Provider,
+    sandbox: &SandboxId,
+    verb: &str,
+    request: &Req,
+) -> Result<Rep, HelperError> {
+    let helper = provider
+        .task_helper(sandbox)
+        .await
+        .map_err(HelperError::Provider)?;
+    let out = provider
+        .exec(
+            sandbox,
+            ExecRequest {
+                command: wire::helper_command_line(&helper, verb, request),
+                cwd: None,
+                timeout: CALL_TIMEOUT,
+                stdin: None,
+                output_limit: REPLY_LIMIT,
+            },
+        )
+        .await
+        .map_err(HelperError::Provider)?;
+    if out.timed_out {
+        return Err(HelperError::Unreadable(format!(
+            "the helper did not answer within {} s",
+            CALL_TIMEOUT.as_secs()
+        )));
+    }
+    match out.exit_code {
+        Some(0) => {
+            serde_json::from_slice(&out.stdout).map_err(|e| unreadable(&out.stdout, &out.stderr, e))
+        }
+        Some(1) => match serde_json::from_slice::<ErrorReply>(&out.stdout) {
+            Ok(r) => Err(HelperError::Refused {
+                kind: r.error.kind,
+                message: r.error.message,
+            }),
+            Err(e) => Err(unreadable(&out.stdout, &out.stderr, e)),
+        },
+        code => Err(HelperError::Unreadable(format!(
+            "the helper exited with {}: {}",
+            code.map_or("no status".to_owned(), |c| format!("status {c}")),
+            snippet(&out.stderr)
+        ))),
+    }
+}
+
+fn unreadable(stdout: &[u8], stderr: &[u8], e: serde_json::Error) -> HelperError {
+    HelperError::Unreadable(format!(
+        "reply {:?} is not the expected JSON ({e}); stderr: {}",
+        snippet(stdout),
+        snippet(stderr)
+    ))
+}
+
+fn snippet(bytes: &[u8]) -> String {
+    let text = String::from_utf8_lossy(&bytes[..bytes.len().min(300)]);
+    text.trim().to_owned()
+}

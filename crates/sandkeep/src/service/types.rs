@@ -1,0 +1,315 @@
+//! The arguments and results of every tool, as JSON sees them. Field docs
+//! become the schema descriptions a model reads. Ranges are declared for
+//! the schema here and enforced in `validate`.
+
+use std::collections::BTreeMap;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// The schema of a task state (the proto crate's `TaskState` is serde-only).
+#[derive(JsonSchema)]
+#[serde(rename_all = "snake_case")]
+#[allow(dead_code)] // only its schema is used
+enum TaskStateSchema {
+    Running,
+    Succeeded,
+    Failed,
+    Cancelled,
+    TimedOut,
+    Unknown,
+}
+
+// ---- sandboxes -------------------------------------------------------------
+
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateSandboxArgs {
+    /// Template (base image) of the sandbox. Default "base".
+    #[serde(default)]
+    pub template: Option<String>,
+    /// Seconds until the sandbox is destroyed, 1-86400, default 300.
+    /// run_command and the file tools push the deadline to now + timeout;
+    /// the task tools do not.
+    #[serde(default)]
+    #[schemars(range(min = 1, max = 86400))]
+    pub timeout: Option<u64>,
+    /// Environment variables for every process in the sandbox. Put secrets
+    /// a task needs here: values of variables whose names contain KEY,
+    /// TOKEN, SECRET or PASSWORD are redacted from task logs.
+    #[serde(default)]
+    pub envs: Option<BTreeMap<String, String>>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct CreateSandboxResult {
+    /// The sandbox's id: pass it as sandbox_id to other tools.
+    pub sandbox_id: String,
+    pub template: String,
+    /// Unix seconds.
+    pub created_at: u64,
+    /// Unix seconds: the sandbox and everything in it is destroyed then.
+    pub expires_at: u64,
+    /// The isolation level the sandbox got.
+    pub isolation: String,
+}
+
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct KillSandboxArgs {
+    /// The sandbox to destroy, with every process, file and task in it.
+    pub sandbox_id: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct KillSandboxResult {
+    pub sandbox_id: String,
+    /// False when the sandbox was already gone.
+    pub killed: bool,
+}
+
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ListSandboxesArgs {}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct SandboxEntry {
+    pub sandbox_id: String,
+    pub template: String,
+    /// Unix seconds.
+    pub created_at: u64,
+    /// Unix seconds.
+    pub expires_at: u64,
+    /// True once a task was started in it: no session end destroys it; it
+    /// lives until expires_at or kill_sandbox.
+    pub retained: bool,
+    pub isolation: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct ListSandboxesResult {
+    pub sandboxes: Vec<SandboxEntry>,
+}
+
+// ---- foreground commands and files -----------------------------------------
+
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RunCommandArgs {
+    /// Shell command, run with bash -c (sh -c without bash). 1-65536
+    /// characters.
+    #[schemars(length(min = 1, max = 65536))]
+    pub command: String,
+    /// Sandbox to run in. Default: this session's sandbox from the last
+    /// create_sandbox.
+    #[serde(default)]
+    pub sandbox_id: Option<String>,
+    /// Working directory. Default: the sandbox user's home.
+    #[serde(default)]
+    pub cwd: Option<String>,
+    /// Seconds to wait, 1-3600, default 60. At the timeout the command's
+    /// process group is killed and timed_out is true. For anything longer,
+    /// use start_task.
+    #[serde(default)]
+    #[schemars(range(min = 1, max = 3600))]
+    pub timeout: Option<u64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct RunCommandResult {
+    pub sandbox_id: String,
+    /// Exit status, or 128+N when killed by signal N; null if none was
+    /// collected.
+    pub exit_code: Option<i32>,
+    /// The last 65536 bytes of stdout.
+    pub stdout: String,
+    /// The last 65536 bytes of stderr.
+    pub stderr: String,
+    /// True when earlier stdout bytes were dropped.
+    pub stdout_truncated: bool,
+    pub stderr_truncated: bool,
+    /// True when the command was killed at its timeout.
+    pub timed_out: bool,
+}
+
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReadFileArgs {
+    /// File to read; a relative path is taken from the sandbox user's home.
+    /// Files over 1 MiB are refused.
+    #[schemars(length(min = 1, max = 4096))]
+    pub path: String,
+    /// Default: this session's sandbox.
+    #[serde(default)]
+    pub sandbox_id: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct ReadFileResult {
+    pub path: String,
+    /// The file as text (invalid UTF-8 shown as U+FFFD).
+    pub content: String,
+    /// Size in bytes.
+    pub size: u64,
+}
+
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct WriteFileArgs {
+    /// File to write; a relative path is taken from the sandbox user's home.
+    /// Missing parent directories are created; the file is replaced
+    /// atomically.
+    #[schemars(length(min = 1, max = 4096))]
+    pub path: String,
+    /// The new content of the file.
+    pub content: String,
+    /// Default: this session's sandbox.
+    #[serde(default)]
+    pub sandbox_id: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct WriteFileResult {
+    pub path: String,
+    pub bytes_written: u64,
+}
+
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ListFilesArgs {
+    /// Directory to list; a relative path is taken from the sandbox user's
+    /// home ("." is the home itself).
+    #[schemars(length(min = 1, max = 4096))]
+    pub path: String,
+    /// Default: this session's sandbox.
+    #[serde(default)]
+    pub sandbox_id: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum EntryType {
+    File,
+    Dir,
+    Symlink,
+    Other,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct DirEntry {
+    pub name: String,
+    #[serde(rename = "type")]
+    pub entry_type: EntryType,
+    /// Bytes.
+    pub size: u64,
+    /// Unix seconds.
+    pub modified_at: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct ListFilesResult {
+    pub path: String,
+    pub entries: Vec<DirEntry>,
+}
+
+// ---- tasks ----------------------------------------------------------------
+
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct StartTaskArgs {
+    /// Shell command to run in the background (bash -c), 1-65536
+    /// characters.
+    #[schemars(length(min = 1, max = 65536))]
+    pub command: String,
+    /// Sandbox to run in. Default: this session's sandbox from the last
+    /// create_sandbox. A sandbox is never created implicitly.
+    #[serde(default)]
+    pub sandbox_id: Option<String>,
+    /// Working directory; must exist. Default: the sandbox user's home.
+    #[serde(default)]
+    pub cwd: Option<String>,
+    /// Seconds before the task is stopped (state timed_out), 1-3600,
+    /// default 300. The sandbox's own deadline still applies.
+    #[serde(default)]
+    #[schemars(range(min = 1, max = 3600))]
+    pub timeout: Option<u64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct StartTaskResult {
+    /// Keep this together with task_id: the pair is the task's handle.
+    pub sandbox_id: String,
+    /// Keep this: get_task and cancel_task need it, from any later session.
+    pub task_id: String,
+    /// running, succeeded, failed, cancelled, timed_out, or unknown when
+    /// the submission could not be confirmed.
+    #[schemars(with = "TaskStateSchema")]
+    pub state: sandkeep_proto::TaskState,
+    pub exit_code: Option<i32>,
+    pub started_at: Option<u64>,
+    pub finished_at: Option<u64>,
+    /// Present only with state unknown: why the start is unconfirmed and
+    /// what to do (query the handle with get_task; do not submit again).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TaskQueryArgs {
+    /// The sandbox_id of the task's handle.
+    pub sandbox_id: String,
+    /// The task_id of the task's handle: 32 lowercase hex characters.
+    #[schemars(regex(pattern = r"^[0-9a-f]{32}$"))]
+    pub task_id: String,
+    /// Byte offset into the saved stdout, 0-1048576, default 0. Pass the
+    /// previous stdout_next_offset to read on.
+    #[serde(default)]
+    #[schemars(range(min = 0, max = 1048576))]
+    pub stdout_offset: Option<u64>,
+    /// Byte offset into the saved stderr, 0-1048576, default 0. Pass the
+    /// previous stderr_next_offset to read on.
+    #[serde(default)]
+    #[schemars(range(min = 0, max = 1048576))]
+    pub stderr_offset: Option<u64>,
+    /// Bytes per stream to return, 1-65536, default 16384.
+    #[serde(default)]
+    #[schemars(range(min = 1, max = 65536))]
+    pub limit: Option<u64>,
+}
+
+/// get_task and cancel_task take the same arguments.
+pub type GetTaskArgs = TaskQueryArgs;
+pub type CancelTaskArgs = TaskQueryArgs;
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct TaskResult {
+    pub sandbox_id: String,
+    pub task_id: String,
+    /// running, succeeded, failed, cancelled, timed_out, or unknown (the
+    /// supervisor is gone without recording a result: never assume
+    /// success).
+    #[schemars(with = "TaskStateSchema")]
+    pub state: sandkeep_proto::TaskState,
+    /// Exit status, or 128+N when ended by signal N; null while running or
+    /// unknown.
+    pub exit_code: Option<i32>,
+    /// Unix seconds.
+    pub started_at: Option<u64>,
+    /// Unix seconds; null until a terminal state is recorded.
+    pub finished_at: Option<u64>,
+    /// Saved stdout bytes [stdout_offset, stdout_offset+limit) as text.
+    pub stdout: String,
+    /// Saved stderr bytes [stderr_offset, stderr_offset+limit) as text.
+    pub stderr: String,
+    /// Pass as stdout_offset to read the next page.
+    pub stdout_next_offset: u64,
+    /// Pass as stderr_offset to read the next page.
+    pub stderr_next_offset: u64,
+    /// Bytes of stdout saved so far (at most 1048576).
+    pub stdout_bytes: u64,
+    pub stderr_bytes: u64,
+    /// True once stdout passed 1 MiB: later bytes were not saved.
+    pub stdout_truncated: bool,
+    pub stderr_truncated: bool,
+}

@@ -1,0 +1,257 @@
+//! Range and format checks of SPEC.md §3–§4, run before anything touches a
+//! sandbox. Every message names the parameter and what is allowed.
+
+use sandkeep_proto::TaskId;
+use sandkeep_proto::limits::*;
+
+use super::ToolError;
+use crate::provider::SandboxId;
+
+/// Longest accepted path or working directory, in bytes (Linux PATH_MAX).
+pub(super) const PATH_MAX_BYTES: usize = 4096;
+
+/// The rule of a parameter, as a phrase for error messages. Used for type
+/// errors too, so a wrong type names the allowed values.
+pub(super) fn rule(tool: &str, param: &str) -> &'static str {
+    match (tool, param) {
+        ("create_sandbox", "timeout") => {
+            "must be an integer from 1 to 86400 (seconds), default 300"
+        }
+        ("run_command", "timeout") => "must be an integer from 1 to 3600 (seconds), default 60",
+        ("start_task", "timeout") => "must be an integer from 1 to 3600 (seconds), default 300",
+        (_, "command") => "must be a string of 1 to 65536 characters",
+        (_, "template") => "must be a non-empty string naming a template, default \"base\"",
+        (_, "envs") => "must be an object mapping variable names (no '=' or NUL) to string values",
+        (_, "sandbox_id") => "must be a sandbox id string of 1-64 characters a-z, 0-9 and '-'",
+        (_, "task_id") => {
+            "must be a string of 32 lowercase hexadecimal characters (^[0-9a-f]{32}$)"
+        }
+        (_, "stdout_offset" | "stderr_offset") => "must be an integer from 0 to 1048576, default 0",
+        (_, "limit") => "must be an integer from 1 to 65536 (bytes per stream), default 16384",
+        (_, "path" | "cwd") => "must be a non-empty path string of at most 4096 bytes without NUL",
+        (_, "content") => "must be a string",
+        _ => "is not accepted",
+    }
+}
+
+fn range(
+    tool: &str,
+    param: &str,
+    value: Option<u64>,
+    min: u64,
+    max: u64,
+    default: u64,
+) -> Result<u64, ToolError> {
+    let v = value.unwrap_or(default);
+    if (min..=max).contains(&v) {
+        Ok(v)
+    } else {
+        Err(ToolError::invalid(
+            param,
+            rule(tool, param),
+            format_args!("got {v}; nothing was run"),
+        ))
+    }
+}
+
+pub(super) fn sandbox_timeout(v: Option<u64>) -> Result<u64, ToolError> {
+    range(
+        "create_sandbox",
+        "timeout",
+        v,
+        SANDBOX_TIMEOUT_MIN,
+        SANDBOX_TIMEOUT_MAX,
+        SANDBOX_TIMEOUT_DEFAULT,
+    )
+}
+
+pub(super) fn run_timeout(v: Option<u64>) -> Result<u64, ToolError> {
+    range(
+        "run_command",
+        "timeout",
+        v,
+        RUN_TIMEOUT_MIN,
+        RUN_TIMEOUT_MAX,
+        RUN_TIMEOUT_DEFAULT,
+    )
+}
+
+pub(super) fn task_timeout(v: Option<u64>) -> Result<u64, ToolError> {
+    range(
+        "start_task",
+        "timeout",
+        v,
+        TASK_TIMEOUT_MIN,
+        TASK_TIMEOUT_MAX,
+        TASK_TIMEOUT_DEFAULT,
+    )
+}
+
+pub(super) fn offset(param: &str, v: Option<u64>) -> Result<u64, ToolError> {
+    range("get_task", param, v, 0, OFFSET_MAX, 0)
+}
+
+pub(super) fn limit(v: Option<u64>) -> Result<u64, ToolError> {
+    range(
+        "get_task",
+        "limit",
+        v,
+        PAGE_LIMIT_MIN,
+        PAGE_LIMIT_MAX,
+        PAGE_LIMIT_DEFAULT,
+    )
+}
+
+pub(super) fn command(v: &str) -> Result<(), ToolError> {
+    // Counting stops just past the maximum: a huge command costs nothing.
+    let n = v.chars().take(COMMAND_MAX_CHARS + 1).count();
+    if n == 0 || n > COMMAND_MAX_CHARS {
+        let got = if n == 0 {
+            "got an empty string".to_owned()
+        } else {
+            format!("got {} characters", v.chars().count())
+        };
+        return Err(ToolError::invalid(
+            "command",
+            rule("", "command"),
+            format_args!("{got}; nothing was run"),
+        ));
+    }
+    Ok(())
+}
+
+pub(super) fn sandbox_id(v: &str) -> Result<SandboxId, ToolError> {
+    SandboxId::parse(v).map_err(|_| {
+        ToolError::invalid(
+            "sandbox_id",
+            rule("", "sandbox_id"),
+            format_args!(
+                "got {:?}; call list_sandboxes for the ids you can use",
+                v.chars().take(80).collect::<String>()
+            ),
+        )
+    })
+}
+
+pub(super) fn task_id(v: &str) -> Result<TaskId, ToolError> {
+    TaskId::parse(v).map_err(|_| {
+        ToolError::invalid(
+            "task_id",
+            rule("", "task_id"),
+            format_args!(
+                "got {:?}; use the task_id start_task returned",
+                v.chars().take(80).collect::<String>()
+            ),
+        )
+    })
+}
+
+pub(super) fn path(param: &str, v: &str) -> Result<(), ToolError> {
+    if v.is_empty() || v.len() > PATH_MAX_BYTES || v.contains('\0') {
+        let got = if v.is_empty() {
+            "got an empty string".to_owned()
+        } else if v.contains('\0') {
+            "it contains NUL".to_owned()
+        } else {
+            format!("got {} bytes", v.len())
+        };
+        return Err(ToolError::invalid(
+            param,
+            rule("", param),
+            format_args!("{got}; nothing was run"),
+        ));
+    }
+    Ok(())
+}
+
+pub(super) fn template(v: &str) -> Result<(), ToolError> {
+    if v.is_empty() || v.contains('\0') {
+        return Err(ToolError::invalid(
+            "template",
+            rule("", "template"),
+            "got an empty string; nothing was created",
+        ));
+    }
+    Ok(())
+}
+
+pub(super) fn envs<'a>(
+    vars: impl IntoIterator<Item = (&'a String, &'a String)>,
+) -> Result<(), ToolError> {
+    for (name, value) in vars {
+        if name.is_empty() || name.contains('=') || name.contains('\0') {
+            return Err(ToolError::invalid(
+                "envs",
+                rule("", "envs"),
+                format_args!("variable name {name:?} is not allowed; nothing was created"),
+            ));
+        }
+        if value.contains('\0') {
+            return Err(ToolError::invalid(
+                "envs",
+                rule("", "envs"),
+                format_args!("the value of {name} contains NUL; nothing was created"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranges_name_parameter_and_bounds() {
+        let e = task_timeout(Some(3601)).unwrap_err().to_string();
+        assert!(
+            e.contains("`timeout`") && e.contains("1 to 3600") && e.contains("3601"),
+            "{e}"
+        );
+        let e = sandbox_timeout(Some(0)).unwrap_err().to_string();
+        assert!(e.contains("1 to 86400"), "{e}");
+        assert_eq!(task_timeout(None).unwrap(), 300);
+        assert_eq!(run_timeout(None).unwrap(), 60);
+        assert_eq!(limit(None).unwrap(), 16384);
+        assert!(limit(Some(0)).is_err());
+        assert!(
+            offset("stdout_offset", Some(1_048_577))
+                .unwrap_err()
+                .to_string()
+                .contains("stdout_offset")
+        );
+        assert_eq!(offset("stderr_offset", Some(1_048_576)).unwrap(), 1_048_576);
+    }
+
+    #[test]
+    fn command_length_counts_characters() {
+        assert!(command(&"é".repeat(65_536)).is_ok());
+        let e = command(&"a".repeat(65_537)).unwrap_err().to_string();
+        assert!(e.contains("`command`") && e.contains("65537"), "{e}");
+        assert!(command("").unwrap_err().to_string().contains("empty"));
+    }
+
+    #[test]
+    fn ids_and_paths() {
+        assert!(
+            sandbox_id("../etc")
+                .unwrap_err()
+                .to_string()
+                .contains("`sandbox_id`")
+        );
+        assert!(
+            task_id("ABC")
+                .unwrap_err()
+                .to_string()
+                .contains("`task_id`")
+        );
+        assert!(path("path", "").is_err());
+        assert!(
+            path("cwd", "a\0b")
+                .unwrap_err()
+                .to_string()
+                .contains("`cwd`")
+        );
+        assert!(path("path", "/tmp").is_ok());
+    }
+}
