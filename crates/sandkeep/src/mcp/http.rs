@@ -1,0 +1,315 @@
+//! `sandkeep serve --http ADDR`: MCP Streamable HTTP at `/mcp`.
+//!
+//! Owns the HTTP edge: the bind-address/token rule (loopback needs no
+//! token; any other address refuses to start without one), bearer-token
+//! checks (401), same-origin checks (403), and session-end cleanup. A
+//! legacy (initialize) session ends on DELETE or after the idle timeout;
+//! its handler's drop then ends the service session in the background.
+//! On SIGTERM/SIGINT every live session is ended before the process exits.
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
+use tokio::signal::unix::{SignalKind, signal};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use super::SandkeepMcp;
+use crate::service::{Service, Session};
+
+/// Largest accepted request body: the same bound as a stdio line, so
+/// write_file accepts the same content on both transports.
+const MAX_BODY_BYTES: usize = 16 * 1024 * 1024;
+/// How long shutdown waits for open connections and session cleanups.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(20);
+
+/// Settings of the HTTP server.
+#[derive(Debug, Clone)]
+pub struct HttpOptions {
+    /// Where to listen; port 0 picks a free port (printed on stderr).
+    pub addr: SocketAddr,
+    /// Required as `Authorization: Bearer TOKEN` when set; mandatory for a
+    /// non-loopback address.
+    pub auth_token: Option<String>,
+    /// A legacy session idle this long is ended (and cleaned up).
+    pub session_idle: Duration,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum HttpError {
+    #[error(
+        "refusing to serve MCP on {0} without a token: a non-loopback address needs --auth-token TOKEN \
+         (or SANDKEEP_AUTH_TOKEN), which clients then send as `Authorization: Bearer TOKEN`; \
+         or listen on 127.0.0.1"
+    )]
+    TokenRequired(SocketAddr),
+    #[error("the auth token must not be empty or contain whitespace: choose a long random string")]
+    BadToken,
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        addr: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("the HTTP server failed: {0}")]
+    Serve(#[source] std::io::Error),
+}
+
+/// Ends sessions whose handler was dropped, and remembers the live ones so
+/// shutdown can end them too.
+#[derive(Clone)]
+pub(super) struct SessionEnder {
+    service: Arc<Service>,
+    tracker: TaskTracker,
+    live: Arc<Mutex<Vec<Weak<Session>>>>,
+}
+
+impl SessionEnder {
+    fn register(&self, session: &Arc<Session>) {
+        let mut live = self.live.lock().unwrap_or_else(|p| p.into_inner());
+        live.retain(|w| w.strong_count() > 0);
+        live.push(Arc::downgrade(session));
+    }
+
+    /// Called from the handler's drop: cleanup runs on the runtime, tracked
+    /// so shutdown can wait for it.
+    pub(super) fn end(self, session: Arc<Session>) {
+        if session.destruction_set().is_empty() {
+            return;
+        }
+        let service = self.service.clone();
+        self.tracker.spawn(async move {
+            let end = service.end_session(&session).await;
+            tracing::info!(destroyed = ?end.destroyed, kept = ?end.kept, "HTTP session ended");
+        });
+    }
+
+    async fn end_all_live(&self) {
+        let live: Vec<Arc<Session>> = self
+            .live
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .filter_map(Weak::upgrade)
+            .collect();
+        for session in live {
+            self.service.end_session(&session).await;
+        }
+    }
+}
+
+/// Checks the bind rule, then serves until SIGTERM/SIGINT; returns the exit
+/// code.
+pub fn run(service: Arc<Service>, options: HttpOptions) -> i32 {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("sandkeep serve: cannot start the async runtime: {e}");
+            return 1;
+        }
+    };
+    let result = runtime.block_on(async {
+        let shutdown = CancellationToken::new();
+        let mut term = signal(SignalKind::terminate()).map_err(HttpError::Serve)?;
+        let mut int = signal(SignalKind::interrupt()).map_err(HttpError::Serve)?;
+        let trigger = shutdown.clone();
+        tokio::spawn(async move {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = int.recv() => {}
+            }
+            tracing::info!("signal received: shutting down");
+            trigger.cancel();
+        });
+        serve(service, options, shutdown).await
+    });
+    runtime.shutdown_timeout(Duration::from_secs(1));
+    match result {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("sandkeep serve: {e}");
+            1
+        }
+    }
+}
+
+/// Serves MCP at `http://ADDR/mcp` until `shutdown` is cancelled, then ends
+/// every live session.
+pub async fn serve(
+    service: Arc<Service>,
+    options: HttpOptions,
+    shutdown: CancellationToken,
+) -> Result<(), HttpError> {
+    let loopback = options.addr.ip().is_loopback();
+    if let Some(t) = &options.auth_token
+        && (t.is_empty() || t.chars().any(char::is_whitespace))
+    {
+        return Err(HttpError::BadToken);
+    }
+    if !loopback && options.auth_token.is_none() {
+        return Err(HttpError::TokenRequired(options.addr));
+    }
+    let listener = tokio::net::TcpListener::bind(options.addr)
+        .await
+        .map_err(|source| HttpError::Bind {
+            addr: options.addr,
+            source,
+        })?;
+    let local = listener.local_addr().map_err(HttpError::Serve)?;
+
+    let ender = SessionEnder {
+        service: service.clone(),
+        tracker: TaskTracker::new(),
+        live: Arc::default(),
+    };
+    let mut config = StreamableHttpServerConfig::default()
+        .with_max_request_body_bytes(MAX_BODY_BYTES)
+        .with_cancellation_token(shutdown.child_token());
+    if !loopback {
+        // Clients reach a public address by names we cannot know; the
+        // bearer token is what keeps DNS-rebinding pages out.
+        config = config.disable_allowed_hosts();
+    }
+    let mut sessions = LocalSessionManager::default();
+    sessions.session_config.keep_alive = Some(options.session_idle);
+    let factory_ender = ender.clone();
+    let mcp = StreamableHttpService::new(
+        move || {
+            let handler = SandkeepMcp::http(factory_ender.service.clone(), factory_ender.clone());
+            factory_ender.register(&handler.session.session);
+            Ok(handler)
+        },
+        Arc::new(sessions),
+        config,
+    );
+    let guard = Arc::new(Guard {
+        token: options.auth_token.clone(),
+    });
+    let app = axum::Router::new()
+        .nest_service("/mcp", mcp)
+        .layer(middleware::from_fn_with_state(guard, check_request));
+
+    tracing::info!("listening on http://{local}/mcp");
+    eprintln!("sandkeep: serving MCP at http://{local}/mcp");
+    let stopped = shutdown.clone();
+    let server =
+        axum::serve(listener, app).with_graceful_shutdown(async move { stopped.cancelled().await });
+    let server = tokio::spawn(async move { server.await });
+    shutdown.cancelled().await;
+    match tokio::time::timeout(SHUTDOWN_GRACE, server).await {
+        Ok(Ok(Err(e))) => return Err(HttpError::Serve(e)),
+        Ok(_) => {}
+        Err(_) => tracing::warn!("open connections did not close within the grace period"),
+    }
+    ender.end_all_live().await;
+    ender.tracker.close();
+    if tokio::time::timeout(SHUTDOWN_GRACE, ender.tracker.wait())
+        .await
+        .is_err()
+    {
+        tracing::warn!("session cleanups did not finish within the grace period");
+    }
+    Ok(())
+}
+
+struct Guard {
+    token: Option<String>,
+}
+
+/// Origin first (a browser page of another site gets 403 whatever it
+/// sends), then the bearer token (401).
+async fn check_request(State(guard): State<Arc<Guard>>, request: Request, next: Next) -> Response {
+    if let Some(origin) = request.headers().get(header::ORIGIN)
+        && !same_origin(origin.to_str().unwrap_or(""), request.headers())
+    {
+        return (
+            StatusCode::FORBIDDEN,
+            "Forbidden: the Origin header names another site; sandkeep only accepts same-origin or non-browser requests",
+        )
+            .into_response();
+    }
+    if let Some(token) = &guard.token
+        && !bearer_matches(request.headers(), token)
+    {
+        return (
+            StatusCode::UNAUTHORIZED,
+            [(header::WWW_AUTHENTICATE, "Bearer")],
+            "Unauthorized: send the server's token as `Authorization: Bearer TOKEN`",
+        )
+            .into_response();
+    }
+    next.run(request).await
+}
+
+/// An Origin is ours when it is `http://` plus the Host the request was
+/// sent to.
+fn same_origin(origin: &str, headers: &HeaderMap) -> bool {
+    let Some(host) = headers.get(header::HOST).and_then(|h| h.to_str().ok()) else {
+        return false;
+    };
+    origin
+        .strip_prefix("http://")
+        .is_some_and(|authority| authority.eq_ignore_ascii_case(host))
+}
+
+fn bearer_matches(headers: &HeaderMap, token: &str) -> bool {
+    let Some(given) = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|h| h.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+    else {
+        return false;
+    };
+    constant_time_eq(given.trim().as_bytes(), token.as_bytes())
+}
+
+/// Compares without an early exit, so response timing does not reveal how
+/// much of a guessed token was right.
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::http::HeaderValue;
+
+    fn headers(pairs: &[(header::HeaderName, &str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (k, v) in pairs {
+            h.insert(k.clone(), HeaderValue::from_str(v).unwrap());
+        }
+        h
+    }
+
+    #[test]
+    fn origin_must_match_host() {
+        let h = headers(&[(header::HOST, "127.0.0.1:8080")]);
+        assert!(same_origin("http://127.0.0.1:8080", &h));
+        assert!(!same_origin("http://evil.example", &h));
+        assert!(!same_origin("http://127.0.0.1:9090", &h));
+        assert!(!same_origin("null", &h));
+        assert!(!same_origin("https://127.0.0.1:8080", &h));
+    }
+
+    #[test]
+    fn bearer_token_is_compared_exactly() {
+        let h = headers(&[(header::AUTHORIZATION, "Bearer s3cret-token")]);
+        assert!(bearer_matches(&h, "s3cret-token"));
+        assert!(!bearer_matches(&h, "s3cret-tokem"));
+        assert!(!bearer_matches(&h, "s3cret"));
+        assert!(!bearer_matches(&HeaderMap::new(), "s3cret-token"));
+        let basic = headers(&[(header::AUTHORIZATION, "Basic s3cret-token")]);
+        assert!(!bearer_matches(&basic, "s3cret-token"));
+    }
+}
