@@ -1,8 +1,79 @@
-//! sandkeep's in-sandbox helper: task directories, start/status/cancel/list
-//! and the supervisor. (Being written.)
+//! sandkeep's in-sandbox helper: the private task directory, the verbs
+//! start / status / cancel / list, and the supervisor that runs each task.
+//!
+//! The helper is a short-lived command answering with exactly one JSON
+//! object on stdout (the verb's reply, or an error reply with exit code 1).
+//! The supervisor is the same executable re-run detached under a hidden
+//! verb. Nothing here knows about MCP or the host.
+
+mod cancel;
+mod capture;
+mod error;
+mod procfs;
+pub mod redact;
+mod start;
+mod status;
+mod supervisor;
+mod taskdir;
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use sandkeep_proto::wire::{ErrorReply, verb};
+
+pub use error::HelperError;
+pub use supervisor::SUPERVISE_VERB;
+
+const USAGE: &str = "usage: sandkeep-task start JSON | status JSON | cancel JSON | list";
 
 /// Runs the helper with its command-line arguments (without argv\[0\]) and
 /// returns the process exit code.
-pub fn main_with_args(_args: Vec<String>) -> i32 {
-    2
+///
+/// `start` leaves the supervisor as a child of the calling process until
+/// that process exits: call this from a short-lived process (the helper
+/// executable), not from a long-running one.
+pub fn main_with_args(args: Vec<String>) -> i32 {
+    let verb_name = args.first().map(String::as_str);
+    if verb_name == Some(SUPERVISE_VERB) {
+        return supervisor::main(&args[1..]);
+    }
+    let json = args.get(1).map(String::as_str);
+    let extra = args.len() > if verb_name == Some(verb::LIST) { 1 } else { 2 };
+    if extra {
+        return reply::<()>(Err(HelperError::BadRequest(format!(
+            "too many arguments; {USAGE}"
+        ))));
+    }
+    match verb_name {
+        Some(verb::START) => reply(parse(json).and_then(start::start)),
+        Some(verb::STATUS) => reply(parse(json).and_then(status::status)),
+        Some(verb::CANCEL) => reply(parse(json).and_then(cancel::cancel)),
+        Some(verb::LIST) => reply(status::list()),
+        _ => reply::<()>(Err(HelperError::BadRequest(USAGE.into()))),
+    }
+}
+
+fn parse<T: DeserializeOwned>(json: Option<&str>) -> Result<T, HelperError> {
+    let json =
+        json.ok_or_else(|| HelperError::BadRequest(format!("missing JSON request; {USAGE}")))?;
+    serde_json::from_str(json)
+        .map_err(|e| HelperError::BadRequest(format!("malformed request: {e}")))
+}
+
+/// Prints the one JSON object of the reply and gives the exit code.
+fn reply<T: Serialize>(result: Result<T, HelperError>) -> i32 {
+    let (json, code) = match result {
+        Ok(value) => (serde_json::to_string(&value), 0),
+        Err(e) => (
+            serde_json::to_string(&ErrorReply::new(e.kind(), e.to_string())),
+            1,
+        ),
+    };
+    let mut line = json.expect("replies always encode");
+    line.push('\n');
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    // A caller that closed our stdout gets nothing; there is no one to tell.
+    let _ = out.write_all(line.as_bytes()).and_then(|()| out.flush());
+    code
 }

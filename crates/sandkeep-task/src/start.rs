@@ -1,0 +1,137 @@
+//! The `start` verb: checks the request, creates the task directory and
+//! launches a detached supervisor, returning once the first state record is
+//! on disk.
+//!
+//! Every refusal happens before anything is created. It must not run the
+//! command itself: only the supervisor does.
+
+use std::io::{Read, Write};
+use std::os::fd::BorrowedFd;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use sandkeep_proto::limits::MAX_TASK_DIRS;
+use sandkeep_proto::wire::{StartRequest, TaskSummary};
+
+use crate::error::{HelperError, IoContext};
+use crate::status::observe;
+use crate::supervisor::{READY, SUPERVISE_VERB};
+use crate::taskdir::{TaskDir, TaskRoot};
+
+pub fn start(req: StartRequest) -> Result<TaskSummary, HelperError> {
+    req.validate()?;
+    let cwd = resolve_cwd(req.cwd.as_deref())?;
+    let root = TaskRoot::open_or_create()?;
+    let dir = {
+        let _lock = root.lock()?;
+        if root.open_task_dir(&req.task_id)?.is_some() {
+            return Err(HelperError::TaskExists(req.task_id));
+        }
+        if root.task_ids()?.len() >= MAX_TASK_DIRS {
+            return Err(HelperError::TooManyTasks(root.path().to_owned()));
+        }
+        root.create_task_dir(&req.task_id)?
+    };
+    let order = StartRequest {
+        cwd: Some(cwd.into_os_string().into_string().map_err(|_| {
+            HelperError::BadRequest("the working directory is not valid UTF-8".into())
+        })?),
+        ..req
+    };
+    if let Err(e) = launch_supervisor(&dir, &order) {
+        // Nothing ran: leave no trace, so the same id can be submitted again.
+        dir.remove();
+        return Err(e);
+    }
+    Ok(observe(&dir)?.summary(&order.task_id))
+}
+
+/// The directory the command runs in: `cwd` (relative to the home
+/// directory), or the home directory itself. It must exist.
+fn resolve_cwd(cwd: Option<&str>) -> Result<PathBuf, HelperError> {
+    let home = std::env::var_os("HOME").filter(|h| !h.is_empty());
+    let path = match (cwd, home) {
+        (Some(c), _) if Path::new(c).is_absolute() => PathBuf::from(c),
+        (Some(c), Some(h)) => Path::new(&h).join(c),
+        (None, Some(h)) => PathBuf::from(h),
+        (_, None) => {
+            return Err(HelperError::BadRequest(
+                "HOME is not set, so there is no default or base working directory: pass an \
+                 absolute cwd"
+                    .into(),
+            ));
+        }
+    };
+    if path.is_dir() {
+        Ok(path)
+    } else {
+        Err(HelperError::NoSuchCwd(path))
+    }
+}
+
+/// Starts `sandkeep-task __supervise DIR` from this very executable and
+/// waits for its readiness byte.
+fn launch_supervisor(dir: &TaskDir, order: &StartRequest) -> Result<(), HelperError> {
+    close_inherited_fds_on_exec();
+    // By /proc/self/exe, never by name: under the multi-call `sandkeep`
+    // binary there may be no `sandkeep-task` file at all.
+    let mut child = Command::new("/proc/self/exe")
+        .arg0("sandkeep-task")
+        .arg(SUPERVISE_VERB)
+        .arg(dir.path())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(discarding_stdio())
+        .spawn()
+        .context(|| "starting the supervisor from /proc/self/exe".to_owned())?;
+    let order = serde_json::to_vec(order).expect("a start request always encodes");
+    let sent = child
+        .stdin
+        .take()
+        .expect("stdin was requested as a pipe")
+        .write_all(&order);
+    let mut ready = child.stdout.take().expect("stdout was requested as a pipe");
+    let mut first = [0u8; 1];
+    if sent.is_ok() && ready.read_exact(&mut first).is_ok() && first[0] == READY {
+        // The supervisor lives on, detached; it is not waited for.
+        return Ok(());
+    }
+    let mut message = String::from_utf8_lossy(&first).into_owned();
+    let _ = ready.read_to_string(&mut message);
+    let _ = child.wait();
+    let message = message.trim_matches('\0').trim();
+    Err(HelperError::Internal(if message.is_empty() {
+        "the supervisor exited before recording the task; nothing was started".into()
+    } else {
+        format!("the supervisor could not start the task ({message}); nothing was started")
+    }))
+}
+
+fn discarding_stdio() -> Stdio {
+    std::fs::File::options()
+        .write(true)
+        .open("/dev/null")
+        .map_or_else(|_| Stdio::null(), Stdio::from)
+}
+
+/// Descriptors this process inherited without close-on-exec (from whoever
+/// ran the helper) must not reach the supervisor: one held open there
+/// could keep the caller waiting for an end-of-file for the task's life.
+fn close_inherited_fds_on_exec() {
+    let Ok(entries) = std::fs::read_dir("/proc/self/fd") else {
+        return;
+    };
+    let fds: Vec<i32> = entries
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .filter(|&fd| fd > 2)
+        .collect();
+    for raw in fds {
+        // SAFETY: `raw` was listed as open just now, this process is
+        // single-threaded, and the borrow lasts for one fcntl call; a
+        // number that was the listing's own (now closed) descriptor only
+        // yields EBADF.
+        let fd = unsafe { BorrowedFd::borrow_raw(raw) };
+        let _ = rustix::io::fcntl_setfd(fd, rustix::io::FdFlags::CLOEXEC);
+    }
+}

@@ -1,0 +1,492 @@
+//! The supervisor: one detached process per task that runs the command,
+//! saves its output and records how it ended (SPEC.md §5).
+//!
+//! It owns the task's process group from spawn to the terminal record: the
+//! only signals ever sent to the group come from here, and only while the
+//! group's leader is an unreaped child of this process, so the group id
+//! cannot have been recycled. It is a single-threaded poll loop over the
+//! two output pipes, a pidfd for the leader's exit, the control FIFO for
+//! cancel, and timers for timeout, grace and drain. It must never write to
+//! its own stdout after the readiness byte, nor block on the task.
+
+use std::fs::File;
+use std::io::{self, Read, Write};
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use rustix::event::{PollFd, PollFlags, Timespec};
+use rustix::io::Errno;
+use rustix::process::{Pid, PidfdFlags, Signal, WaitId, WaitIdOptions};
+use sandkeep_proto::record::{Ending, Outcome, RECORD_VERSION, StateRecord, exit_code_of};
+use sandkeep_proto::wire::StartRequest;
+
+use crate::capture::{Capture, Saved};
+use crate::procfs;
+use crate::redact::{Redactor, secrets_of_env};
+use crate::taskdir::{STDERR_LOG, STDOUT_LOG, TaskDir};
+
+/// The hidden verb under which the helper re-executes itself as a
+/// supervisor: `sandkeep-task __supervise TASK_DIR`, the start request on
+/// stdin, the readiness pipe on stdout.
+pub const SUPERVISE_VERB: &str = "__supervise";
+
+/// First byte on the readiness pipe once the first record is on disk. Any
+/// other content is an error message: nothing was started.
+pub const READY: u8 = b'R';
+
+/// Between TERM and KILL.
+const GRACE: Duration = Duration::from_secs(1);
+/// How long output is still read after the leader exited, for processes
+/// that escaped the group but hold the pipes.
+const DRAIN: Duration = Duration::from_secs(1);
+/// How long after KILL the group may take to disappear before the ending
+/// is recorded anyway (a process stuck in the kernel).
+const KILL_WAIT: Duration = Duration::from_secs(1);
+/// Re-check interval while waiting for the rest of the group to go.
+const GROUP_TICK: Duration = Duration::from_millis(5);
+const READ_CHUNK: usize = 64 * 1024;
+/// Larger pipes mean fewer wake-ups under a flood; the kernel may refuse.
+const PIPE_SIZE: usize = 256 * 1024;
+/// Reads per stream per wake-up, so one flooding stream cannot starve the
+/// other or the exit watch.
+const READS_PER_WAKEUP: usize = 16;
+
+/// Entry point of the hidden verb; the return value is the exit code.
+pub fn main(args: &[String]) -> i32 {
+    // Own session first: the starter's death or hangup never reaches us.
+    let _ = rustix::process::setsid();
+    let Some(dir) = args.first() else {
+        return fail_before_start("missing task directory argument".into());
+    };
+    let mut order = Vec::new();
+    if let Err(e) = io::stdin().read_to_end(&mut order) {
+        return fail_before_start(format!("reading the start request: {e}"));
+    }
+    let order: StartRequest = match serde_json::from_slice(&order) {
+        Ok(o) => o,
+        Err(e) => return fail_before_start(format!("decoding the start request: {e}")),
+    };
+    match Supervisor::start(PathBuf::from(dir), order) {
+        Ok(Some(sup)) => sup.run(),
+        Ok(None) => 0,
+        Err(message) => fail_before_start(message),
+    }
+}
+
+fn fail_before_start(message: String) -> i32 {
+    let mut out = io::stdout();
+    let _ = out.write_all(message.as_bytes()).and_then(|()| out.flush());
+    1
+}
+
+fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// An input that reads as empty: `/dev/null`, or where a sandbox has no
+/// `/dev`, a pipe whose writer is already closed.
+fn empty_input() -> io::Result<Stdio> {
+    if let Ok(f) = File::open("/dev/null") {
+        return Ok(f.into());
+    }
+    let (reader, _writer) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?;
+    Ok(reader.into())
+}
+
+/// An output that discards: `/dev/null`, or a pipe without a reader.
+fn discarding_output() -> io::Result<OwnedFd> {
+    if let Ok(f) = File::options().write(true).open("/dev/null") {
+        return Ok(f.into());
+    }
+    let (_reader, writer) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?;
+    Ok(writer)
+}
+
+/// `bash -c COMMAND`, or `sh -c COMMAND` where bash is missing, in its own
+/// process group.
+fn spawn_command(order: &StartRequest) -> io::Result<Child> {
+    let mut last_err = None;
+    for shell in ["bash", "sh"] {
+        let mut cmd = Command::new(shell);
+        cmd.arg("-c")
+            .arg(&order.command)
+            .stdin(empty_input()?)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0);
+        if let Some(cwd) = &order.cwd {
+            cmd.current_dir(cwd);
+        }
+        match cmd.spawn() {
+            Ok(child) => return Ok(child),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => last_err = Some(e),
+            Err(e) => return Err(e),
+        }
+    }
+    Err(last_err.expect("the loop tries at least one shell"))
+}
+
+struct Stream {
+    fd: OwnedFd,
+    capture: Capture,
+}
+
+impl Stream {
+    fn new(fd: OwnedFd, log: File, redactor: Redactor) -> io::Result<Self> {
+        rustix::io::ioctl_fionbio(&fd, true)?;
+        let _ = rustix::pipe::fcntl_setpipe_size(&fd, PIPE_SIZE);
+        Ok(Self {
+            fd,
+            capture: Capture::new(log, redactor),
+        })
+    }
+}
+
+/// How the main process ended, and the clean-up after it.
+struct Exited {
+    exit_code: Option<i32>,
+    at: Instant,
+    /// No other member of the group is left (or KILL_WAIT passed).
+    group_gone: bool,
+}
+
+enum Source {
+    Stream(usize),
+    Exit,
+    Control,
+}
+
+struct Supervisor {
+    dir: TaskDir,
+    record: StateRecord,
+    leader: Pid,
+    exit_watch: Option<OwnedFd>,
+    control: Option<OwnedFd>,
+    /// stdout, stderr; `None` once closed.
+    streams: [Option<Stream>; 2],
+    deadline: Instant,
+    /// Why the supervisor stopped the task, if it did.
+    stop: Option<Ending>,
+    kill_at: Option<Instant>,
+    killed_at: Option<Instant>,
+    exited: Option<Exited>,
+    buf: Vec<u8>,
+}
+
+impl Supervisor {
+    /// Prepares the task directory, spawns the command and writes the
+    /// first record, then sends the readiness byte. `Ok(None)`: the
+    /// command could not be spawned and that is recorded as `failed`.
+    fn start(dir: PathBuf, order: StartRequest) -> Result<Option<Self>, String> {
+        let dir =
+            TaskDir::open_path(dir).map_err(|e| format!("opening the task directory: {e}"))?;
+        let identity = procfs::own_identity()
+            .map_err(|e| format!("reading this process's identity from /proc: {e}"))?;
+        let logs = [dir.create_log(STDOUT_LOG), dir.create_log(STDERR_LOG)];
+        let [Ok(out_log), Ok(err_log)] = logs else {
+            return Err("creating the log files in the task directory failed".into());
+        };
+        dir.create_control()
+            .map_err(|e| format!("creating the control FIFO: {e}"))?;
+        let control = dir
+            .open_control_for_reading()
+            .map_err(|e| format!("opening the control FIFO: {e}"))?;
+        let secrets = secrets_of_env(std::env::vars_os());
+
+        let mut record = StateRecord {
+            version: RECORD_VERSION,
+            task_id: order.task_id.clone(),
+            supervisor: identity,
+            pgid: None,
+            started_at: None,
+            stdout_truncated: false,
+            stderr_truncated: false,
+            outcome: None,
+        };
+        let mut child = match spawn_command(&order) {
+            Ok(child) => child,
+            Err(_) => {
+                record.outcome = Some(Outcome {
+                    ending: Ending::Failed,
+                    exit_code: None,
+                    finished_at: unix_now(),
+                });
+                write_first_record(&dir, &record)?;
+                return Ok(None);
+            }
+        };
+        let pid = child.id();
+        let leader = Pid::from_raw(pid as i32).expect("a spawned child has a positive pid");
+        record.pgid = Some(pid);
+        record.started_at = Some(unix_now());
+        let pipes = (child.stdout.take(), child.stderr.take());
+        let (Some(out), Some(err)) = pipes else {
+            unreachable!("both outputs were requested as pipes")
+        };
+        let streams = match (
+            Stream::new(out.into(), out_log, Redactor::new(secrets.clone())),
+            Stream::new(err.into(), err_log, Redactor::new(secrets)),
+        ) {
+            (Ok(o), Ok(e)) => [Some(o), Some(e)],
+            _ => {
+                kill_unstarted(leader);
+                return Err("preparing the output pipes failed".into());
+            }
+        };
+        if let Err(e) = write_first_record(&dir, &record) {
+            kill_unstarted(leader);
+            return Err(e);
+        }
+        Ok(Some(Self {
+            dir,
+            record,
+            leader,
+            // Without pidfds (Linux < 5.3) the exit is polled instead.
+            exit_watch: rustix::process::pidfd_open(leader, PidfdFlags::empty()).ok(),
+            control: Some(control),
+            streams,
+            deadline: Instant::now() + Duration::from_secs(order.timeout),
+            stop: None,
+            kill_at: None,
+            killed_at: None,
+            exited: None,
+            buf: vec![0; READ_CHUNK],
+        }))
+    }
+
+    fn run(mut self) -> i32 {
+        loop {
+            let now = Instant::now();
+            self.on_timers(now);
+            self.check_group(now);
+            if self.is_done(now) {
+                break;
+            }
+            let timeout = self.next_wakeup(now).saturating_duration_since(now);
+            for source in self.wait(timeout) {
+                match source {
+                    Source::Stream(i) => self.read_stream(i),
+                    Source::Exit => self.check_exit(),
+                    Source::Control => self.read_control(),
+                }
+            }
+        }
+        self.finish();
+        0
+    }
+
+    fn wait(&self, timeout: Duration) -> Vec<Source> {
+        let mut fds = Vec::with_capacity(4);
+        let mut sources = Vec::with_capacity(4);
+        for (i, s) in self.streams.iter().enumerate() {
+            if let Some(s) = s {
+                fds.push(PollFd::new(&s.fd, PollFlags::IN));
+                sources.push(Source::Stream(i));
+            }
+        }
+        if self.exited.is_none() {
+            if let Some(fd) = &self.exit_watch {
+                fds.push(PollFd::new(fd, PollFlags::IN));
+                sources.push(Source::Exit);
+            }
+            if let Some(fd) = &self.control {
+                fds.push(PollFd::new(fd, PollFlags::IN));
+                sources.push(Source::Control);
+            }
+        }
+        let timeout = Timespec {
+            tv_sec: timeout.as_secs() as i64,
+            tv_nsec: i64::from(timeout.subsec_nanos()),
+        };
+        match rustix::event::poll(&mut fds, Some(&timeout)) {
+            Ok(0) | Err(_) => Vec::new(),
+            Ok(_) => fds
+                .iter()
+                .zip(sources)
+                .filter(|(fd, _)| !fd.revents().is_empty())
+                .map(|(_, s)| s)
+                .collect(),
+        }
+    }
+
+    fn signal_group(&self, signal: Signal) {
+        // Safe from recycling: the leader is our unreaped child until
+        // `finish`, so its pid, the group id, stays taken.
+        let _ = rustix::process::kill_process_group(self.leader, signal);
+    }
+
+    fn on_timers(&mut self, now: Instant) {
+        if self.exited.is_none() && self.stop.is_none() && now >= self.deadline {
+            self.request_stop(Ending::TimedOut, now);
+        }
+        if let Some(kill_at) = self.kill_at
+            && self.killed_at.is_none()
+            && now >= kill_at
+        {
+            self.signal_group(Signal::KILL);
+            self.killed_at = Some(now);
+        }
+        if self.exit_watch.is_none() && self.exited.is_none() {
+            self.check_exit();
+        }
+    }
+
+    fn request_stop(&mut self, why: Ending, now: Instant) {
+        self.stop = Some(why);
+        self.signal_group(Signal::TERM);
+        self.kill_at = Some(now + GRACE);
+    }
+
+    fn check_exit(&mut self) {
+        let options = WaitIdOptions::EXITED | WaitIdOptions::NOWAIT | WaitIdOptions::NOHANG;
+        let Ok(Some(status)) = rustix::process::waitid(WaitId::Pid(self.leader), options) else {
+            return;
+        };
+        let now = Instant::now();
+        self.exited = Some(Exited {
+            exit_code: exit_code_of(status.exit_status(), status.terminating_signal()),
+            at: now,
+            group_gone: false,
+        });
+        // What is left of the group goes too: TERM now, KILL after the
+        // grace (or at the KILL already scheduled by a stop).
+        if self.killed_at.is_none() {
+            self.signal_group(Signal::TERM);
+            let kill_at = now + GRACE;
+            self.kill_at = Some(self.kill_at.map_or(kill_at, |k| k.min(kill_at)));
+        }
+    }
+
+    fn check_group(&mut self, now: Instant) {
+        let leader = self.leader.as_raw_nonzero().get() as u32;
+        let Some(exited) = &mut self.exited else {
+            return;
+        };
+        if exited.group_gone {
+            return;
+        }
+        let members = procfs::group_has_members(leader, leader).unwrap_or(false);
+        let given_up = self
+            .killed_at
+            .is_some_and(|k| now.saturating_duration_since(k) >= KILL_WAIT);
+        exited.group_gone = !members || given_up;
+    }
+
+    fn is_done(&self, now: Instant) -> bool {
+        let Some(exited) = &self.exited else {
+            return false;
+        };
+        let pipes_done = self.streams.iter().all(Option::is_none) || now >= exited.at + DRAIN;
+        exited.group_gone && pipes_done
+    }
+
+    fn next_wakeup(&self, now: Instant) -> Instant {
+        let mut next = now + Duration::from_secs(3600);
+        if self.exited.is_none() && self.stop.is_none() {
+            next = next.min(self.deadline);
+        }
+        if let (Some(kill_at), None) = (self.kill_at, self.killed_at) {
+            next = next.min(kill_at);
+        }
+        if let Some(exited) = &self.exited {
+            if !exited.group_gone {
+                next = next.min(now + GROUP_TICK);
+            }
+            next = next.min(exited.at + DRAIN);
+        } else if self.exit_watch.is_none() {
+            next = next.min(now + GROUP_TICK);
+        }
+        next
+    }
+
+    fn read_stream(&mut self, i: usize) {
+        for _ in 0..READS_PER_WAKEUP {
+            let Some(stream) = &mut self.streams[i] else {
+                return;
+            };
+            match rustix::io::read(&stream.fd, &mut self.buf[..]) {
+                Ok(0) => return self.close_stream(i),
+                Ok(n) => {
+                    if stream.capture.take(&self.buf[..n]) == Saved::NowTruncated {
+                        self.note_truncated(i);
+                    }
+                }
+                Err(Errno::AGAIN) => return,
+                Err(Errno::INTR) => {}
+                Err(_) => return self.close_stream(i),
+            }
+        }
+    }
+
+    fn close_stream(&mut self, i: usize) {
+        if let Some(mut stream) = self.streams[i].take()
+            && stream.capture.finish() == Saved::NowTruncated
+        {
+            self.note_truncated(i);
+        }
+    }
+
+    fn note_truncated(&mut self, i: usize) {
+        if i == 0 {
+            self.record.stdout_truncated = true;
+        } else {
+            self.record.stderr_truncated = true;
+        }
+        let _ = self.dir.write_record(&self.record);
+    }
+
+    fn read_control(&mut self) {
+        let Some(fd) = &self.control else { return };
+        let mut byte = [0u8; 64];
+        let cancel = matches!(rustix::io::read(fd, &mut byte), Ok(n) if n > 0);
+        if cancel && self.exited.is_none() && self.stop.is_none() {
+            self.request_stop(Ending::Cancelled, Instant::now());
+        }
+    }
+
+    /// Records the ending, then reaps the leader: after this nothing may
+    /// signal the group.
+    fn finish(mut self) {
+        for i in 0..self.streams.len() {
+            // Output still arriving after the drain is no longer saved.
+            self.close_stream(i);
+        }
+        let exit_code = self.exited.as_ref().and_then(|e| e.exit_code);
+        let ending = self.stop.unwrap_or(if exit_code == Some(0) {
+            Ending::Succeeded
+        } else {
+            Ending::Failed
+        });
+        self.record.outcome = Some(Outcome {
+            ending,
+            exit_code,
+            finished_at: unix_now(),
+        });
+        let _ = self.dir.write_record(&self.record);
+        let _ = rustix::process::waitid(WaitId::Pid(self.leader), WaitIdOptions::EXITED);
+    }
+}
+
+/// Writes the first record and tells the starter it is on disk; from then
+/// on the supervisor's stdout is discarded.
+fn write_first_record(dir: &TaskDir, record: &StateRecord) -> Result<(), String> {
+    dir.write_record(record)
+        .map_err(|e| format!("writing the first state record: {e}"))?;
+    let mut out = io::stdout();
+    let _ = out.write_all(&[READY]).and_then(|()| out.flush());
+    if let Ok(sink) = discarding_output() {
+        let _ = rustix::stdio::dup2_stdout(sink.as_fd());
+    }
+    Ok(())
+}
+
+/// A command spawned but never announced: nothing may outlive the failure.
+fn kill_unstarted(leader: Pid) {
+    let _ = rustix::process::kill_process_group(leader, Signal::KILL);
+    let _ = rustix::process::waitid(WaitId::Pid(leader), WaitIdOptions::EXITED);
+}
