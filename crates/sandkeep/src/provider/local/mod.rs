@@ -1,10 +1,580 @@
-//! The embedded local provider: namespaced sandboxes on this host. (Being
-//! written.)
+//! The embedded local provider: namespaced sandboxes on this host that
+//! outlive any server process.
+//!
+//! Topology (see `docs` of each module): the provider (inside any server
+//! process) spawns one detached **keeper** per sandbox (`sandkeep __keeper
+//! run`), which forks the sandbox's **init** (pid 1 of fresh pid, mount, uts
+//! and ipc namespaces, in a user namespace) that doubles as a fork server.
+//! Exec and file operations are requests to that fork server over a unix
+//! socket in the state directory; create, kill, list, renew and retain work
+//! on the state directory and the keeper's process identity. This module is
+//! the `Provider` face of it; it never enters a namespace itself.
+
+mod client;
+pub mod doctor;
+mod fileops;
+mod init;
+mod keeper;
+mod rootfs;
+mod state;
+mod sys;
+mod wire;
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use rustix::event::{PollFd, PollFlags};
+use rustix::process::{Pid, PidfdFlags, Signal};
+use tokio::io::AsyncReadExt;
+
+pub use doctor::{Check, DoctorReport};
+
+use self::client::{CallError, Outcome};
+use self::keeper::Readiness;
+use self::state::{Home, Lock, Meta, SandboxDir, Spec};
+use self::wire::{FileOpError, Request};
+use super::{
+    CreateSpec, ExecOutput, ExecRequest, FileEntry, Provider, ProviderError, Result, SandboxId,
+    SandboxInfo,
+};
 
 /// The first argument that makes the `sandkeep` binary a keeper.
 pub const KEEPER_ARG: &str = "__keeper";
 
 /// Entry point of the per-sandbox keeper process; returns its exit code.
-pub fn keeper_main(_args: Vec<String>) -> i32 {
-    2
+pub fn keeper_main(args: Vec<String>) -> i32 {
+    keeper::main(args)
+}
+
+/// Templates this provider knows.
+pub const TEMPLATES: &[&str] = &["base"];
+
+/// How long create waits for a keeper to report.
+const CREATE_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long kill waits for a keeper to finish destroying.
+const KILL_TIMEOUT: Duration = Duration::from_secs(10);
+/// A sandbox directory without a record older than this is a crashed
+/// creation.
+const CREATING_GRACE_SECS: u64 = 120;
+/// Where the task helper is inside every sandbox.
+const HELPER_PATH: &str = "/.sandkeep/sandkeep-task";
+/// Isolation levels that are the full design for their mode; anything else
+/// is logged as weaker at create time.
+const FULL_ISOLATION: &str = "userns-idmap";
+
+/// Where the provider keeps state and which executable it runs.
+#[derive(Debug, Clone)]
+pub struct LocalConfig {
+    /// `SANDKEEP_HOME`.
+    pub home: PathBuf,
+    /// The `sandkeep` executable: spawned as keeper and bound into every
+    /// sandbox as the task helper.
+    pub exe: PathBuf,
+}
+
+impl LocalConfig {
+    pub fn new(home: impl Into<PathBuf>, exe: impl Into<PathBuf>) -> Self {
+        Self {
+            home: home.into(),
+            exe: exe.into(),
+        }
+    }
+
+    /// `SANDKEEP_HOME`, else `${XDG_STATE_HOME:-$HOME/.local/state}/sandkeep`;
+    /// the running executable.
+    pub fn from_env() -> std::io::Result<Self> {
+        let home = match std::env::var_os("SANDKEEP_HOME").filter(|v| !v.is_empty()) {
+            Some(h) => PathBuf::from(h),
+            None => {
+                let state = std::env::var_os("XDG_STATE_HOME")
+                    .filter(|v| !v.is_empty())
+                    .map(PathBuf::from)
+                    .or_else(|| {
+                        std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/state"))
+                    })
+                    .ok_or_else(|| {
+                        std::io::Error::other(
+                            "neither SANDKEEP_HOME, XDG_STATE_HOME nor HOME is set; set SANDKEEP_HOME",
+                        )
+                    })?;
+                state.join("sandkeep")
+            }
+        };
+        Ok(Self::new(home, std::env::current_exe()?))
+    }
+}
+
+/// The local provider.
+#[derive(Debug, Clone)]
+pub struct LocalProvider {
+    config: LocalConfig,
+    home: Home,
+}
+
+fn io_err(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> ProviderError {
+    let context = context.into();
+    move |source| ProviderError::Io { context, source }
+}
+
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Result<T> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| ProviderError::Unavailable(format!("internal task failed: {e}")))
+}
+
+impl LocalProvider {
+    /// Makes the state directory absolute (keepers and masks need absolute
+    /// paths) and creates it.
+    pub fn new(config: LocalConfig) -> Result<Self> {
+        let abs = std::path::absolute(&config.home).map_err(io_err("resolve SANDKEEP_HOME"))?;
+        let home = Home::new(abs.clone());
+        home.ensure()
+            .map_err(io_err(format!("create the state directory {}", abs.display())))?;
+        let exe = std::path::absolute(&config.exe).map_err(io_err("resolve the sandkeep executable"))?;
+        Ok(Self {
+            config: LocalConfig { home: abs, exe },
+            home,
+        })
+    }
+
+    /// The provider of this process's environment (see
+    /// [`LocalConfig::from_env`]).
+    pub fn from_env() -> Result<Self> {
+        Self::new(LocalConfig::from_env().map_err(io_err("configure the local provider"))?)
+    }
+
+    pub fn state_dir(&self) -> &Path {
+        self.home.root()
+    }
+
+    /// Probes what isolation this host gives (in a separate process: the
+    /// probes fork and unshare).
+    pub async fn doctor(&self) -> Result<DoctorReport> {
+        let out = tokio::process::Command::new(&self.config.exe)
+            .args([KEEPER_ARG, "probe"])
+            .env_clear()
+            .stdin(Stdio::null())
+            .output()
+            .await
+            .map_err(io_err("run the isolation probe"))?;
+        let mut report: DoctorReport = serde_json::from_slice(&out.stdout).map_err(|e| {
+            ProviderError::Unavailable(format!(
+                "the isolation probe failed ({e}): {}",
+                String::from_utf8_lossy(&out.stderr)
+            ))
+        })?;
+        report.state_dir = self.home.root().to_path_buf();
+        Ok(report)
+    }
+
+    fn new_id() -> Result<SandboxId> {
+        let mut bytes = [0u8; 8];
+        std::fs::File::open("/dev/urandom")
+            .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut bytes))
+            .map_err(io_err("read /dev/urandom"))?;
+        let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+        SandboxId::parse(&format!("sb-{hex}")).map_err(ProviderError::Unavailable)
+    }
+
+    /// The live record of a sandbox, cleaning it up when its keeper is gone.
+    async fn live(&self, id: &SandboxId) -> Result<Meta> {
+        let dir = self.home.sandbox(id);
+        let id2 = id.clone();
+        blocking(move || match inspect(&dir) {
+            Presence::Live(meta) => Ok(*meta),
+            _ => Err(ProviderError::NoSuchSandbox(id2)),
+        })
+        .await?
+    }
+
+    async fn call(
+        &self,
+        id: &SandboxId,
+        request: Request,
+        stdin: Option<Vec<u8>>,
+        output_limit: usize,
+        timeout: Duration,
+    ) -> Result<Outcome> {
+        self.live(id).await?;
+        let socket = self.home.sandbox(id).socket();
+        let id2 = id.clone();
+        blocking(move || {
+            client::call(&socket, &request, stdin.as_deref(), output_limit, timeout).map_err(|e| match e {
+                CallError::NotSent(_) if !socket.exists() => ProviderError::NoSuchSandbox(id2),
+                CallError::NotSent(e) => ProviderError::Unavailable(format!(
+                    "sandbox {id2} does not answer ({e}); it may be shutting down, check list_sandboxes"
+                )),
+                CallError::Unconfirmed(message) => ProviderError::Unconfirmed {
+                    sandbox: id2,
+                    message,
+                },
+            })
+        })
+        .await?
+    }
+
+    /// A file operation: confirmed success, or its error mapped for `path`.
+    async fn file_op(
+        &self,
+        id: &SandboxId,
+        path: &str,
+        request: Request,
+        stdin: Option<Vec<u8>>,
+        output_limit: usize,
+    ) -> Result<Vec<u8>> {
+        let outcome = self
+            .call(id, request, stdin, output_limit, Duration::from_secs(60))
+            .await?;
+        let (stdout, _) = outcome.stdout.finish();
+        let (stderr, _) = outcome.stderr.finish();
+        match outcome.exit_code {
+            Some(0) => Ok(stdout),
+            Some(wire::FILE_OP_FAILED) => match serde_json::from_slice::<FileOpError>(&stderr) {
+                Ok(FileOpError::NotFound) => Err(ProviderError::NoSuchPath { path: path.into() }),
+                Ok(FileOpError::TooLarge { size }) => Err(ProviderError::FileTooLarge {
+                    path: path.into(),
+                    size,
+                    limit: output_limit as u64 - 1,
+                }),
+                Ok(FileOpError::Other { message }) => Err(ProviderError::FileError {
+                    path: path.into(),
+                    message,
+                }),
+                Err(_) => Err(ProviderError::FileError {
+                    path: path.into(),
+                    message: String::from_utf8_lossy(&stderr).into_owned(),
+                }),
+            },
+            other => Err(ProviderError::FileError {
+                path: path.into(),
+                message: format!(
+                    "the file operation ended with {other:?}: {}",
+                    String::from_utf8_lossy(&stderr)
+                ),
+            }),
+        }
+    }
+
+    /// Read-modify-write of a live sandbox's record under its lock.
+    async fn update(&self, id: &SandboxId, f: impl FnOnce(&mut Meta) + Send + 'static) -> Result<SandboxInfo> {
+        let dir = self.home.sandbox(id);
+        let id2 = id.clone();
+        blocking(move || {
+            let _lock = Lock::acquire(&dir.lock()).map_err(|_| ProviderError::NoSuchSandbox(id2.clone()))?;
+            let Presence::Live(meta) = inspect(&dir) else {
+                return Err(ProviderError::NoSuchSandbox(id2));
+            };
+            let mut meta = *meta;
+            f(&mut meta);
+            state::write_json(&dir.meta(), &meta).map_err(io_err("update meta.json"))?;
+            Ok(meta.info)
+        })
+        .await?
+    }
+}
+
+enum Presence {
+    Live(Box<Meta>),
+    /// Being created, or being destroyed after its deadline.
+    Transient,
+    Gone,
+}
+
+/// Decides whether a sandbox directory is a live sandbox; removes it when
+/// its keeper is dead (crash, reboot) so it is never reported.
+fn inspect(dir: &SandboxDir) -> Presence {
+    match state::read_json::<Meta>(&dir.meta()) {
+        Ok(meta) if meta.keeper.is_alive() => {
+            if meta.info.expires_at > state::now_secs() {
+                Presence::Live(Box::new(meta))
+            } else {
+                Presence::Transient
+            }
+        }
+        Ok(meta) => {
+            clean_stale(dir, Some(&meta));
+            Presence::Gone
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            if !dir.path.exists() {
+                return Presence::Gone;
+            }
+            let age = std::fs::metadata(dir.spec())
+                .and_then(|m| m.modified())
+                .ok()
+                .and_then(|t| t.elapsed().ok())
+                .map_or(0, |d| d.as_secs());
+            if age > CREATING_GRACE_SECS {
+                clean_stale(dir, None);
+                Presence::Gone
+            } else {
+                Presence::Transient
+            }
+        }
+        Err(_) => Presence::Transient,
+    }
+}
+
+/// Removes what a dead keeper left; kills its init first should it have
+/// outlived the keeper.
+fn clean_stale(dir: &SandboxDir, meta: Option<&Meta>) {
+    if let Some(meta) = meta
+        && meta.init.is_alive()
+        && let Some(pid) = Pid::from_raw(meta.init.pid)
+        && let Ok(fd) = rustix::process::pidfd_open(pid, PidfdFlags::empty())
+        && meta.init.is_alive()
+    {
+        let _ = rustix::process::pidfd_send_signal(&fd, Signal::KILL);
+        wait_exit(&fd, KILL_TIMEOUT);
+    }
+    let _ = state::remove_tree(&dir.path);
+}
+
+/// Polls a pidfd until the process exits or `timeout` passes.
+fn wait_exit(fd: &impl rustix::fd::AsFd, timeout: Duration) -> bool {
+    let ts = rustix::event::Timespec {
+        tv_sec: timeout.as_secs() as i64,
+        tv_nsec: i64::from(timeout.subsec_nanos()),
+    };
+    let mut fds = [PollFd::new(fd, PollFlags::IN)];
+    matches!(rustix::event::poll(&mut fds, Some(&ts)), Ok(n) if n > 0)
+}
+
+/// Asks a keeper to destroy its sandbox and waits until it has.
+fn terminate(dir: &SandboxDir, meta: &Meta) -> Result<()> {
+    let Some(pid) = Pid::from_raw(meta.keeper.pid) else {
+        return Ok(());
+    };
+    let fd = match rustix::process::pidfd_open(pid, PidfdFlags::empty()) {
+        Ok(fd) => fd,
+        Err(_) => {
+            clean_stale(dir, Some(meta));
+            return Ok(());
+        }
+    };
+    // Checked after opening the pidfd: the fd now pins this very process.
+    if !meta.keeper.is_alive() {
+        clean_stale(dir, Some(meta));
+        return Ok(());
+    }
+    let _ = rustix::process::pidfd_send_signal(&fd, Signal::TERM);
+    if !wait_exit(&fd, KILL_TIMEOUT) {
+        let _ = rustix::process::pidfd_send_signal(&fd, Signal::KILL);
+        clean_stale(dir, Some(meta));
+        return Err(ProviderError::Unavailable(format!(
+            "the keeper of {} did not finish within {}s; it was killed and its files removed",
+            meta.info.sandbox_id,
+            KILL_TIMEOUT.as_secs()
+        )));
+    }
+    Ok(())
+}
+
+#[async_trait]
+impl Provider for LocalProvider {
+    fn kind(&self) -> &'static str {
+        "local"
+    }
+
+    async fn create(&self, spec: CreateSpec) -> Result<SandboxInfo> {
+        if !TEMPLATES.contains(&spec.template.as_str()) {
+            return Err(ProviderError::UnknownTemplate {
+                name: spec.template,
+                available: TEMPLATES.iter().map(|s| s.to_string()).collect(),
+            });
+        }
+        let id = Self::new_id()?;
+        let dir = self.home.sandbox(&id);
+        std::fs::create_dir(&dir.path).map_err(io_err(format!("create {}", dir.path.display())))?;
+        let record = Spec {
+            sandbox_id: id.clone(),
+            template: spec.template,
+            timeout: spec.timeout,
+            envs: spec.envs,
+            created_at: state::now_secs(),
+            exe: self.config.exe.clone(),
+            home: self.home.root().to_path_buf(),
+        };
+        state::write_json(&dir.spec(), &record).map_err(io_err("write spec.json"))?;
+        let log = std::fs::File::create(dir.log()).map_err(io_err("create keeper.log"))?;
+        let mut child = tokio::process::Command::new(&self.config.exe)
+            .arg(KEEPER_ARG)
+            .arg("run")
+            .arg(self.home.root())
+            .arg(id.as_str())
+            .env_clear()
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(log)
+            .spawn()
+            .map_err(io_err(format!("start {}", self.config.exe.display())))?;
+        let mut stdout = child.stdout.take().expect("piped");
+        // The direct child forks the keeper and exits at once: reap it now.
+        let _ = child.wait().await;
+        let mut buf = Vec::new();
+        let read = tokio::time::timeout(CREATE_TIMEOUT, stdout.read_to_end(&mut buf)).await;
+        let log_tail = || {
+            std::fs::read_to_string(dir.log())
+                .unwrap_or_default()
+                .chars()
+                .rev()
+                .take(2000)
+                .collect::<String>()
+                .chars()
+                .rev()
+                .collect::<String>()
+        };
+        let readiness = match read {
+            Ok(Ok(_)) => serde_json::from_slice::<Readiness>(&buf).map_err(|_| {
+                ProviderError::Unavailable(format!(
+                    "the sandbox keeper died during setup: {}",
+                    log_tail()
+                ))
+            })?,
+            _ => {
+                let dir2 = dir.clone();
+                let meta = state::read_json::<Meta>(&dir.meta()).ok();
+                blocking(move || clean_stale(&dir2, meta.as_ref())).await?;
+                return Err(ProviderError::Unavailable(format!(
+                    "the sandbox did not become ready within {}s",
+                    CREATE_TIMEOUT.as_secs()
+                )));
+            }
+        };
+        let warnings = match readiness {
+            Readiness::Ready { warnings, .. } => warnings,
+            Readiness::Failed(e) => {
+                return Err(ProviderError::Unavailable(format!(
+                    "cannot create a local sandbox: {e}"
+                )));
+            }
+        };
+        let meta: Meta = state::read_json(&dir.meta()).map_err(io_err("read meta.json"))?;
+        if meta.info.isolation != FULL_ISOLATION || !warnings.is_empty() {
+            tracing::warn!(
+                sandbox = %id,
+                isolation = %meta.info.isolation,
+                ?warnings,
+                "sandbox isolation is weaker than full ({FULL_ISOLATION}); run `sandkeep doctor` for why"
+            );
+        }
+        Ok(meta.info)
+    }
+
+    async fn kill(&self, id: &SandboxId) -> Result<bool> {
+        let dir = self.home.sandbox(id);
+        blocking(move || match state::read_json::<Meta>(&dir.meta()) {
+            Ok(meta) => {
+                let was_live = meta.keeper.is_alive() && meta.info.expires_at > state::now_secs();
+                terminate(&dir, &meta)?;
+                Ok(was_live)
+            }
+            Err(_) => {
+                inspect(&dir);
+                Ok(false)
+            }
+        })
+        .await?
+    }
+
+    async fn list(&self) -> Result<Vec<SandboxInfo>> {
+        let root = self.home.sandboxes();
+        let home = self.home.clone();
+        blocking(move || {
+            let mut out = Vec::new();
+            let entries = match std::fs::read_dir(&root) {
+                Ok(e) => e,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(out),
+                Err(e) => return Err(io_err(format!("read {}", root.display()))(e)),
+            };
+            for entry in entries.flatten() {
+                let Ok(id) = SandboxId::parse(&entry.file_name().to_string_lossy()) else {
+                    continue;
+                };
+                if let Presence::Live(meta) = inspect(&home.sandbox(&id)) {
+                    out.push(meta.info);
+                }
+            }
+            out.sort_by(|a, b| (a.created_at, &a.sandbox_id).cmp(&(b.created_at, &b.sandbox_id)));
+            Ok(out)
+        })
+        .await?
+    }
+
+    async fn info(&self, id: &SandboxId) -> Result<SandboxInfo> {
+        Ok(self.live(id).await?.info)
+    }
+
+    async fn exec(&self, id: &SandboxId, request: ExecRequest) -> Result<ExecOutput> {
+        let outcome = self
+            .call(
+                id,
+                Request::Exec {
+                    command: request.command,
+                    cwd: request.cwd,
+                },
+                request.stdin,
+                request.output_limit,
+                request.timeout,
+            )
+            .await?;
+        let (stdout, stdout_truncated) = outcome.stdout.finish();
+        let (stderr, stderr_truncated) = outcome.stderr.finish();
+        Ok(ExecOutput {
+            exit_code: outcome.exit_code,
+            stdout,
+            stderr,
+            stdout_truncated,
+            stderr_truncated,
+            timed_out: outcome.timed_out,
+        })
+    }
+
+    async fn read_file(&self, id: &SandboxId, path: &str, limit: u64) -> Result<Vec<u8>> {
+        let request = Request::ReadFile {
+            path: path.into(),
+            limit,
+        };
+        let cap = usize::try_from(limit.saturating_add(1)).unwrap_or(usize::MAX);
+        self.file_op(id, path, request, None, cap).await
+    }
+
+    async fn write_file(&self, id: &SandboxId, path: &str, content: &[u8]) -> Result<u64> {
+        let request = Request::WriteFile { path: path.into() };
+        let out = self
+            .file_op(id, path, request, Some(content.to_vec()), 64)
+            .await?;
+        String::from_utf8_lossy(&out)
+            .trim()
+            .parse()
+            .map_err(|_| ProviderError::FileError {
+                path: path.into(),
+                message: "the sandbox gave no byte count".into(),
+            })
+    }
+
+    async fn list_files(&self, id: &SandboxId, path: &str) -> Result<Vec<FileEntry>> {
+        let request = Request::ListFiles { path: path.into() };
+        let out = self.file_op(id, path, request, None, 64 << 20).await?;
+        serde_json::from_slice(&out).map_err(|e| ProviderError::FileError {
+            path: path.into(),
+            message: format!("unreadable listing: {e}"),
+        })
+    }
+
+    async fn renew(&self, id: &SandboxId) -> Result<SandboxInfo> {
+        self.update(id, |m| m.info.expires_at = state::now_secs() + m.info.timeout)
+            .await
+    }
+
+    async fn retain(&self, id: &SandboxId) -> Result<()> {
+        self.update(id, |m| m.info.retained = true).await.map(drop)
+    }
+
+    async fn task_helper(&self, id: &SandboxId) -> Result<String> {
+        self.live(id).await?;
+        Ok(HELPER_PATH.to_owned())
+    }
 }

@@ -1,0 +1,310 @@
+//! The sandbox's pid 1: builds the root filesystem, takes the sandbox
+//! identity, then serves as the fork server for exec and file operations.
+//!
+//! It is forked from the keeper (never exec'd, so its memory stays owned by
+//! the host's user namespace and sandbox root cannot ptrace it), reaps every
+//! orphan, and dies with the keeper (`PR_SET_PDEATHSIG`). When it dies the
+//! kernel kills every process of the sandbox. It trusts only requests on its
+//! listening socket, which lives in the 0700 state directory on the host.
+
+use std::collections::BTreeMap;
+use std::ffi::CString;
+use std::io::Write;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+
+use rustix::event::{PollFd, PollFlags};
+use rustix::thread::{CapabilitySet, UnshareFlags};
+
+use super::fileops;
+use super::rootfs::{self, Owner};
+use super::state::{SandboxDir, Spec};
+use super::sys;
+use super::wire::{self, Reply, Request};
+
+/// The capabilities sandbox root keeps (Docker's default set): enough to
+/// install packages in its copy of the system, nothing that reaches the
+/// kernel or the mount table.
+const KEPT_CAPS: CapabilitySet = CapabilitySet::CHOWN
+    .union(CapabilitySet::DAC_OVERRIDE)
+    .union(CapabilitySet::FOWNER)
+    .union(CapabilitySet::FSETID)
+    .union(CapabilitySet::KILL)
+    .union(CapabilitySet::SETGID)
+    .union(CapabilitySet::SETUID)
+    .union(CapabilitySet::SETPCAP)
+    .union(CapabilitySet::NET_BIND_SERVICE)
+    .union(CapabilitySet::SYS_CHROOT)
+    .union(CapabilitySet::MKNOD)
+    .union(CapabilitySet::AUDIT_WRITE)
+    .union(CapabilitySet::SETFCAP);
+
+pub const HOME: &str = "/root";
+
+/// What the keeper hands its forked init.
+pub struct InitContext {
+    pub spec: Spec,
+    pub dir: SandboxDir,
+    pub owner: Owner,
+    /// Root mode: the user namespace (sandbox ids shifted to the uid block)
+    /// to join, also used to idmap the lower layers.
+    pub userns: Option<OwnedFd>,
+    pub listener: OwnedFd,
+    /// Write end: one JSON [`InitReport`], then closed.
+    pub report: OwnedFd,
+}
+
+#[derive(serde::Serialize, serde::Deserialize)]
+pub enum InitReport {
+    Ready { idmapped: bool, warnings: Vec<String> },
+    Failed(String),
+}
+
+/// Runs as pid 1; never returns.
+pub fn run(ctx: InitContext) -> ! {
+    let InitContext {
+        spec,
+        dir,
+        owner,
+        userns,
+        listener,
+        report,
+    } = ctx;
+    let mut report = std::fs::File::from(report);
+    let setup = setup(&spec, &dir, owner, userns);
+    let (ok, message) = match setup {
+        Ok((idmapped, warnings)) => (true, InitReport::Ready { idmapped, warnings }),
+        Err(e) => (false, InitReport::Failed(e)),
+    };
+    let _ = report.write_all(&serde_json::to_vec(&message).unwrap_or_default());
+    drop(report);
+    if !ok {
+        sys::exit_now(1);
+    }
+    let env = environment(&spec);
+    serve(listener, &env)
+}
+
+fn setup(
+    spec: &Spec,
+    dir: &SandboxDir,
+    owner: Owner,
+    userns: Option<OwnedFd>,
+) -> Result<(bool, Vec<String>), String> {
+    // The keeper's death must end the sandbox; set before anything else.
+    rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL))
+        .map_err(|e| format!("PR_SET_PDEATHSIG: {e}"))?;
+    sys::set_signal_mask(&[]).map_err(|e| format!("signal mask: {e}"))?;
+    // SAFETY: the init is single-threaded; unsharing these namespaces
+    // affects only this process.
+    unsafe {
+        rustix::thread::unshare_unsafe(UnshareFlags::NEWNS | UnshareFlags::NEWUTS | UnshareFlags::NEWIPC)
+    }
+    .map_err(|e| format!("unshare mount/uts/ipc namespaces: {e}"))?;
+    rustix::system::sethostname(spec.sandbox_id.as_str().as_bytes())
+        .map_err(|e| format!("sethostname: {e}"))?;
+    let built = rootfs::build(dir, spec, owner, userns.as_ref().map(|f| f.as_fd()))?;
+    enter_sandbox_identity(owner, userns)?;
+    sys::restrict_capabilities(KEPT_CAPS).map_err(|e| format!("drop capabilities: {e}"))?;
+    rustix::thread::set_no_new_privs(true).map_err(|e| format!("no_new_privs: {e}"))?;
+    rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::NotDumpable)
+        .map_err(|e| format!("non-dumpable: {e}"))?;
+    Ok((built.idmapped, built.warnings))
+}
+
+/// Leaves the user namespace that owns the mount namespace, so that no
+/// sandbox process can ever mount or unmount anything in it.
+fn enter_sandbox_identity(owner: Owner, userns: Option<OwnedFd>) -> Result<(), String> {
+    match (owner, userns) {
+        (Owner::Shifted { .. }, Some(ns)) => {
+            rustix::thread::move_into_link_name_space(
+                ns.as_fd(),
+                Some(rustix::thread::LinkNameSpaceType::User),
+            )
+            .map_err(|e| format!("join the sandbox user namespace: {e}"))?;
+            sys::become_id(0, 0, true).map_err(|e| format!("become sandbox root: {e}"))
+        }
+        (Owner::Invoker, None) => {
+            // SAFETY: single-threaded, as unshare(CLONE_NEWUSER) requires.
+            unsafe { rustix::thread::unshare_unsafe(UnshareFlags::NEWUSER) }
+                .map_err(|e| format!("unshare the inner user namespace: {e}"))?;
+            for (file, content) in [
+                ("/proc/self/setgroups", "deny"),
+                ("/proc/self/uid_map", "0 0 1"),
+                ("/proc/self/gid_map", "0 0 1"),
+            ] {
+                std::fs::write(file, content).map_err(|e| format!("write {file}: {e}"))?;
+            }
+            sys::become_id(0, 0, false).map_err(|e| format!("become sandbox root: {e}"))
+        }
+        _ => Err("internal error: identity mode and user namespace disagree".into()),
+    }
+}
+
+/// The clean environment of every sandbox process: fixed basics, then the
+/// create-time `envs`.
+fn environment(spec: &Spec) -> Vec<CString> {
+    let mut env: BTreeMap<String, String> = [
+        ("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"),
+        ("HOME", HOME),
+        ("USER", "root"),
+        ("LOGNAME", "root"),
+        ("SHELL", "/bin/sh"),
+        ("LANG", "C.UTF-8"),
+        ("TERM", "dumb"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v.to_owned()))
+    .collect();
+    env.extend(spec.envs.clone());
+    env.into_iter()
+        .filter_map(|(k, v)| CString::new(format!("{k}={v}")).ok())
+        .collect()
+}
+
+struct Conn {
+    fd: Option<OwnedFd>,
+    /// The child serving this connection's request, once forked.
+    child: Option<i32>,
+}
+
+fn serve(listener: OwnedFd, env: &[CString]) -> ! {
+    let Ok(sigchld) = sys::signalfd(&[libc::SIGCHLD]) else {
+        sys::exit_now(1)
+    };
+    sys::close_fds_except(&[listener.as_raw_fd(), sigchld.as_raw_fd()]);
+    let _ = rustix::io::ioctl_fionbio(&listener, true);
+    let mut conns: Vec<Conn> = Vec::new();
+    let mut buf = vec![0u8; wire::MAX_REQUEST];
+    loop {
+        let ready = {
+            let mut fds = vec![
+                PollFd::new(&listener, PollFlags::IN),
+                PollFd::new(&sigchld, PollFlags::IN),
+            ];
+            let live: Vec<usize> = (0..conns.len()).filter(|&i| conns[i].fd.is_some()).collect();
+            for &i in &live {
+                fds.push(PollFd::new(conns[i].fd.as_ref().expect("live"), PollFlags::IN));
+            }
+            if rustix::event::poll(&mut fds, None).is_err() {
+                continue;
+            }
+            let flags: Vec<bool> = fds.iter().map(|f| !f.revents().is_empty()).collect();
+            (flags[0], flags[1], live.into_iter().zip(flags[2..].to_vec()).collect::<Vec<_>>())
+        };
+        let (accept, reap, conn_ready) = ready;
+        for (i, is_ready) in conn_ready {
+            if is_ready {
+                on_message(&mut conns[i], &mut buf, env);
+            }
+        }
+        if reap {
+            sys::drain_signalfd(sigchld.as_fd());
+            while let Some((pid, code)) = sys::reap_any() {
+                if let Some(conn) = conns.iter_mut().find(|c| c.child == Some(pid)) {
+                    if let Some(fd) = conn.fd.take() {
+                        let reply = serde_json::to_vec(&Reply::Exited(code)).unwrap_or_default();
+                        let _ = wire::send(&fd, &reply, &[]);
+                    }
+                    conn.child = None;
+                }
+            }
+        }
+        if accept {
+            while let Ok(fd) = rustix::net::accept_with(
+                &listener,
+                rustix::net::SocketFlags::CLOEXEC | rustix::net::SocketFlags::NONBLOCK,
+            ) {
+                conns.push(Conn {
+                    fd: Some(fd),
+                    child: None,
+                });
+            }
+        }
+        conns.retain(|c| c.fd.is_some() || c.child.is_some());
+    }
+}
+
+fn on_message(conn: &mut Conn, buf: &mut [u8], env: &[CString]) {
+    let Some(fd) = conn.fd.as_ref() else { return };
+    let received = wire::recv(fd, buf);
+    if let Some(pid) = conn.child {
+        // Anything but EAGAIN while the child runs (a kill request or the
+        // caller hanging up) ends the child's process group.
+        if let Err(e) = &received
+            && e.kind() == std::io::ErrorKind::WouldBlock
+        {
+            return;
+        }
+        sys::kill_group(pid, libc::SIGKILL);
+        if !matches!(received, Ok((n, _)) if n > 0) {
+            conn.fd = None;
+        }
+        return;
+    }
+    let (n, fds) = match received {
+        Ok(r) => r,
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return,
+        Err(_) => {
+            conn.fd = None;
+            return;
+        }
+    };
+    if n == 0 {
+        conn.fd = None;
+        return;
+    }
+    let request: Request = match serde_json::from_slice(&buf[..n]) {
+        Ok(r) => r,
+        Err(e) => return fail(conn, format!("malformed request: {e}")),
+    };
+    let Ok([stdin, stdout, stderr]) = <[OwnedFd; 3]>::try_from(fds) else {
+        return fail(conn, "a request needs exactly three descriptors".into());
+    };
+    match sys::fork() {
+        Ok(sys::Forked::Child) => child(request, [stdin, stdout, stderr], env),
+        Ok(sys::Forked::Parent(pid)) => conn.child = Some(pid),
+        Err(e) => fail(conn, format!("fork: {e}")),
+    }
+}
+
+fn fail(conn: &mut Conn, message: String) {
+    if let Some(fd) = conn.fd.take() {
+        let reply = serde_json::to_vec(&Reply::Failed(message)).unwrap_or_default();
+        let _ = wire::send(&fd, &reply, &[]);
+    }
+}
+
+/// The forked child: its own session and process group, the caller's
+/// pipes as stdio, nothing else of the init's descriptors.
+fn child(request: Request, stdio: [OwnedFd; 3], env: &[CString]) -> ! {
+    let _ = sys::set_signal_mask(&[]);
+    let _ = sys::setsid();
+    for (fd, target) in stdio.iter().zip(0..) {
+        if sys::dup_onto(fd.as_fd(), target).is_err() {
+            sys::exit_now(127);
+        }
+    }
+    sys::close_fds_except(&[]);
+    if std::env::set_current_dir(HOME).is_err() {
+        sys::exit_now(127);
+    }
+    match request {
+        Request::Exec { command, cwd } => {
+            if let Some(cwd) = cwd
+                && let Err(e) = std::env::set_current_dir(&cwd)
+            {
+                eprintln!("sandkeep: cannot change to directory {cwd:?}: {e}");
+                sys::exit_now(1);
+            }
+            let (Ok(sh), Ok(cmd)) = (CString::new("/bin/sh"), CString::new(command)) else {
+                eprintln!("sandkeep: the command contains a NUL byte");
+                sys::exit_now(127);
+            };
+            let argv = [c"sh".to_owned(), c"-c".to_owned(), cmd];
+            let err = sys::execve(&sh, &argv, env);
+            eprintln!("sandkeep: cannot run /bin/sh in the sandbox: {err}");
+            sys::exit_now(127)
+        }
+        other => sys::exit_now(fileops::run(other)),
+    }
+}

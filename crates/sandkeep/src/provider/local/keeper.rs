@@ -1,0 +1,384 @@
+//! The per-sandbox keeper: `sandkeep __keeper run HOME ID`.
+//!
+//! Started by a provider, it detaches (fork + setsid, so no server's exit
+//! or SIGKILL reaches it), prepares identity and state, forks the init into
+//! fresh namespaces, reports readiness on its stdout, and then waits for one
+//! of: the deadline in `meta.json` (re-read whenever it fires, so renewals
+//! need no signal), SIGTERM (kill_sandbox), or the init's death. Then it
+//! kills the init (the kernel ends every process of the pid namespace and
+//! its mounts), removes the sandbox's files and exits. It is single-threaded
+//! and runs no async runtime; it never executes sandbox code itself.
+
+use std::fs;
+use std::io::{self, Read, Write};
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::PathBuf;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use rustix::event::{PollFd, PollFlags};
+use rustix::process::{Pid, PidfdFlags, Signal};
+use rustix::thread::UnshareFlags;
+use serde::{Deserialize, Serialize};
+
+use super::init::{self, InitContext, InitReport};
+use super::rootfs::Owner;
+use super::state::{self, Home, Lock, Meta, ProcessId, SandboxDir, Spec};
+use super::{doctor, sys, wire};
+use crate::provider::{SandboxId, SandboxInfo};
+
+/// Size of each root-mode sandbox's uid/gid block.
+const BLOCK: u32 = 65536;
+/// First host uid handed to sandboxes: far above any real account.
+const FIRST_BLOCK: u32 = 1 << 30;
+const SLOTS: u32 = 16384;
+
+/// What the keeper prints on its stdout once, for the provider that
+/// started it.
+#[derive(Debug, Serialize, Deserialize)]
+pub enum Readiness {
+    Ready { isolation: String, warnings: Vec<String> },
+    Failed(String),
+}
+
+pub fn main(args: Vec<String>) -> i32 {
+    match args.iter().map(String::as_str).collect::<Vec<_>>().as_slice() {
+        ["run", home, id] => match SandboxId::parse(id) {
+            Ok(id) => run(Home::new(PathBuf::from(home)), id),
+            Err(e) => {
+                eprintln!("sandkeep keeper: {e}");
+                2
+            }
+        },
+        ["probe"] => doctor::probe_main(),
+        _ => {
+            eprintln!("usage: sandkeep __keeper run HOME SANDBOX_ID | sandkeep __keeper probe (internal)");
+            2
+        }
+    }
+}
+
+fn run(home: Home, id: SandboxId) -> i32 {
+    let dir = home.sandbox(&id);
+    // Our stdout is the provider's readiness pipe; keep it aside so that no
+    // descendant inherits it as stdio.
+    let ready = match rustix::io::fcntl_dupfd_cloexec(rustix::stdio::stdout(), 3) {
+        Ok(fd) => fd,
+        Err(e) => {
+            eprintln!("sandkeep keeper: {e}");
+            return 1;
+        }
+    };
+    if let Ok(null) = fs::File::open("/dev/null") {
+        let _ = sys::dup_onto(null.as_fd(), 0);
+        let _ = sys::dup_onto(null.as_fd(), 1);
+    }
+    match sys::fork() {
+        Ok(sys::Forked::Child) => {}
+        Ok(sys::Forked::Parent(_)) => return 0,
+        Err(e) => {
+            report(ready, &Readiness::Failed(format!("fork the keeper: {e}")));
+            return 1;
+        }
+    }
+    let _ = sys::setsid();
+    match start(&home, &dir) {
+        Ok(sandbox) => {
+            report(
+                ready,
+                &Readiness::Ready {
+                    isolation: sandbox.meta.info.isolation.clone(),
+                    warnings: sandbox.warnings.clone(),
+                },
+            );
+            watch(&dir, &sandbox);
+            destroy(&home, &dir, &sandbox.init_pidfd, sandbox.meta.init.pid);
+            0
+        }
+        Err(e) => {
+            eprintln!("sandkeep keeper: {e}");
+            report(ready, &Readiness::Failed(e));
+            let _ = state::remove_tree(&dir.path);
+            release_slot(&home, &id);
+            1
+        }
+    }
+}
+
+fn report(fd: OwnedFd, readiness: &Readiness) {
+    let mut f = fs::File::from(fd);
+    let _ = f.write_all(&serde_json::to_vec(readiness).unwrap_or_default());
+}
+
+struct Running {
+    meta: Meta,
+    warnings: Vec<String>,
+    init_pidfd: OwnedFd,
+    signals: OwnedFd,
+}
+
+fn start(home: &Home, dir: &SandboxDir) -> Result<Running, String> {
+    let spec: Spec = state::read_json(&dir.spec()).map_err(|e| format!("read spec.json: {e}"))?;
+    let keeper = ProcessId::of(std::process::id() as i32).map_err(|e| e.to_string())?;
+    let root = rustix::process::geteuid().is_root();
+    let (owner, userns) = if root {
+        let base = allocate_slot(home, &spec.sandbox_id)?;
+        (Owner::Shifted { base }, Some(shifted_userns(base)?))
+    } else {
+        enter_invoker_userns()?;
+        (Owner::Invoker, None)
+    };
+    for d in [dir.rootfs(), dir.upper(), dir.work(), dir.lower(), dir.home()] {
+        fs::create_dir_all(&d).map_err(|e| format!("mkdir {}: {e}", d.display()))?;
+    }
+    fs::set_permissions(dir.home(), fs::Permissions::from_mode(0o700))
+        .map_err(|e| format!("chmod home: {e}"))?;
+    if let Owner::Shifted { base } = owner {
+        std::os::unix::fs::chown(dir.home(), Some(base), Some(base))
+            .map_err(|e| format!("chown home: {e}"))?;
+    }
+    let _ = fs::remove_file(dir.socket());
+    let listener = wire::listen(&dir.socket()).map_err(|e| format!("listen on the sandbox socket: {e}"))?;
+    fs::set_permissions(dir.socket(), fs::Permissions::from_mode(0o600))
+        .map_err(|e| format!("chmod socket: {e}"))?;
+    let (report_r, report_w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
+        .map_err(|e| format!("pipe: {e}"))?;
+
+    // SAFETY: the keeper is single-threaded; only children enter the new
+    // pid namespace.
+    unsafe { rustix::thread::unshare_unsafe(UnshareFlags::NEWPID) }
+        .map_err(|e| format!("unshare the pid namespace: {e}"))?;
+    let init_pid = match sys::fork().map_err(|e| format!("fork the init: {e}"))? {
+        sys::Forked::Child => init::run(InitContext {
+            spec,
+            dir: dir.clone(),
+            owner,
+            userns,
+            listener,
+            report: report_w,
+        }),
+        sys::Forked::Parent(pid) => pid,
+    };
+    drop(report_w);
+    drop(listener);
+    drop(userns);
+    let init_pidfd = rustix::process::pidfd_open(
+        Pid::from_raw(init_pid).expect("fork returns a positive pid"),
+        PidfdFlags::empty(),
+    )
+    .map_err(|e| format!("pidfd_open: {e}"))?;
+    let mut buf = Vec::new();
+    let _ = fs::File::from(report_r).read_to_end(&mut buf);
+    let fail = |message: String| {
+        let _ = rustix::process::pidfd_send_signal(&init_pidfd, Signal::KILL);
+        let _ = sys::wait_for(init_pid);
+        Err(message)
+    };
+    let (idmapped, warnings) = match serde_json::from_slice::<InitReport>(&buf) {
+        Ok(InitReport::Ready { idmapped, warnings }) => (idmapped, warnings),
+        Ok(InitReport::Failed(e)) => return fail(format!("building the sandbox failed: {e}")),
+        Err(_) => return fail("the sandbox init died during setup".into()),
+    };
+    let init = ProcessId::of(init_pid).map_err(|e| e.to_string())?;
+    let isolation = match (owner, idmapped) {
+        (Owner::Shifted { .. }, true) => "userns-idmap",
+        (Owner::Shifted { .. }, false) => "userns-shifted",
+        (Owner::Invoker, _) => "userns-single",
+    };
+    let signals = sys::signalfd(&[libc::SIGTERM, libc::SIGINT, libc::SIGHUP])
+        .map_err(|e| format!("signalfd: {e}"))?;
+    let meta = Meta {
+        info: SandboxInfo {
+            sandbox_id: spec.sandbox_id.clone(),
+            template: spec.template.clone(),
+            created_at: spec.created_at,
+            expires_at: spec.created_at + spec.timeout,
+            timeout: spec.timeout,
+            retained: false,
+            isolation: isolation.to_owned(),
+        },
+        keeper,
+        init,
+    };
+    state::write_json(&dir.meta(), &meta).map_err(|e| format!("write meta.json: {e}"))?;
+    Ok(Running {
+        meta,
+        warnings,
+        init_pidfd,
+        signals,
+    })
+}
+
+/// Waits until the deadline, a kill request or the init's death.
+fn watch(dir: &SandboxDir, sandbox: &Running) {
+    let mut expires_at = sandbox.meta.info.expires_at;
+    loop {
+        let deadline = UNIX_EPOCH + Duration::from_secs(expires_at);
+        let left = deadline
+            .duration_since(SystemTime::now())
+            .unwrap_or(Duration::ZERO);
+        if left.is_zero() {
+            // Renewals move the deadline in meta.json; re-read it before
+            // acting on the old one.
+            match state::read_json::<Meta>(&dir.meta()) {
+                Ok(m) if m.info.expires_at > expires_at => {
+                    expires_at = m.info.expires_at;
+                    continue;
+                }
+                _ => return,
+            }
+        }
+        // Wake at least once a minute: wall-clock jumps move the deadline.
+        let wait = left.min(Duration::from_secs(60));
+        let timeout = rustix::event::Timespec {
+            tv_sec: wait.as_secs() as i64,
+            tv_nsec: i64::from(wait.subsec_nanos()),
+        };
+        let mut fds = [
+            PollFd::new(&sandbox.init_pidfd, PollFlags::IN),
+            PollFd::new(&sandbox.signals, PollFlags::IN),
+        ];
+        match rustix::event::poll(&mut fds, Some(&timeout)) {
+            Ok(_) => {
+                if !fds[0].revents().is_empty() {
+                    return;
+                }
+                if !fds[1].revents().is_empty()
+                    && !sys::drain_signalfd(sandbox.signals.as_fd()).is_empty()
+                {
+                    return;
+                }
+            }
+            Err(e) if e == rustix::io::Errno::INTR => {}
+            Err(_) => return,
+        }
+        if left > wait {
+            continue;
+        }
+        match state::read_json::<Meta>(&dir.meta()) {
+            Ok(m) => expires_at = m.info.expires_at,
+            Err(_) => return,
+        }
+    }
+}
+
+fn destroy(home: &Home, dir: &SandboxDir, init_pidfd: &OwnedFd, init_pid: i32) {
+    // Pid 1's death makes the kernel kill every process in the namespace,
+    // including those that called setsid or double-forked; the mount
+    // namespace and its mounts go with the last of them.
+    let _ = rustix::process::pidfd_send_signal(init_pidfd, Signal::KILL);
+    let _ = sys::wait_for(init_pid);
+    // meta.json first: from now on no provider lists the sandbox.
+    let _ = fs::remove_file(dir.meta());
+    if let Err(e) = state::remove_tree(&dir.path) {
+        eprintln!("sandkeep keeper: removing {}: {e}", dir.path.display());
+    }
+    if let Some(id) = dir.path.file_name().and_then(|n| SandboxId::parse(&n.to_string_lossy()).ok()) {
+        release_slot(home, &id);
+    }
+}
+
+/// Claims a free uid block for the sandbox: a slot file naming the sandbox,
+/// reclaimed when that sandbox's directory is gone.
+fn allocate_slot(home: &Home, id: &SandboxId) -> Result<u32, String> {
+    let slots = home.uid_slots();
+    let _lock = Lock::acquire(&slots.join(".lock")).map_err(|e| format!("lock uid slots: {e}"))?;
+    for n in 0..SLOTS {
+        let path = slots.join(n.to_string());
+        let free = match fs::read_to_string(&path) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => true,
+            Err(e) => return Err(format!("read {}: {e}", path.display())),
+            Ok(owner) => SandboxId::parse(owner.trim())
+                .map(|o| !home.sandbox(&o).path.exists())
+                .unwrap_or(true),
+        };
+        if free {
+            fs::OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .mode(0o600)
+                .open(&path)
+                .and_then(|mut f| f.write_all(id.as_str().as_bytes()))
+                .map_err(|e| format!("claim uid slot {n}: {e}"))?;
+            return Ok(FIRST_BLOCK + n * BLOCK);
+        }
+    }
+    Err(format!("all {SLOTS} uid blocks are in use; kill some sandboxes"))
+}
+
+fn release_slot(home: &Home, id: &SandboxId) {
+    let slots = home.uid_slots();
+    let Ok(_lock) = Lock::acquire(&slots.join(".lock")) else {
+        return;
+    };
+    let Ok(entries) = fs::read_dir(&slots) else {
+        return;
+    };
+    for e in entries.flatten() {
+        if fs::read_to_string(e.path()).is_ok_and(|o| o.trim() == id.as_str()) {
+            let _ = fs::remove_file(e.path());
+        }
+    }
+}
+
+/// Root mode: a user namespace mapping sandbox ids 0..65536 to the block at
+/// `base`, created by a throwaway child and kept alive by the returned fd.
+/// The init joins it after building the root, and idmaps lower layers
+/// through it.
+fn shifted_userns(base: u32) -> Result<OwnedFd, String> {
+    let (go_r, go_w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
+        .map_err(|e| format!("pipe: {e}"))?;
+    let (done_r, done_w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
+        .map_err(|e| format!("pipe: {e}"))?;
+    let pid = match sys::fork().map_err(|e| format!("fork: {e}"))? {
+        sys::Forked::Child => {
+            drop(go_r);
+            drop(done_w);
+            // SAFETY: this child is single-threaded.
+            let ok = unsafe { rustix::thread::unshare_unsafe(UnshareFlags::NEWUSER) }.is_ok();
+            let _ = rustix::io::write(&go_w, if ok { b"y" } else { b"n" });
+            let mut b = [0u8; 1];
+            let _ = rustix::io::read(&done_r, &mut b);
+            sys::exit_now(0)
+        }
+        sys::Forked::Parent(pid) => pid,
+    };
+    drop(go_w);
+    drop(done_r);
+    let mut b = [0u8; 1];
+    let answered = rustix::io::read(&go_r, &mut b).is_ok_and(|n| n == 1 && b[0] == b'y');
+    let result = if answered {
+        let map = format!("0 {base} {BLOCK}");
+        fs::write(format!("/proc/{pid}/uid_map"), &map)
+            .and_then(|()| fs::write(format!("/proc/{pid}/gid_map"), &map))
+            .and_then(|()| {
+                fs::File::open(format!("/proc/{pid}/ns/user")).map(OwnedFd::from)
+            })
+            .map_err(|e| format!("map the sandbox user namespace: {e}"))
+    } else {
+        Err("unshare(CLONE_NEWUSER) failed; user namespaces are disabled on this host (run `sandkeep doctor`)".into())
+    };
+    drop(done_w);
+    let _ = sys::wait_for(pid);
+    result
+}
+
+/// Unprivileged mode: the keeper itself moves into a user namespace where
+/// the invoking user is root, so it may create the other namespaces.
+fn enter_invoker_userns() -> Result<(), String> {
+    let uid = rustix::process::geteuid().as_raw();
+    let gid = rustix::process::getegid().as_raw();
+    // SAFETY: the keeper is single-threaded, as CLONE_NEWUSER requires.
+    unsafe { rustix::thread::unshare_unsafe(UnshareFlags::NEWUSER) }.map_err(|e| {
+        format!("unshare(CLONE_NEWUSER) failed ({e}); unprivileged user namespaces are disabled or restricted on this host (run `sandkeep doctor`)")
+    })?;
+    for (file, content) in [
+        ("/proc/self/setgroups", "deny".to_owned()),
+        ("/proc/self/uid_map", format!("0 {uid} 1")),
+        ("/proc/self/gid_map", format!("0 {gid} 1")),
+    ] {
+        fs::write(file, content).map_err(|e| format!("write {file}: {e}"))?;
+    }
+    sys::become_id(0, 0, false).map_err(|e| format!("become root in the user namespace: {e}"))
+}

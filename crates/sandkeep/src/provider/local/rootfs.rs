@@ -1,0 +1,389 @@
+//! Builds a sandbox's root filesystem, run by the init (pid 1) in its fresh
+//! mount namespace before it gives up its privileges.
+//!
+//! The root is a tmpfs populated from an allow-list of the host's top-level
+//! directories, each a copy-on-write overlay whose upper layer lives in the
+//! sandbox's state directory; everything else (other homes, `/root`, `/run`,
+//! `/tmp`, `/mnt`, sandkeep's state) is simply absent. Host secrets that the
+//! allowed directories contain are masked. This module only mounts; it
+//! decides no identity and runs no sandbox code.
+
+use std::fs;
+use std::os::fd::{AsFd, BorrowedFd};
+use std::os::unix::fs::{PermissionsExt, symlink};
+use std::path::{Path, PathBuf};
+
+use rustix::mount::{
+    MountFlags, MountPropagationFlags, MoveMountFlags, OpenTreeFlags, UnmountFlags,
+};
+
+use super::state::{SandboxDir, Spec};
+use super::sys;
+
+/// Host top-level entries the sandbox sees (as overlays, or as the same
+/// symlinks); everything else is left out.
+const ALLOWED: &[&str] = &[
+    "bin", "sbin", "lib", "lib32", "lib64", "libx32", "usr", "etc", "opt", "srv", "var",
+];
+
+/// Files replaced by an empty `/dev/null`.
+const MASKED_FILES: &[&str] = &[
+    "etc/shadow",
+    "etc/shadow-",
+    "etc/gshadow",
+    "etc/gshadow-",
+    "etc/sudoers",
+    "etc/security/opasswd",
+    "proc/kcore",
+    "proc/keys",
+    "proc/timer_list",
+    "proc/sched_debug",
+    "proc/sysrq-trigger",
+];
+
+/// Directories replaced by an empty read-only tmpfs.
+const MASKED_DIRS: &[&str] = &["etc/sudoers.d", "etc/ssh", "var/lib/sandkeep", "var/run/docker"];
+
+/// Device nodes bound from the host into the sandbox's `/dev`.
+const DEVICES: &[&str] = &["null", "zero", "full", "random", "urandom", "tty"];
+
+/// Where the task helper appears inside every sandbox.
+pub const HELPER_DIR: &str = ".sandkeep";
+pub const HELPER_NAME: &str = "sandkeep-task";
+
+/// How the sandbox's files are owned on the host.
+#[derive(Debug, Clone, Copy)]
+pub enum Owner {
+    /// Root mode: sandbox ids 0..65536 are host ids `base..base+65536`.
+    Shifted { base: u32 },
+    /// Unprivileged mode: the invoking user, seen as root inside.
+    Invoker,
+}
+
+pub struct Built {
+    /// Whether host-owned files appear with their real owners (idmapped
+    /// lower layers) rather than as `nobody`.
+    pub idmapped: bool,
+    pub warnings: Vec<String>,
+}
+
+fn ctx<E: std::fmt::Display>(what: impl Into<String>) -> impl FnOnce(E) -> String {
+    let what = what.into();
+    move |e| format!("{what}: {e}")
+}
+
+fn mount_tmpfs(target: &Path, opts: &str, flags: MountFlags) -> Result<(), String> {
+    let data = std::ffi::CString::new(opts).map_err(|e| e.to_string())?;
+    rustix::mount::mount("tmpfs", target, "tmpfs", flags, data.as_c_str())
+        .map_err(|e| format!("mount tmpfs on {}: {e}", target.display()))
+}
+
+fn bind(source: &Path, target: &Path, read_only: bool) -> Result<(), String> {
+    rustix::mount::mount_bind(source, target)
+        .map_err(|e| format!("bind {} on {}: {e}", source.display(), target.display()))?;
+    if read_only {
+        rustix::mount::mount_remount(
+            target,
+            MountFlags::BIND | MountFlags::RDONLY | MountFlags::NOSUID | MountFlags::NODEV,
+            "",
+        )
+        .map_err(|e| format!("make {} read-only: {e}", target.display()))?;
+    }
+    Ok(())
+}
+
+fn chown(path: &Path, owner: Owner, uid: u32, gid: u32) -> Result<(), String> {
+    if let Owner::Shifted { base } = owner {
+        std::os::unix::fs::lchown(path, Some(base + uid), Some(base + gid))
+            .map_err(ctx(format!("chown {}", path.display())))?;
+    }
+    Ok(())
+}
+
+fn owner_opts(owner: Owner) -> String {
+    match owner {
+        Owner::Shifted { base } => format!(",uid={base},gid={base}"),
+        Owner::Invoker => String::new(),
+    }
+}
+
+/// Builds the tree at `dir.rootfs()` and pivots into it.
+pub fn build(
+    dir: &SandboxDir,
+    spec: &Spec,
+    owner: Owner,
+    idmap: Option<BorrowedFd<'_>>,
+) -> Result<Built, String> {
+    // Nothing mounted from here on may propagate back to the host.
+    rustix::mount::mount_change("/", MountPropagationFlags::REC | MountPropagationFlags::PRIVATE)
+        .map_err(ctx("make / private"))?;
+    let root = dir.rootfs();
+    let nosuid = MountFlags::NOSUID | MountFlags::NODEV;
+    mount_tmpfs(&root, &format!("mode=0755{}", owner_opts(owner)), nosuid)?;
+
+    let mut built = Built {
+        idmapped: idmap.is_some(),
+        warnings: Vec::new(),
+    };
+    let mut idmap = idmap;
+    for name in ALLOWED {
+        let host = Path::new("/").join(name);
+        let Ok(md) = fs::symlink_metadata(&host) else {
+            continue;
+        };
+        let target = root.join(name);
+        if md.file_type().is_symlink() {
+            let link = fs::read_link(&host).map_err(ctx(format!("read {}", host.display())))?;
+            symlink(&link, &target).map_err(ctx(format!("symlink {}", target.display())))?;
+            continue;
+        }
+        if !md.is_dir() {
+            continue;
+        }
+        fs::create_dir(&target).map_err(ctx(format!("mkdir {}", target.display())))?;
+        chown(&target, owner, 0, 0)?;
+        overlay(dir, name, &host, &target, owner, &mut idmap, &mut built)?;
+    }
+
+    for (name, mode) in [
+        ("proc", 0o555),
+        ("dev", 0o755),
+        ("sys", 0o555),
+        ("tmp", 0o1777),
+        ("run", 0o755),
+        ("root", 0o700),
+        ("home", 0o755),
+        ("mnt", 0o755),
+        (HELPER_DIR, 0o755),
+    ] {
+        let p = root.join(name);
+        fs::create_dir(&p).map_err(ctx(format!("mkdir {}", p.display())))?;
+        fs::set_permissions(&p, fs::Permissions::from_mode(mode))
+            .map_err(ctx(format!("chmod {}", p.display())))?;
+        chown(&p, owner, 0, 0)?;
+    }
+    let own = owner_opts(owner);
+    mount_tmpfs(&root.join("tmp"), &format!("mode=1777{own}"), nosuid)?;
+    mount_tmpfs(&root.join("run"), &format!("mode=0755{own}"), nosuid)?;
+    bind(&dir.home(), &root.join("root"), false)?;
+
+    rustix::mount::mount(
+        "proc",
+        root.join("proc"),
+        "proc",
+        nosuid | MountFlags::NOEXEC,
+        None,
+    )
+    .map_err(ctx("mount /proc"))?;
+    // Read-only kernel knobs: sandbox root must not tune the host kernel.
+    for sub in ["sys", "irq", "bus", "fs"] {
+        let p = root.join("proc").join(sub);
+        if p.is_dir() {
+            bind(&p, &p, true)?;
+        }
+    }
+    build_dev(&root.join("dev"), owner)?;
+
+    let helper = root.join(HELPER_DIR).join(HELPER_NAME);
+    fs::File::create(&helper).map_err(ctx("create the helper mount point"))?;
+    bind(&spec.exe, &helper, true)?;
+
+    mask(&root, spec)?;
+
+    // The tmpfs root itself stays writable: it belongs to the sandbox.
+    pivot(&root)?;
+    Ok(built)
+}
+
+fn overlay(
+    dir: &SandboxDir,
+    name: &str,
+    host: &Path,
+    target: &Path,
+    owner: Owner,
+    idmap: &mut Option<BorrowedFd<'_>>,
+    built: &mut Built,
+) -> Result<(), String> {
+    let upper = dir.upper().join(name);
+    let work = dir.work().join(name);
+    fs::create_dir_all(&upper).map_err(ctx(format!("mkdir {}", upper.display())))?;
+    fs::create_dir_all(&work).map_err(ctx(format!("mkdir {}", work.display())))?;
+    // The overlay's root directory takes the upper directory's owner and
+    // mode; give it the host directory's, as the sandbox sees them.
+    let md = fs::metadata(host).map_err(ctx(format!("stat {}", host.display())))?;
+    {
+        use std::os::unix::fs::MetadataExt;
+        fs::set_permissions(&upper, fs::Permissions::from_mode(md.mode() & 0o7777))
+            .map_err(ctx("chmod upper"))?;
+        chown(&upper, owner, md.uid(), md.gid())?;
+    }
+    let unprivileged = matches!(owner, Owner::Invoker);
+    if let Some(userns) = *idmap {
+        match idmapped_lower(dir, name, host, userns)
+            .and_then(|lower| mount_overlay(&lower, &upper, &work, target, false))
+        {
+            Ok(()) => return Ok(()),
+            Err(e) => {
+                // Kernels or filesystems without idmapped overlay layers:
+                // host-owned files then show as nobody (read-only).
+                built.idmapped = false;
+                built.warnings.push(format!(
+                    "idmapped lower layers unavailable ({e}); host-owned files are read-only inside"
+                ));
+                *idmap = None;
+            }
+        }
+    }
+    match mount_overlay(host, &upper, &work, target, unprivileged) {
+        Ok(()) => Ok(()),
+        Err(e) if unprivileged => {
+            // Unprivileged overlays refuse lower dirs with mounts below
+            // them (locked sub-mounts); show those read-only instead.
+            built
+                .warnings
+                .push(format!("/{name} is read-only: overlay refused ({e})"));
+            rustix::mount::mount_bind_recursive(host, target)
+                .map_err(ctx(format!("bind /{name}")))?;
+            rustix::mount::mount_remount(target, MountFlags::BIND | MountFlags::RDONLY, "")
+                .map_err(ctx(format!("make /{name} read-only")))
+        }
+        Err(e) => Err(e),
+    }
+}
+
+fn idmapped_lower(
+    dir: &SandboxDir,
+    name: &str,
+    host: &Path,
+    userns: BorrowedFd<'_>,
+) -> Result<PathBuf, String> {
+    let lower = dir.lower().join(name);
+    fs::create_dir_all(&lower).map_err(ctx(format!("mkdir {}", lower.display())))?;
+    let tree = rustix::mount::open_tree(
+        rustix::fs::CWD,
+        host,
+        OpenTreeFlags::OPEN_TREE_CLONE | OpenTreeFlags::OPEN_TREE_CLOEXEC,
+    )
+    .map_err(ctx(format!("open_tree {}", host.display())))?;
+    sys::idmap_mount(tree.as_fd(), userns).map_err(ctx("mount_setattr(IDMAP)"))?;
+    rustix::mount::move_mount(
+        tree.as_fd(),
+        "",
+        rustix::fs::CWD,
+        &lower,
+        MoveMountFlags::MOVE_MOUNT_F_EMPTY_PATH,
+    )
+    .map_err(ctx("move_mount"))?;
+    Ok(lower)
+}
+
+fn mount_overlay(
+    lower: &Path,
+    upper: &Path,
+    work: &Path,
+    target: &Path,
+    unprivileged: bool,
+) -> Result<(), String> {
+    for p in [lower, upper, work] {
+        let s = p.to_string_lossy();
+        if s.contains(',') || s.contains(':') || s.contains('\\') {
+            return Err(format!(
+                "{s}: overlay paths may not contain ',', ':' or '\\'; choose a SANDKEEP_HOME without them"
+            ));
+        }
+    }
+    let mut opts = format!(
+        "lowerdir={},upperdir={},workdir={}",
+        lower.display(),
+        upper.display(),
+        work.display()
+    );
+    if unprivileged {
+        opts.push_str(",userxattr");
+    }
+    let data = std::ffi::CString::new(opts).map_err(|e| e.to_string())?;
+    rustix::mount::mount(
+        "overlay",
+        target,
+        "overlay",
+        MountFlags::NOSUID | MountFlags::NODEV,
+        data.as_c_str(),
+    )
+    .map_err(|e| format!("overlay on {}: {e}", target.display()))
+}
+
+fn build_dev(dev: &Path, owner: Owner) -> Result<(), String> {
+    mount_tmpfs(
+        dev,
+        &format!("mode=0755{}", owner_opts(owner)),
+        MountFlags::NOSUID | MountFlags::NOEXEC,
+    )?;
+    for name in DEVICES {
+        let host = Path::new("/dev").join(name);
+        if !host.exists() {
+            continue;
+        }
+        let p = dev.join(name);
+        fs::File::create(&p).map_err(ctx(format!("create {}", p.display())))?;
+        bind(&host, &p, false)?;
+    }
+    for (name, target) in [
+        ("fd", "/proc/self/fd"),
+        ("stdin", "/proc/self/fd/0"),
+        ("stdout", "/proc/self/fd/1"),
+        ("stderr", "/proc/self/fd/2"),
+        ("ptmx", "pts/ptmx"),
+    ] {
+        symlink(target, dev.join(name)).map_err(ctx(format!("symlink /dev/{name}")))?;
+    }
+    let pts = dev.join("pts");
+    fs::create_dir(&pts).map_err(ctx("mkdir /dev/pts"))?;
+    rustix::mount::mount(
+        "devpts",
+        &pts,
+        "devpts",
+        MountFlags::NOSUID | MountFlags::NOEXEC,
+        c"newinstance,ptmxmode=0666,mode=0620",
+    )
+    .map_err(ctx("mount devpts"))?;
+    let shm = dev.join("shm");
+    fs::create_dir(&shm).map_err(ctx("mkdir /dev/shm"))?;
+    mount_tmpfs(
+        &shm,
+        &format!("mode=1777{}", owner_opts(owner)),
+        MountFlags::NOSUID | MountFlags::NODEV,
+    )
+}
+
+/// Hides host secrets that the allowed directories contain, and sandkeep's
+/// own state wherever it lives.
+fn mask(root: &Path, spec: &Spec) -> Result<(), String> {
+    for rel in MASKED_FILES {
+        let p = root.join(rel);
+        if fs::symlink_metadata(&p).is_ok_and(|m| m.is_file()) {
+            bind(Path::new("/dev/null"), &p, false)?;
+        }
+    }
+    let home_rel = spec.home.strip_prefix("/").unwrap_or(&spec.home).to_path_buf();
+    let dirs = MASKED_DIRS.iter().map(PathBuf::from).chain(std::iter::once(home_rel));
+    for rel in dirs {
+        let p = root.join(&rel);
+        // metadata() would follow a symlink out of the sandbox root; only
+        // real directories inside the overlays are masked.
+        if fs::symlink_metadata(&p).is_ok_and(|m| m.is_dir()) {
+            mount_tmpfs(
+                &p,
+                "mode=0755,size=4k",
+                MountFlags::RDONLY | MountFlags::NOSUID | MountFlags::NODEV | MountFlags::NOEXEC,
+            )?;
+        }
+    }
+    Ok(())
+}
+
+fn pivot(root: &Path) -> Result<(), String> {
+    std::env::set_current_dir(root).map_err(ctx("chdir to the new root"))?;
+    rustix::process::pivot_root(".", ".").map_err(ctx("pivot_root"))?;
+    rustix::mount::unmount(".", UnmountFlags::DETACH).map_err(ctx("detach the host root"))?;
+    std::env::set_current_dir("/").map_err(ctx("chdir /"))
+}

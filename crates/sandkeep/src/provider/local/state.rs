@@ -1,0 +1,267 @@
+//! The on-disk state of the local provider under `SANDKEEP_HOME`.
+//!
+//! Owns the directory layout, the per-sandbox records (`spec.json` written by
+//! the provider before the keeper starts, `meta.json` written by the keeper
+//! once the sandbox accepts exec and updated by providers under a lock), and
+//! the pid + start-time identity that tells a live keeper from a stale one.
+//! It never starts, signals or enters a process.
+
+use std::collections::BTreeMap;
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Write};
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Serialize};
+
+use crate::provider::{SandboxId, SandboxInfo};
+
+/// Where the sandbox's exec/file socket is found, relative to its directory.
+/// Kept short: unix socket paths are limited to 108 bytes.
+const SOCKET_NAME: &str = "sock";
+
+/// The state directory of one provider configuration.
+#[derive(Debug, Clone)]
+pub struct Home {
+    root: PathBuf,
+}
+
+impl Home {
+    pub fn new(root: PathBuf) -> Self {
+        Self { root }
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    pub fn sandboxes(&self) -> PathBuf {
+        self.root.join("sb")
+    }
+
+    pub fn sandbox(&self, id: &SandboxId) -> SandboxDir {
+        SandboxDir {
+            path: self.sandboxes().join(id.as_str()),
+        }
+    }
+
+    /// Files naming which uid block each root-mode sandbox owns.
+    pub fn uid_slots(&self) -> PathBuf {
+        self.root.join("uids")
+    }
+
+    /// Creates the home (0700: it holds every sandbox's files).
+    pub fn ensure(&self) -> io::Result<()> {
+        fs::create_dir_all(self.sandboxes())?;
+        fs::create_dir_all(self.uid_slots())?;
+        fs::set_permissions(&self.root, fs::Permissions::from_mode(0o700))
+    }
+}
+
+/// One sandbox's directory on the host.
+#[derive(Debug, Clone)]
+pub struct SandboxDir {
+    pub path: PathBuf,
+}
+
+impl SandboxDir {
+    pub fn spec(&self) -> PathBuf {
+        self.path.join("spec.json")
+    }
+    pub fn meta(&self) -> PathBuf {
+        self.path.join("meta.json")
+    }
+    pub fn lock(&self) -> PathBuf {
+        self.path.join("lock")
+    }
+    pub fn socket(&self) -> PathBuf {
+        self.path.join(SOCKET_NAME)
+    }
+    pub fn log(&self) -> PathBuf {
+        self.path.join("keeper.log")
+    }
+    pub fn rootfs(&self) -> PathBuf {
+        self.path.join("rootfs")
+    }
+    pub fn home(&self) -> PathBuf {
+        self.path.join("home")
+    }
+    pub fn upper(&self) -> PathBuf {
+        self.path.join("upper")
+    }
+    pub fn work(&self) -> PathBuf {
+        self.path.join("work")
+    }
+    pub fn lower(&self) -> PathBuf {
+        self.path.join("lower")
+    }
+}
+
+/// What the provider asks the keeper to build.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Spec {
+    pub sandbox_id: SandboxId,
+    pub template: String,
+    pub timeout: u64,
+    pub envs: BTreeMap<String, String>,
+    pub created_at: u64,
+    /// The `sandkeep` executable, bound into the sandbox as the task helper.
+    pub exe: PathBuf,
+    /// The state directory, masked inside the sandbox.
+    pub home: PathBuf,
+}
+
+/// A process identity that survives pid reuse: pid plus the kernel's start
+/// time (clock ticks since boot, field 22 of `/proc/PID/stat`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProcessId {
+    pub pid: i32,
+    pub start_time: u64,
+}
+
+impl ProcessId {
+    pub fn of(pid: i32) -> io::Result<Self> {
+        Ok(Self {
+            pid,
+            start_time: start_time(pid)?,
+        })
+    }
+
+    /// True while that very process exists (a zombie counts as gone).
+    pub fn is_alive(&self) -> bool {
+        match fs::read_to_string(format!("/proc/{}/stat", self.pid)) {
+            Ok(stat) => {
+                parse_stat(&stat).is_some_and(|(state, start)| state != 'Z' && start == self.start_time)
+            }
+            Err(_) => false,
+        }
+    }
+}
+
+fn start_time(pid: i32) -> io::Result<u64> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    parse_stat(&stat)
+        .map(|(_, start)| start)
+        .ok_or_else(|| io::Error::other(format!("unparsable /proc/{pid}/stat")))
+}
+
+/// State letter and start time; the command name may contain anything, so
+/// fields are counted after its closing parenthesis.
+fn parse_stat(stat: &str) -> Option<(char, u64)> {
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let mut fields = rest.split(' ');
+    let state = fields.next()?.chars().next()?;
+    // `rest` starts at field 3 (state); start time is field 22.
+    let start = fields.nth(18)?.parse().ok()?;
+    Some((state, start))
+}
+
+/// What a live sandbox's record holds.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Meta {
+    pub info: SandboxInfo,
+    pub keeper: ProcessId,
+    pub init: ProcessId,
+}
+
+pub fn now_secs() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+/// Writes `bytes` to `path` via a temporary file and a rename, so readers see
+/// the old or the new content, never a torn one.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+    let mut f = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&tmp)?;
+    f.write_all(bytes)?;
+    f.sync_data()?;
+    fs::rename(&tmp, path)
+}
+
+pub fn read_json<T: for<'de> Deserialize<'de>>(path: &Path) -> io::Result<T> {
+    let bytes = fs::read(path)?;
+    serde_json::from_slice(&bytes).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+}
+
+pub fn write_json<T: Serialize>(path: &Path, value: &T) -> io::Result<()> {
+    let bytes = serde_json::to_vec(value).map_err(io::Error::other)?;
+    write_atomic(path, &bytes)
+}
+
+/// An exclusive advisory lock, released on drop.
+pub struct Lock(#[allow(dead_code)] File);
+
+impl Lock {
+    pub fn acquire(path: &Path) -> io::Result<Self> {
+        let f = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .open(path)?;
+        rustix::fs::flock(&f, rustix::fs::FlockOperation::LockExclusive)?;
+        Ok(Self(f))
+    }
+}
+
+/// Removes a tree even where the sandbox left directories without
+/// permissions (overlay work dirs are mode 000); never follows symlinks.
+pub fn remove_tree(path: &Path) -> io::Result<()> {
+    match fs::remove_dir_all(path) {
+        Ok(()) => return Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(_) => {}
+    }
+    open_up(path);
+    match fs::remove_dir_all(path) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        other => other,
+    }
+}
+
+fn open_up(path: &Path) {
+    let Ok(md) = fs::symlink_metadata(path) else {
+        return;
+    };
+    if !md.is_dir() {
+        return;
+    }
+    let _ = fs::set_permissions(path, fs::Permissions::from_mode(0o700));
+    if let Ok(entries) = fs::read_dir(path) {
+        for entry in entries.flatten() {
+            open_up(&entry.path());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stat_parsing_survives_odd_command_names() {
+        let stat = "42 (a) b) c) S 1 42 42 0 -1 4194560 0 0 0 0 0 0 0 0 20 0 1 0 987654 0 0";
+        assert_eq!(parse_stat(stat), Some(('S', 987654)));
+    }
+
+    #[test]
+    fn own_process_is_alive_and_wrong_start_time_is_not() {
+        let me = ProcessId::of(std::process::id() as i32).unwrap();
+        assert!(me.is_alive());
+        let other = ProcessId {
+            start_time: me.start_time + 1,
+            ..me
+        };
+        assert!(!other.is_alive());
+    }
+}

@@ -1,0 +1,123 @@
+//! Shared helpers of the local provider's integration tests: a provider on a
+//! throwaway state directory, exec shorthands, bounded polling and host-side
+//! process and mount inspection.
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use sandkeep::provider::local::{LocalConfig, LocalProvider};
+use sandkeep::provider::{CreateSpec, ExecOutput, ExecRequest, Provider, SandboxId, SandboxInfo};
+
+pub const EXE: &str = env!("CARGO_BIN_EXE_sandkeep");
+
+/// A state directory under /var/tmp: inside an overlaid host directory, so
+/// the tests also prove that the sandbox cannot see it.
+pub fn state_dir() -> tempfile::TempDir {
+    std::fs::create_dir_all("/var/tmp").unwrap();
+    tempfile::Builder::new()
+        .prefix("sk-local-")
+        .tempdir_in("/var/tmp")
+        .unwrap()
+}
+
+pub fn provider(home: &Path) -> LocalProvider {
+    LocalProvider::new(LocalConfig::new(home, EXE)).expect("local provider")
+}
+
+pub fn spec(timeout: u64) -> CreateSpec {
+    CreateSpec {
+        template: "base".into(),
+        timeout,
+        envs: BTreeMap::new(),
+    }
+}
+
+pub async fn create(p: &LocalProvider, timeout: u64) -> SandboxInfo {
+    p.create(spec(timeout)).await.expect("create sandbox")
+}
+
+pub fn request(command: &str) -> ExecRequest {
+    ExecRequest {
+        command: command.into(),
+        cwd: None,
+        timeout: Duration::from_secs(20),
+        stdin: None,
+        output_limit: 65536,
+    }
+}
+
+pub async fn sh(p: &LocalProvider, id: &SandboxId, command: &str) -> ExecOutput {
+    p.exec(id, request(command)).await.expect("exec")
+}
+
+pub fn text(out: &[u8]) -> String {
+    String::from_utf8_lossy(out).into_owned()
+}
+
+/// Polls `f` until it is true or `limit` passes; panics with `what`.
+pub async fn until<F, Fut>(limit: Duration, what: &str, mut f: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let start = Instant::now();
+    loop {
+        if f().await {
+            return;
+        }
+        assert!(start.elapsed() < limit, "timed out after {limit:?} waiting for: {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Host pids whose command line contains `marker`.
+pub fn host_pids_with(marker: &str) -> Vec<i32> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        if let Ok(cmd) = std::fs::read(format!("/proc/{pid}/cmdline")) {
+            let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+            if cmd.contains(marker) && !cmd.contains("sandkeep") {
+                out.push(pid);
+            }
+        }
+    }
+    out
+}
+
+/// Lines of the host's mount table that mention `path`.
+pub fn host_mounts_under(path: &Path) -> Vec<String> {
+    let p = path.to_string_lossy().into_owned();
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap()
+        .lines()
+        .filter(|l| l.contains(&p))
+        .map(str::to_owned)
+        .collect()
+}
+
+pub fn sandbox_dir(home: &Path, id: &SandboxId) -> PathBuf {
+    home.join("sb").join(id.as_str())
+}
+
+/// Starts the escape-resistant process zoo: a setsid'd sleeper, a
+/// double-forked daemon and a TERM-ignoring loop, each tagged with
+/// `marker` so the host can find them.
+pub async fn start_zoo(p: &LocalProvider, id: &SandboxId, marker: &str) {
+    let cmd = format!(
+        "setsid sleep 1000.{marker}1 </dev/null >/dev/null 2>&1 & \
+         (sh -c 'sleep 1000.{marker}2 </dev/null >/dev/null 2>&1 &' &) ; \
+         (trap '' TERM; exec sh -c 'trap \"\" TERM; while :; do sleep 1000.{marker}3; done' </dev/null >/dev/null 2>&1) & \
+         echo started"
+    );
+    let out = sh(p, id, &cmd).await;
+    assert_eq!(out.exit_code, Some(0), "zoo: {}", text(&out.stderr));
+    until(Duration::from_secs(5), "zoo processes visible on the host", || async {
+        host_pids_with(&format!("1000.{marker}")).len() >= 3
+    })
+    .await;
+}
