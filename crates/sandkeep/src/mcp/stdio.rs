@@ -87,7 +87,8 @@ async fn serve(service: Arc<Service>) -> i32 {
 
 /// The protocol's stdin and stdout, and fd 1 redirected to stderr.
 fn protocol_streams() -> std::io::Result<(Reader, Writer)> {
-    let out: OwnedFd = rustix::io::dup(std::io::stdout().as_fd())?;
+    // Close-on-exec: children must not inherit the protocol channel.
+    let out: OwnedFd = rustix::io::fcntl_dupfd_cloexec(std::io::stdout().as_fd(), 3)?;
     rustix::stdio::dup2_stdout(std::io::stderr().as_fd())?;
     let reader: Reader = match reopen_fifo(std::io::stdin().as_raw_fd(), false) {
         Some(fd) => Box::new(tokio::net::unix::pipe::Receiver::from_owned_fd(fd)?),

@@ -1,0 +1,351 @@
+//! Shared pieces of the MCP tests: real `sandkeep serve` child processes,
+//! an in-process server over a duplex pipe, a provider wrapper that records
+//! (or breaks) calls, and small result helpers.
+#![allow(dead_code)] // each test crate uses a different subset
+
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use rmcp::model::{CallToolRequestParams, CallToolResult};
+use rmcp::service::RunningService;
+use rmcp::{RoleClient, ServiceExt};
+use sandkeep::mcp::SandkeepMcp;
+use sandkeep::provider::{
+    CreateSpec, ExecOutput, ExecRequest, FileEntry, Provider, ProviderError, Result as PResult,
+    SandboxId, SandboxInfo,
+};
+use sandkeep::service::{Service, Session};
+use serde_json::Value;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+
+pub type Client = RunningService<RoleClient, ()>;
+
+pub fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_sandkeep")
+}
+
+/// A private SANDKEEP_HOME, removed (after killing what is left) on drop.
+pub struct Home {
+    pub dir: tempfile::TempDir,
+}
+
+impl Home {
+    pub fn new() -> Self {
+        Self {
+            dir: tempfile::Builder::new()
+                .prefix("sandkeep-mcp-test")
+                .tempdir()
+                .expect("tempdir"),
+        }
+    }
+
+    pub fn path(&self) -> &std::path::Path {
+        self.dir.path()
+    }
+
+    /// A `sandkeep` command with this home and a clean logging setup.
+    pub fn command(&self) -> Command {
+        let mut c = Command::new(bin());
+        c.env("SANDKEEP_HOME", self.path())
+            .env("SANDKEEP_LOG", "sandkeep=debug,rmcp=warn")
+            .kill_on_drop(true);
+        c
+    }
+}
+
+impl Drop for Home {
+    fn drop(&mut self) {
+        // Whatever a failed test left running is destroyed through the CLI.
+        let cli = |args: &[&str]| {
+            std::process::Command::new(bin())
+                .env("SANDKEEP_HOME", self.path())
+                .args(args)
+                .stderr(Stdio::null())
+                .output()
+        };
+        let Ok(out) = cli(&["sandbox", "list", "--json"]) else {
+            return;
+        };
+        let Ok(list) = serde_json::from_slice::<Value>(&out.stdout) else {
+            return;
+        };
+        for s in list["sandboxes"].as_array().into_iter().flatten() {
+            if let Some(id) = s["sandbox_id"].as_str() {
+                let _ = cli(&["sandbox", "kill", id]);
+            }
+        }
+    }
+}
+
+/// A `sandkeep serve` child process with an rmcp client on its stdio.
+pub struct StdioServer {
+    pub child: Child,
+    pub client: Client,
+    pub stderr: Arc<Mutex<String>>,
+}
+
+impl StdioServer {
+    pub async fn start(home: &Home) -> Self {
+        let mut child = home
+            .command()
+            .arg("serve")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn sandkeep serve");
+        let stdout = child.stdout.take().unwrap();
+        let stdin = child.stdin.take().unwrap();
+        let stderr = collect(child.stderr.take().unwrap());
+        let client = ().serve((stdout, stdin)).await.expect("MCP handshake with sandkeep serve");
+        Self {
+            child,
+            client,
+            stderr,
+        }
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.child.id().expect("running") as i32
+    }
+
+    /// Closes stdin (the session ends) and waits for the exit.
+    pub async fn close(mut self) -> std::process::ExitStatus {
+        let _ = self.client.cancel().await;
+        wait_exit(&mut self.child, Duration::from_secs(15)).await
+    }
+}
+
+/// Gathers a child's stderr in the background (for failure messages).
+pub fn collect(stderr: tokio::process::ChildStderr) -> Arc<Mutex<String>> {
+    let text = Arc::new(Mutex::new(String::new()));
+    let sink = text.clone();
+    tokio::spawn(async move {
+        let mut lines = BufReader::new(stderr).lines();
+        while let Ok(Some(line)) = lines.next_line().await {
+            let mut s = sink.lock().unwrap();
+            s.push_str(&line);
+            s.push('\n');
+        }
+    });
+    text
+}
+
+pub async fn wait_exit(child: &mut Child, within: Duration) -> std::process::ExitStatus {
+    match tokio::time::timeout(within, child.wait()).await {
+        Ok(status) => status.expect("wait"),
+        Err(_) => panic!("the server did not exit within {within:?}"),
+    }
+}
+
+/// Calls a tool with JSON arguments.
+pub async fn call(client: &Client, tool: &str, args: Value) -> CallToolResult {
+    let mut params = CallToolRequestParams::new(tool.to_owned());
+    if let Value::Object(map) = args {
+        params = params.with_arguments(map);
+    }
+    client
+        .call_tool(params)
+        .await
+        .unwrap_or_else(|e| panic!("{tool}: protocol error {e}"))
+}
+
+/// Calls a tool that must succeed; returns its structured content after
+/// checking the text block carries the same JSON.
+pub async fn ok(client: &Client, tool: &str, args: Value) -> Value {
+    let r = call(client, tool, args.clone()).await;
+    assert_ne!(r.is_error, Some(true), "{tool} {args} failed: {}", text(&r));
+    let structured = r.structured_content.clone().expect("structuredContent");
+    let from_text: Value = serde_json::from_str(&text(&r)).expect("text block is JSON");
+    assert_eq!(
+        from_text, structured,
+        "text block and structuredContent differ"
+    );
+    structured
+}
+
+/// Calls a tool that must fail as a tool error; returns its message.
+pub async fn err(client: &Client, tool: &str, args: Value) -> String {
+    let r = call(client, tool, args.clone()).await;
+    assert_eq!(
+        r.is_error,
+        Some(true),
+        "{tool} {args} should fail, got {:?}",
+        r.structured_content
+    );
+    text(&r)
+}
+
+pub fn text(r: &CallToolResult) -> String {
+    r.content
+        .iter()
+        .filter_map(|c| c.as_text().map(|t| t.text.clone()))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Polls get_task until the state is terminal (or `deadline` passes).
+pub async fn wait_terminal(
+    client: &Client,
+    sandbox: &str,
+    task: &str,
+    deadline: Duration,
+) -> Value {
+    let start = Instant::now();
+    loop {
+        let v = ok(
+            client,
+            "get_task",
+            serde_json::json!({"sandbox_id": sandbox, "task_id": task}),
+        )
+        .await;
+        if !matches!(v["state"].as_str(), Some("running")) {
+            return v;
+        }
+        assert!(
+            start.elapsed() < deadline,
+            "task {task} still running after {deadline:?}: {v}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Reads a task's whole stdout by following the next offsets.
+pub async fn read_all_stdout(client: &Client, sandbox: &str, task: &str, limit: u64) -> String {
+    let mut out = String::new();
+    let mut offset = 0u64;
+    loop {
+        let v = ok(
+            client,
+            "get_task",
+            serde_json::json!({"sandbox_id": sandbox, "task_id": task, "stdout_offset": offset, "limit": limit}),
+        )
+        .await;
+        let next = v["stdout_next_offset"].as_u64().unwrap();
+        out.push_str(v["stdout"].as_str().unwrap());
+        if next == offset {
+            return out;
+        }
+        offset = next;
+    }
+}
+
+/// True while the process exists (not yet reaped counts as existing).
+pub fn process_exists(pid: i32) -> bool {
+    std::path::Path::new(&format!("/proc/{pid}")).exists()
+}
+
+// ---- in-process server ---------------------------------------------------
+
+/// An in-process server over a duplex pipe, with its own session.
+pub async fn in_process(provider: Arc<dyn Provider>) -> (Client, Arc<Service>, Arc<Session>) {
+    let service = Arc::new(Service::new(provider, vec!["host-secret-value".into()]));
+    let session = Arc::new(Session::new());
+    let (server_io, client_io) = tokio::io::duplex(1 << 20);
+    let handler = SandkeepMcp::stdio(service.clone(), session.clone());
+    tokio::spawn(async move {
+        if let Ok(running) = handler.serve(server_io).await {
+            let _ = running.waiting().await;
+        }
+    });
+    let client = ().serve(client_io).await.expect("in-process handshake");
+    (client, service, session)
+}
+
+/// A provider that records every call and forwards it to `inner` (or fails
+/// with `Unavailable` without one). With `break_exec_after_send`, exec is
+/// forwarded and then reported as broken (`Unconfirmed`), the way a
+/// connection lost after sending looks.
+pub struct Recorder {
+    pub inner: Option<Arc<dyn Provider>>,
+    pub calls: Mutex<Vec<String>>,
+    pub break_exec_after_send: bool,
+}
+
+impl Recorder {
+    pub fn new(inner: Option<Arc<dyn Provider>>) -> Arc<Self> {
+        Arc::new(Self {
+            inner,
+            calls: Mutex::default(),
+            break_exec_after_send: false,
+        })
+    }
+
+    pub fn breaking_exec(inner: Arc<dyn Provider>) -> Arc<Self> {
+        Arc::new(Self {
+            inner: Some(inner),
+            calls: Mutex::default(),
+            break_exec_after_send: true,
+        })
+    }
+
+    pub fn calls(&self) -> Vec<String> {
+        self.calls.lock().unwrap().clone()
+    }
+
+    fn note(&self, what: impl Into<String>) -> PResult<&Arc<dyn Provider>> {
+        self.calls.lock().unwrap().push(what.into());
+        self.inner
+            .as_ref()
+            .ok_or_else(|| ProviderError::Unavailable("test provider: no sandbox host".into()))
+    }
+}
+
+#[async_trait]
+impl Provider for Recorder {
+    fn kind(&self) -> &'static str {
+        "recorder"
+    }
+    async fn create(&self, spec: CreateSpec) -> PResult<SandboxInfo> {
+        self.note("create")?.create(spec).await
+    }
+    async fn kill(&self, id: &SandboxId) -> PResult<bool> {
+        self.note(format!("kill {id}"))?.kill(id).await
+    }
+    async fn list(&self) -> PResult<Vec<SandboxInfo>> {
+        self.note("list")?.list().await
+    }
+    async fn info(&self, id: &SandboxId) -> PResult<SandboxInfo> {
+        self.note(format!("info {id}"))?.info(id).await
+    }
+    async fn exec(&self, id: &SandboxId, request: ExecRequest) -> PResult<ExecOutput> {
+        let inner = self.note(format!("exec {id} {}", request.command))?;
+        let out = inner.exec(id, request).await;
+        if self.break_exec_after_send {
+            return Err(ProviderError::Unconfirmed {
+                sandbox: id.clone(),
+                message: "test: connection reset after the request was sent".into(),
+            });
+        }
+        out
+    }
+    async fn read_file(&self, id: &SandboxId, path: &str, limit: u64) -> PResult<Vec<u8>> {
+        self.note(format!("read_file {id} {path}"))?
+            .read_file(id, path, limit)
+            .await
+    }
+    async fn write_file(&self, id: &SandboxId, path: &str, content: &[u8]) -> PResult<u64> {
+        self.note(format!("write_file {id} {path}"))?
+            .write_file(id, path, content)
+            .await
+    }
+    async fn list_files(&self, id: &SandboxId, path: &str) -> PResult<Vec<FileEntry>> {
+        self.note(format!("list_files {id} {path}"))?
+            .list_files(id, path)
+            .await
+    }
+    async fn renew(&self, id: &SandboxId) -> PResult<SandboxInfo> {
+        self.note(format!("renew {id}"))?.renew(id).await
+    }
+    async fn retain(&self, id: &SandboxId) -> PResult<()> {
+        self.note(format!("retain {id}"))?.retain(id).await
+    }
+    async fn task_helper(&self, id: &SandboxId) -> PResult<String> {
+        self.note(format!("task_helper {id}"))?
+            .task_helper(id)
+            .await
+    }
+}
