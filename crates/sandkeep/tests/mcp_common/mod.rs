@@ -233,6 +233,61 @@ pub async fn read_all_stdout(client: &Client, sandbox: &str, task: &str, limit: 
     }
 }
 
+/// A local provider on this home, in-process.
+pub fn local_provider(home: &Home) -> Arc<dyn Provider> {
+    Arc::new(
+        sandkeep::provider::local::LocalProvider::new(sandkeep::provider::local::LocalConfig::new(
+            home.path(),
+            bin(),
+        ))
+        .expect("local provider"),
+    )
+}
+
+/// Host pids whose command line contains `marker` (sandkeep's own
+/// processes excluded).
+pub fn host_pids_with(marker: &str) -> Vec<i32> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        if let Ok(cmd) = std::fs::read(format!("/proc/{pid}/cmdline")) {
+            let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+            if cmd.contains(marker) && !cmd.contains("sandkeep") {
+                out.push(pid);
+            }
+        }
+    }
+    out
+}
+
+/// Lines of the host's mount table that mention `text`.
+pub fn host_mounts_with(text: &str) -> Vec<String> {
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap()
+        .lines()
+        .filter(|l| l.contains(text))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Polls `f` until true, failing with `what` after `limit`.
+pub async fn until<F, Fut>(limit: Duration, what: &str, mut f: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let start = Instant::now();
+    while !f().await {
+        assert!(
+            start.elapsed() < limit,
+            "timed out after {limit:?} waiting for: {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
 /// True while the process exists (not yet reaped counts as existing).
 pub fn process_exists(pid: i32) -> bool {
     std::path::Path::new(&format!("/proc/{pid}")).exists()
