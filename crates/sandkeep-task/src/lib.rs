@@ -24,7 +24,7 @@ use sandkeep_proto::wire::{ErrorReply, verb};
 pub use error::HelperError;
 pub use supervisor::SUPERVISE_VERB;
 
-const USAGE: &str = "usage: sandkeep-task start JSON | status JSON | cancel JSON | list";
+const USAGE: &str = "usage: sandkeep-task start JSON | status JSON | cancel JSON | list [{}]";
 
 /// Runs the helper with its command-line arguments (without argv\[0\]) and
 /// returns the process exit code.
@@ -38,7 +38,7 @@ pub fn main_with_args(args: Vec<String>) -> i32 {
         return supervisor::main(&args[1..]);
     }
     let json = args.get(1).map(String::as_str);
-    let extra = args.len() > if verb_name == Some(verb::LIST) { 1 } else { 2 };
+    let extra = args.len() > 2;
     if extra {
         return reply::<()>(Err(HelperError::BadRequest(format!(
             "too many arguments; {USAGE}"
@@ -48,7 +48,7 @@ pub fn main_with_args(args: Vec<String>) -> i32 {
         Some(verb::START) => reply(parse(json).and_then(start::start)),
         Some(verb::STATUS) => reply(parse(json).and_then(status::status)),
         Some(verb::CANCEL) => reply(parse(json).and_then(cancel::cancel)),
-        Some(verb::LIST) => reply(status::list()),
+        Some(verb::LIST) => reply(no_arguments(json).and_then(|()| status::list())),
         _ => reply::<()>(Err(HelperError::BadRequest(USAGE.into()))),
     }
 }
@@ -58,6 +58,18 @@ fn parse<T: DeserializeOwned>(json: Option<&str>) -> Result<T, HelperError> {
         json.ok_or_else(|| HelperError::BadRequest(format!("missing JSON request; {USAGE}")))?;
     serde_json::from_str(json)
         .map_err(|e| HelperError::BadRequest(format!("malformed request: {e}")))
+}
+
+/// `list` takes no arguments; the host's generic call sends an empty
+/// object, which is accepted too.
+fn no_arguments(json: Option<&str>) -> Result<(), HelperError> {
+    let Some(json) = json else { return Ok(()) };
+    match serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(json) {
+        Ok(map) if map.is_empty() => Ok(()),
+        _ => Err(HelperError::BadRequest(format!(
+            "list takes no arguments, got {json:?}; {USAGE}"
+        ))),
+    }
 }
 
 /// Prints the one JSON object of the reply and gives the exit code.

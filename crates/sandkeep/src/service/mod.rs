@@ -36,6 +36,7 @@ mod error;
 mod handlers;
 mod helper;
 mod json;
+mod list_tasks;
 mod mask;
 mod session;
 mod types;
@@ -46,6 +47,7 @@ use std::sync::Arc;
 use crate::provider::{Provider, SandboxId};
 
 pub use error::ToolError;
+pub use list_tasks::{ListTasksArgs, ListTasksResult, TaskEntry};
 pub use session::Session;
 pub use types::*;
 

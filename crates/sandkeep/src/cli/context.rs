@@ -1,0 +1,202 @@
+//! What one CLI invocation works with: the service on the local provider,
+//! its one session, the async runtime, and how a failure is told to the
+//! person (message, next step, exit code).
+//!
+//! One invocation is one service session. Commands that create nothing use
+//! an ordinary session; `sandbox create` uses a stateless one, so the new
+//! sandbox joins no destruction set and outlives the CLI process; `exec`
+//! without `--sandbox` uses an ordinary session whose end destroys the
+//! sandbox it created. Every session is ended through the service, which
+//! owns the rule of what an end destroys.
+
+use std::future::Future;
+use std::sync::Arc;
+
+use crate::provider::local::LocalProvider;
+use crate::provider::{Provider, ProviderError};
+use crate::service::{Service, Session, ToolError};
+
+use super::{Outcome, exit};
+
+/// The service and the session of this invocation.
+pub struct Context {
+    pub service: Service,
+    pub session: Session,
+}
+
+/// Which kind of session a command needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SessionKind {
+    /// Has a default sandbox and a destruction set, destroyed at the end.
+    Ordinary,
+    /// Has neither: what it creates lives until its deadline or a kill.
+    Stateless,
+}
+
+impl Context {
+    /// Opens the local provider of `$SANDKEEP_HOME` and starts a session.
+    pub fn open(kind: SessionKind) -> Result<Self, CliError> {
+        let provider = open_provider()?;
+        let session = match kind {
+            SessionKind::Ordinary => Session::new(),
+            SessionKind::Stateless => Session::stateless(),
+        };
+        Ok(Self {
+            service: Service::new(provider, Vec::new()),
+            session,
+        })
+    }
+
+    /// Ends the session through the service and reports, on stderr, what
+    /// it could not destroy (those sandboxes still expire at their
+    /// deadline).
+    pub async fn finish(self) {
+        let end = self.service.end_session(&self.session).await;
+        for (id, why) in end.failed {
+            eprintln!(
+                "sandkeep: could not destroy sandbox {id} ({why}); it is destroyed at its deadline, \
+                 or run `sandkeep sandbox kill {id}`"
+            );
+        }
+    }
+}
+
+/// The local provider of `$SANDKEEP_HOME`.
+fn open_provider() -> Result<Arc<dyn Provider>, CliError> {
+    let provider = LocalProvider::from_env().map_err(|e| {
+        CliError::new(format!("cannot open the local provider: {e}"))
+            .hint("set SANDKEEP_HOME to a directory this user can create and write, or run `sandkeep doctor`")
+    })?;
+    Ok(Arc::new(provider))
+}
+
+/// A failure of sandkeep itself (not of the command it ran), told on
+/// stderr with what to do next.
+#[derive(Debug)]
+pub struct CliError {
+    message: String,
+    hint: Option<String>,
+    /// The object an MCP error result would carry (an unconfirmed cancel's
+    /// observed task); printed on stdout with `--json`.
+    structured: Option<serde_json::Value>,
+    code: u8,
+}
+
+impl CliError {
+    pub fn new(message: impl Into<String>) -> Self {
+        Self {
+            message: message.into(),
+            hint: None,
+            structured: None,
+            code: exit::OWN_FAILURE,
+        }
+    }
+
+    /// A failed service call, with the command-line form of its next step.
+    pub fn tool(err: ToolError) -> Self {
+        let hint = cli_hint(&err);
+        // The service validates every value; a refused one is a bad
+        // argument of this command line.
+        let code = if matches!(err, ToolError::InvalidArgument(_)) {
+            exit::USAGE
+        } else {
+            exit::OWN_FAILURE
+        };
+        Self {
+            message: err.to_string(),
+            hint,
+            structured: err.structured(),
+            code,
+        }
+    }
+
+    pub fn hint(mut self, hint: impl Into<String>) -> Self {
+        self.hint = Some(hint.into());
+        self
+    }
+
+    /// For commands that exit with a command's own status: sandkeep's own
+    /// failure gets a code of its own (bad arguments keep theirs).
+    pub fn forwarding(mut self) -> Self {
+        if self.code == exit::OWN_FAILURE {
+            self.code = exit::OWN_FAILURE_FORWARDING;
+        }
+        self
+    }
+
+    /// Prints the error and returns its exit code.
+    fn report(self, json: bool) -> u8 {
+        if let (true, Some(value)) = (json, &self.structured) {
+            super::output::print_json(value);
+        }
+        eprintln!("sandkeep: error: {}", self.message);
+        if let Some(hint) = self.hint {
+            eprintln!("  hint: {hint}");
+        }
+        self.code
+    }
+}
+
+impl From<ToolError> for CliError {
+    fn from(err: ToolError) -> Self {
+        Self::tool(err)
+    }
+}
+
+/// The service's messages name MCP tools; a person at a shell needs the
+/// matching command.
+fn cli_hint(err: &ToolError) -> Option<String> {
+    match err {
+        ToolError::Provider(ProviderError::NoSuchSandbox(_)) => Some(
+            "`sandkeep sandbox list` shows the live sandboxes; `sandkeep sandbox create` makes a new one"
+                .to_owned(),
+        ),
+        ToolError::Provider(ProviderError::Unconfirmed { sandbox, .. }) => Some(format!(
+            "check with `sandkeep task list {sandbox}` before running it again"
+        )),
+        ToolError::CancelNotConfirmed(task) => Some(format!(
+            "check later with `sandkeep task get {} {}`, or stop everything with `sandkeep sandbox kill {}`",
+            task.sandbox_id, task.task_id, task.sandbox_id
+        )),
+        ToolError::InvalidArgument(_) => {
+            Some("the option of the same name takes this value; see the command's --help".to_owned())
+        }
+        _ => None,
+    }
+}
+
+/// Opens a context, runs `body` with it, and ends the session whatever
+/// happened, also when the person presses Ctrl-C (then the exit code is
+/// 130, as a shell reports SIGINT).
+pub async fn with_context(
+    kind: SessionKind,
+    body: impl AsyncFnOnce(&Context) -> Outcome,
+) -> Outcome {
+    let ctx = Context::open(kind)?;
+    let outcome = tokio::select! {
+        outcome = body(&ctx) => outcome,
+        _ = tokio::signal::ctrl_c() => Ok(exit::INTERRUPTED),
+    };
+    ctx.finish().await;
+    outcome
+}
+
+/// Runs one command to its end on a small runtime and turns its outcome
+/// into an exit code. `json` says whether an error's data goes to stdout.
+pub fn block_on(json: bool, fut: impl Future<Output = Outcome>) -> u8 {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            return CliError::new(format!("cannot start the async runtime: {e}"))
+                .hint("the process may be out of file descriptors or threads; check `ulimit -n`")
+                .report(false);
+        }
+    };
+    match runtime.block_on(fut) {
+        Ok(code) => code,
+        Err(err) => err.report(json),
+    }
+}

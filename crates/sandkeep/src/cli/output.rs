@@ -1,0 +1,171 @@
+//! Presentation: `--json` printing, aligned tables, durations and sizes for
+//! people. Nothing here decides what a result means.
+
+use std::io::Write;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde::Serialize;
+
+/// `--json`, shared by every command that prints a result.
+#[derive(Debug, Clone, Copy, Default, clap::Args)]
+pub struct OutputArgs {
+    /// Print the result as JSON: exactly the object the MCP tool returns
+    /// (its structuredContent), one per line.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Prints one result object as a line of JSON on stdout.
+pub fn print_json<T: Serialize>(value: &T) {
+    // Serializing the service's plain data structs cannot fail.
+    let line = serde_json::to_string(value).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"));
+    println!("{line}");
+}
+
+/// A table with a header row and left-aligned columns separated by two
+/// spaces.
+pub struct Table {
+    rows: Vec<Vec<String>>,
+}
+
+impl Table {
+    pub fn new(header: &[&str]) -> Self {
+        Self {
+            rows: vec![header.iter().map(|h| (*h).to_owned()).collect()],
+        }
+    }
+
+    pub fn row(&mut self, cells: Vec<String>) {
+        self.rows.push(cells);
+    }
+
+    pub fn render(&self) -> String {
+        let columns = self.rows.iter().map(Vec::len).max().unwrap_or(0);
+        let widths: Vec<usize> = (0..columns)
+            .map(|c| {
+                self.rows
+                    .iter()
+                    .filter_map(|r| r.get(c))
+                    .map(|s| s.chars().count())
+                    .max()
+                    .unwrap_or(0)
+            })
+            .collect();
+        let mut out = String::new();
+        for row in &self.rows {
+            let mut line = String::new();
+            for (c, cell) in row.iter().enumerate() {
+                if c + 1 == row.len() {
+                    line.push_str(cell);
+                } else {
+                    let pad = widths[c] - cell.chars().count();
+                    line.push_str(cell);
+                    line.extend(std::iter::repeat_n(' ', pad + 2));
+                }
+            }
+            out.push_str(line.trim_end());
+            out.push('\n');
+        }
+        out
+    }
+
+    pub fn print(&self) {
+        let _ = std::io::stdout().write_all(self.render().as_bytes());
+    }
+}
+
+/// Prints `label  value` lines with the labels aligned.
+pub fn print_fields(fields: &[(&str, String)]) {
+    let width = fields.iter().map(|(l, _)| l.len()).max().unwrap_or(0);
+    let mut out = String::new();
+    for (label, value) in fields {
+        out.push_str(&format!("{label:<width$}  {value}\n"));
+    }
+    let _ = std::io::stdout().write_all(out.as_bytes());
+}
+
+/// Unix seconds now.
+pub fn now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+/// A duration in seconds as `1h 2m`, `3m 4s` or `5s`.
+pub fn duration(secs: u64) -> String {
+    let (h, m, s) = (secs / 3600, secs / 60 % 60, secs % 60);
+    if secs >= 86_400 {
+        format!("{}d {}h", secs / 86_400, h % 24)
+    } else if h > 0 {
+        format!("{h}h {m}m")
+    } else if m > 0 {
+        format!("{m}m {s}s")
+    } else {
+        format!("{s}s")
+    }
+}
+
+/// A moment relative to now: `3m 4s ago`, `in 5m 0s`, `just now`.
+pub fn relative(at: u64, now: u64) -> String {
+    match at.cmp(&now) {
+        std::cmp::Ordering::Equal => "just now".to_owned(),
+        std::cmp::Ordering::Less => format!("{} ago", duration(now - at)),
+        std::cmp::Ordering::Greater => format!("in {}", duration(at - now)),
+    }
+}
+
+/// An optional moment, `-` when absent.
+pub fn relative_opt(at: Option<u64>, now: u64) -> String {
+    at.map_or_else(|| "-".to_owned(), |t| relative(t, now))
+}
+
+/// A byte count for people: `512 B`, `3.4 KiB`, `1.0 MiB`.
+pub fn bytes(n: u64) -> String {
+    const UNITS: [&str; 3] = ["KiB", "MiB", "GiB"];
+    if n < 1024 {
+        return format!("{n} B");
+    }
+    let mut value = n as f64 / 1024.0;
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < UNITS.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    format!("{value:.1} {}", UNITS[unit])
+}
+
+/// `yes` / `no`.
+pub fn yes_no(b: bool) -> String {
+    if b { "yes" } else { "no" }.to_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tables_align_columns_and_trim_the_last() {
+        let mut t = Table::new(&["ID", "STATE", "NOTE"]);
+        t.row(vec!["a".into(), "running".into(), String::new()]);
+        t.row(vec!["long-id".into(), "ok".into(), "x".into()]);
+        assert_eq!(
+            t.render(),
+            "ID       STATE    NOTE\na        running\nlong-id  ok       x\n"
+        );
+    }
+
+    #[test]
+    fn durations_and_sizes_read_well() {
+        assert_eq!(duration(5), "5s");
+        assert_eq!(duration(64), "1m 4s");
+        assert_eq!(duration(3_720), "1h 2m");
+        assert_eq!(duration(90_000), "1d 1h");
+        assert_eq!(relative(100, 100), "just now");
+        assert_eq!(relative(40, 100), "1m 0s ago");
+        assert_eq!(relative(400, 100), "in 5m 0s");
+        assert_eq!(bytes(0), "0 B");
+        assert_eq!(bytes(3_500), "3.4 KiB");
+        assert_eq!(bytes(1_048_576), "1.0 MiB");
+    }
+}

@@ -1,0 +1,195 @@
+//! `sandkeep sandbox create|list|kill`: the create_sandbox, list_sandboxes
+//! and kill_sandbox tools from a shell.
+
+use std::collections::BTreeMap;
+
+use clap::{Args, Subcommand};
+
+use crate::service::{CreateSandboxArgs, KillSandboxArgs, ListSandboxesArgs};
+
+use super::Outcome;
+use super::context::{SessionKind, with_context};
+use super::exit;
+use super::output::{self, OutputArgs, Table};
+
+/// Create, list and kill sandboxes.
+#[derive(Debug, Subcommand)]
+#[command(long_about = "Create, list and kill sandboxes.\n\n\
+        A sandbox is an isolated Linux environment on this host. It lives until its deadline \
+        (created + timeout; running commands in it pushes the deadline out again) or until you \
+        kill it, whichever comes first, and everything in it goes with it.")]
+pub enum SandboxCommand {
+    Create(CreateArgs),
+    List(ListArgs),
+    Kill(KillArgs),
+}
+
+impl SandboxCommand {
+    pub fn json(&self) -> bool {
+        match self {
+            Self::Create(a) => a.output.json,
+            Self::List(a) => a.output.json,
+            Self::Kill(a) => a.output.json,
+        }
+    }
+}
+
+/// Create a sandbox and print its id.
+#[derive(Debug, Args)]
+#[command(
+    long_about = "Create a sandbox and print its id on stdout, so `SB=$(sandkeep sandbox create)` \
+        works.\n\n\
+        The sandbox outlives this command: it lives until its deadline or `sandkeep sandbox kill`.",
+    after_help = "Examples:\n  sandkeep sandbox create\n  \
+        sandkeep sandbox create --timeout 3600 --env API_KEY=\"$API_KEY\" --env LANG=C.UTF-8"
+)]
+pub struct CreateArgs {
+    /// Template (base image) of the sandbox [default: base].
+    #[arg(long, value_name = "T")]
+    pub template: Option<String>,
+    /// Seconds until the sandbox is destroyed, 1-86400 [default: 300].
+    /// `exec` in it pushes the deadline to now + this again; tasks do not.
+    #[arg(long, value_name = "S")]
+    pub timeout: Option<u64>,
+    /// Environment variable for every process in the sandbox (repeatable).
+    /// Values of variables whose names contain KEY, TOKEN, SECRET or
+    /// PASSWORD are redacted from task logs.
+    #[arg(long = "env", value_name = "K=V", value_parser = parse_env)]
+    pub envs: Vec<(String, String)>,
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+/// List the sandboxes of this state directory.
+#[derive(Debug, Args)]
+pub struct ListArgs {
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+/// Kill a sandbox: every process, file and task in it.
+#[derive(Debug, Args)]
+#[command(
+    long_about = "Kill a sandbox: every process in it (also those that detached), its files and \
+        its tasks. Killing a sandbox that is already gone is not an error."
+)]
+pub struct KillArgs {
+    /// The sandbox to kill.
+    #[arg(value_name = "SANDBOX")]
+    pub sandbox_id: String,
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+/// `K=V` → (K, V); the value may contain `=`.
+fn parse_env(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((k, v)) if !k.is_empty() => Ok((k.to_owned(), v.to_owned())),
+        _ => Err(format!("expected NAME=VALUE, got {s:?}")),
+    }
+}
+
+pub async fn run(cmd: SandboxCommand) -> Outcome {
+    match cmd {
+        SandboxCommand::Create(args) => create(args).await,
+        SandboxCommand::List(args) => list(args).await,
+        SandboxCommand::Kill(args) => kill(args).await,
+    }
+}
+
+async fn create(args: CreateArgs) -> Outcome {
+    let envs: BTreeMap<String, String> = args.envs.into_iter().collect();
+    let request = CreateSandboxArgs {
+        template: args.template,
+        timeout: args.timeout,
+        envs: (!envs.is_empty()).then_some(envs),
+    };
+    // Stateless: the sandbox must not be destroyed when this process ends.
+    with_context(SessionKind::Stateless, async |ctx| {
+        let created = ctx.service.create_sandbox(&ctx.session, request).await?;
+        if args.output.json {
+            output::print_json(&created);
+        } else {
+            println!("{}", created.sandbox_id);
+            let now = output::now();
+            eprintln!(
+                "created sandbox {} (template {}, isolation {}), destroyed {} unless killed earlier \
+                 with `sandkeep sandbox kill {}`",
+                created.sandbox_id,
+                created.template,
+                created.isolation,
+                output::relative(created.expires_at, now),
+                created.sandbox_id
+            );
+        }
+        Ok(exit::OK)
+    })
+    .await
+}
+
+async fn list(args: ListArgs) -> Outcome {
+    with_context(SessionKind::Ordinary, async |ctx| {
+        let listed = ctx.service.list_sandboxes(ListSandboxesArgs {}).await?;
+        if args.output.json {
+            output::print_json(&listed);
+            return Ok(exit::OK);
+        }
+        if listed.sandboxes.is_empty() {
+            eprintln!("no sandboxes; create one with `sandkeep sandbox create`");
+            return Ok(exit::OK);
+        }
+        let now = output::now();
+        let mut table = Table::new(&[
+            "SANDBOX",
+            "TEMPLATE",
+            "ISOLATION",
+            "RETAINED",
+            "CREATED",
+            "EXPIRES",
+        ]);
+        for s in &listed.sandboxes {
+            table.row(vec![
+                s.sandbox_id.clone(),
+                s.template.clone(),
+                s.isolation.clone(),
+                output::yes_no(s.retained),
+                output::relative(s.created_at, now),
+                output::relative(s.expires_at, now),
+            ]);
+        }
+        table.print();
+        Ok(exit::OK)
+    })
+    .await
+}
+
+async fn kill(args: KillArgs) -> Outcome {
+    with_context(SessionKind::Ordinary, async |ctx| {
+        let request = KillSandboxArgs {
+            sandbox_id: args.sandbox_id.clone(),
+        };
+        let killed = ctx.service.kill_sandbox(&ctx.session, request).await?;
+        if args.output.json {
+            output::print_json(&killed);
+        } else if killed.killed {
+            println!("killed sandbox {}", killed.sandbox_id);
+        } else {
+            println!("sandbox {} was already gone", killed.sandbox_id);
+        }
+        Ok(exit::OK)
+    })
+    .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn env_pairs_split_at_the_first_equals() {
+        assert_eq!(parse_env("A=b=c"), Ok(("A".into(), "b=c".into())));
+        assert_eq!(parse_env("A="), Ok(("A".into(), String::new())));
+        assert!(parse_env("=x").is_err());
+        assert!(parse_env("nothing").is_err());
+    }
+}

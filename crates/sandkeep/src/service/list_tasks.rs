@@ -1,0 +1,73 @@
+//! list_tasks: every task of a sandbox with its state, from the in-sandbox
+//! helper's `list` verb. Like get_task it neither renews the deadline nor
+//! touches the session. (Added for `sandkeep task list`.)
+
+use sandkeep_proto::wire::{self, ListReply};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::helper::{self, HelperError};
+use super::{Service, ToolError, validate};
+
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ListTasksArgs {
+    /// The sandbox whose tasks to list.
+    pub sandbox_id: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct TaskEntry {
+    pub task_id: String,
+    /// running, succeeded, failed, cancelled, timed_out or unknown.
+    #[schemars(with = "String")]
+    pub state: sandkeep_proto::TaskState,
+    pub exit_code: Option<i32>,
+    /// Unix seconds.
+    pub started_at: Option<u64>,
+    /// Unix seconds.
+    pub finished_at: Option<u64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct ListTasksResult {
+    pub sandbox_id: String,
+    pub tasks: Vec<TaskEntry>,
+}
+
+impl Service {
+    pub async fn list_tasks(&self, args: ListTasksArgs) -> Result<ListTasksResult, ToolError> {
+        let id = validate::sandbox_id(&args.sandbox_id)?;
+        let no_arguments = serde_json::Map::new();
+        let reply: ListReply =
+            helper::call(self.provider.as_ref(), &id, wire::verb::LIST, &no_arguments)
+                .await
+                .map_err(|e| match e {
+                    HelperError::Provider(p) => ToolError::Provider(p),
+                    HelperError::Refused { kind, message } => ToolError::Helper {
+                        kind,
+                        message: format!(
+                            "the task helper in sandbox {id} refused to list its tasks ({message})"
+                        ),
+                    },
+                    HelperError::Unreadable(detail) => ToolError::BadHelperReply {
+                        sandbox_id: id.to_string(),
+                        detail,
+                    },
+                })?;
+        Ok(ListTasksResult {
+            sandbox_id: id.to_string(),
+            tasks: reply
+                .tasks
+                .into_iter()
+                .map(|t| TaskEntry {
+                    task_id: t.task_id.to_string(),
+                    state: t.state,
+                    exit_code: t.exit_code,
+                    started_at: t.started_at,
+                    finished_at: t.finished_at,
+                })
+                .collect(),
+        })
+    }
+}
