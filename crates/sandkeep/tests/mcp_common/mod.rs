@@ -311,13 +311,13 @@ pub async fn in_process(provider: Arc<dyn Provider>) -> (Client, Arc<Service>, A
 }
 
 /// A provider that records every call and forwards it to `inner` (or fails
-/// with `Unavailable` without one). With `break_exec_after_send`, exec is
+/// with `Unavailable` without one). With `break_exec_matching`, an exec whose command contains that text is
 /// forwarded and then reported as broken (`Unconfirmed`), the way a
 /// connection lost after sending looks.
 pub struct Recorder {
     pub inner: Option<Arc<dyn Provider>>,
     pub calls: Mutex<Vec<String>>,
-    pub break_exec_after_send: bool,
+    pub break_exec_matching: Option<String>,
 }
 
 impl Recorder {
@@ -325,15 +325,15 @@ impl Recorder {
         Arc::new(Self {
             inner,
             calls: Mutex::default(),
-            break_exec_after_send: false,
+            break_exec_matching: None,
         })
     }
 
-    pub fn breaking_exec(inner: Arc<dyn Provider>) -> Arc<Self> {
+    pub fn breaking_exec(inner: Arc<dyn Provider>, matching: &str) -> Arc<Self> {
         Arc::new(Self {
             inner: Some(inner),
             calls: Mutex::default(),
-            break_exec_after_send: true,
+            break_exec_matching: Some(matching.to_owned()),
         })
     }
 
@@ -368,8 +368,12 @@ impl Provider for Recorder {
     }
     async fn exec(&self, id: &SandboxId, request: ExecRequest) -> PResult<ExecOutput> {
         let inner = self.note(format!("exec {id} {}", request.command))?;
+        let breaks = self
+            .break_exec_matching
+            .as_ref()
+            .is_some_and(|m| request.command.contains(m.as_str()));
         let out = inner.exec(id, request).await;
-        if self.break_exec_after_send {
+        if breaks {
             return Err(ProviderError::Unconfirmed {
                 sandbox: id.clone(),
                 message: "test: connection reset after the request was sent".into(),
