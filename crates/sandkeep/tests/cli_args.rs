@@ -1,0 +1,254 @@
+//! The command line's surface: bad arguments exit 2 with a message that
+//! names the problem (whether clap or the service refuses them), help texts
+//! and completions. These tests create no sandbox.
+
+mod cli_common;
+
+use cli_common::{Home, describe};
+
+const TASK: &str = "0123456789abcdef0123456789abcdef";
+
+/// Runs `args`, asserts exit code 2, nothing on stdout, and a message on
+/// stderr containing every one of `expect`.
+fn usage_error(home: &Home, args: &[&str], expect: &[&str]) {
+    let out = home.run(args);
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "sandkeep {args:?}: {}",
+        describe(&out)
+    );
+    assert!(
+        out.stdout.is_empty(),
+        "sandkeep {args:?} printed on stdout: {}",
+        describe(&out)
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    for e in expect {
+        assert!(
+            stderr.contains(e),
+            "sandkeep {args:?}: stderr should mention {e:?}: {stderr}"
+        );
+    }
+}
+
+#[test]
+fn bad_arguments_exit_2_with_a_message_naming_them() {
+    let home = Home::new();
+    usage_error(
+        &home,
+        &["frobnicate"],
+        &["unrecognized subcommand", "frobnicate"],
+    );
+    usage_error(&home, &["task", "start", "--", "ls"], &["--sandbox"]);
+    usage_error(&home, &["exec"], &["COMMAND"]);
+    usage_error(
+        &home,
+        &["exec", "--timeout", "soon", "--", "ls"],
+        &["invalid value", "soon", "--timeout"],
+    );
+    usage_error(
+        &home,
+        &["sandbox", "create", "--env", "NOEQUALS"],
+        &["NAME=VALUE", "NOEQUALS"],
+    );
+    usage_error(&home, &["sandbox", "kill"], &["SANDBOX"]);
+    usage_error(&home, &["task", "get", "sb-1"], &["TASK"]);
+    usage_error(
+        &home,
+        &["task", "logs", "sb-1", TASK, "--folow"],
+        &["--folow", "--follow"],
+    );
+    usage_error(&home, &["completions", "tcsh"], &["tcsh", "bash"]);
+}
+
+#[test]
+fn values_the_service_refuses_exit_2_and_run_nothing() {
+    let home = Home::new();
+    usage_error(
+        &home,
+        &["sandbox", "create", "--timeout", "0"],
+        &["timeout", "86400"],
+    );
+    usage_error(
+        &home,
+        &["sandbox", "create", "--timeout", "86401", "--json"],
+        &["timeout"],
+    );
+    usage_error(
+        &home,
+        &["task", "get", "sb-1", "NOT-A-TASK-ID"],
+        &["task_id", "NOT-A-TASK-ID"],
+    );
+    usage_error(
+        &home,
+        &["task", "get", "sb-1", TASK, "--limit", "0"],
+        &["limit"],
+    );
+    usage_error(
+        &home,
+        &["task", "get", "sb-1", TASK, "--stdout-offset", "1048577"],
+        &["stdout_offset"],
+    );
+    usage_error(&home, &["task", "wait", "Not/An/Id", TASK], &["sandbox_id"]);
+    usage_error(
+        &home,
+        &[
+            "task",
+            "start",
+            "--sandbox",
+            "sb-1",
+            "--timeout",
+            "3601",
+            "--",
+            "true",
+        ],
+        &["timeout"],
+    );
+    let listed = home.json(&["sandbox", "list", "--json"]);
+    assert_eq!(
+        listed["sandboxes"],
+        serde_json::json!([]),
+        "a refused create made a sandbox"
+    );
+}
+
+#[test]
+fn failures_exit_1_or_125_with_a_next_step() {
+    let home = Home::new();
+    let out = home.run(&["sandbox", "kill", "sb-gone"]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "killing a gone sandbox is not an error: {}",
+        describe(&out)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("already gone"));
+
+    let out = home.run(&["task", "get", "sb-gone", TASK]);
+    assert_eq!(out.status.code(), Some(1), "{}", describe(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("no such sandbox sb-gone"), "{stderr}");
+    assert!(
+        stderr.contains("sandkeep sandbox list"),
+        "the next step is a command: {stderr}"
+    );
+
+    // Commands that forward a task's status use 125 for their own failure.
+    for args in [
+        &["task", "wait", "sb-gone", TASK][..],
+        &["task", "logs", "sb-gone", TASK, "--follow"],
+        &["exec", "--sandbox", "sb-gone", "--", "true"],
+    ] {
+        let out = home.run(args);
+        assert_eq!(
+            out.status.code(),
+            Some(125),
+            "sandkeep {args:?}: {}",
+            describe(&out)
+        );
+        assert!(String::from_utf8_lossy(&out.stderr).contains("no such sandbox"));
+    }
+}
+
+#[test]
+fn help_texts_explain_commands_to_a_newcomer() {
+    let home = Home::new();
+    let root = home.ok(&["--help"]);
+    for phrase in [
+        "background tasks",
+        "SANDKEEP_HOME",
+        "sandbox",
+        "task",
+        "doctor",
+        "completions",
+        "75",
+        "unknown",
+    ] {
+        assert!(
+            root.contains(phrase),
+            "`sandkeep --help` should mention {phrase:?}:\n{root}"
+        );
+    }
+    let short = home.ok(&["-h"]);
+    assert!(
+        short.lines().count() < root.lines().count(),
+        "-h is the short form"
+    );
+
+    let pages: &[(&[&str], &[&str])] = &[
+        (
+            &["sandbox", "--help"],
+            &["create", "list", "kill", "deadline"],
+        ),
+        (
+            &["sandbox", "create", "--help"],
+            &["--template", "--timeout", "--env", "86400", "redacted"],
+        ),
+        (&["sandbox", "list", "--help"], &["--json"]),
+        (&["sandbox", "kill", "--help"], &["SANDBOX", "already gone"]),
+        (
+            &["exec", "--help"],
+            &["--sandbox", "destroyed", "exit", "124", "125"],
+        ),
+        (
+            &["task", "--help"],
+            &[
+                "start",
+                "get",
+                "cancel",
+                "list",
+                "logs",
+                "wait",
+                "SANDBOX TASK",
+            ],
+        ),
+        (
+            &["task", "start", "--help"],
+            &["--sandbox", "retain", "unknown", "75", "do not start"],
+        ),
+        (
+            &["task", "get", "--help"],
+            &["unknown", "--stdout-offset", "--limit"],
+        ),
+        (&["task", "cancel", "--help"], &["TERM", "KILL", "3 s"]),
+        (&["task", "list", "--help"], &["SANDBOX"]),
+        (
+            &["task", "logs", "--help"],
+            &["--follow", "--stderr", "tail -f", "terminal", "75"],
+        ),
+        (&["task", "wait", "--help"], &["--timeout", "76", "75"]),
+        (
+            &["doctor", "--help"],
+            &["namespaces", "overlay", "state directory", "helper"],
+        ),
+        (&["completions", "--help"], &["bash", "zsh", "fish"]),
+    ];
+    for (args, phrases) in pages {
+        let text = home.ok(args);
+        for phrase in *phrases {
+            assert!(
+                text.contains(phrase),
+                "`sandkeep {}` should mention {phrase:?}:\n{text}",
+                args.join(" ")
+            );
+        }
+        assert!(!text.contains("TODO"), "{text}");
+    }
+}
+
+#[test]
+fn completions_cover_every_command() {
+    let home = Home::new();
+    for shell in ["bash", "zsh", "fish"] {
+        let script = home.ok(&["completions", shell]);
+        for word in [
+            "sandbox", "exec", "task", "logs", "wait", "doctor", "follow", "json",
+        ] {
+            assert!(
+                script.contains(word),
+                "{shell} completions should know {word:?}"
+            );
+        }
+    }
+}

@@ -1,0 +1,312 @@
+//! Shared pieces of the CLI tests: a private SANDKEEP_HOME per test, the
+//! real `sandkeep` binary, JSON helpers, the MCP output schemas, and a real
+//! `sandkeep serve` child with an rmcp client.
+#![allow(dead_code)] // each test crate uses a different subset
+
+use std::process::{Output, Stdio};
+use std::time::{Duration, Instant};
+
+use rmcp::model::CallToolRequestParams;
+use rmcp::service::RunningService;
+use rmcp::{RoleClient, ServiceExt};
+use serde_json::Value;
+
+pub fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_sandkeep")
+}
+
+/// How long one CLI command may take before the test fails.
+pub const COMMAND_DEADLINE: Duration = Duration::from_secs(30);
+
+/// A private SANDKEEP_HOME; whatever a test left running is killed on drop.
+pub struct Home {
+    pub dir: tempfile::TempDir,
+}
+
+impl Home {
+    pub fn new() -> Self {
+        Self {
+            dir: tempfile::Builder::new()
+                .prefix("sandkeep-cli-test")
+                .tempdir()
+                .expect("tempdir"),
+        }
+    }
+
+    pub fn path(&self) -> &std::path::Path {
+        self.dir.path()
+    }
+
+    /// `sandkeep ARGS` with this home, not yet run.
+    pub fn command(&self, args: &[&str]) -> std::process::Command {
+        let mut c = std::process::Command::new(bin());
+        c.env("SANDKEEP_HOME", self.path()).args(args);
+        c
+    }
+
+    /// Runs `sandkeep ARGS` to its end (bounded by [`COMMAND_DEADLINE`]).
+    pub fn run(&self, args: &[&str]) -> Output {
+        assert_cmd::Command::new(bin())
+            .env("SANDKEEP_HOME", self.path())
+            .args(args)
+            .timeout(COMMAND_DEADLINE)
+            .output()
+            .unwrap_or_else(|e| panic!("sandkeep {args:?}: {e}"))
+    }
+
+    /// Runs a command that must exit 0; returns its stdout.
+    pub fn ok(&self, args: &[&str]) -> String {
+        let out = self.run(args);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "sandkeep {args:?} failed: {}",
+            describe(&out)
+        );
+        String::from_utf8(out.stdout).expect("UTF-8 stdout")
+    }
+
+    /// Runs a `--json` command that must exit 0; returns its one object.
+    pub fn json(&self, args: &[&str]) -> Value {
+        let stdout = self.ok(args);
+        parse_one(&stdout, args)
+    }
+
+    /// Creates a sandbox and returns its id.
+    pub fn sandbox(&self) -> String {
+        let created = self.json(&["sandbox", "create", "--json"]);
+        created["sandbox_id"]
+            .as_str()
+            .expect("sandbox_id")
+            .to_owned()
+    }
+
+    /// Starts a task and returns its task id.
+    pub fn start(&self, sandbox: &str, command: &str) -> String {
+        let started = self.json(&[
+            "task",
+            "start",
+            "--sandbox",
+            sandbox,
+            "--json",
+            "--",
+            command,
+        ]);
+        started["task_id"].as_str().expect("task_id").to_owned()
+    }
+}
+
+impl Default for Home {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Drop for Home {
+    fn drop(&mut self) {
+        let Ok(out) = self
+            .command(&["sandbox", "list", "--json"])
+            .stderr(Stdio::null())
+            .output()
+        else {
+            return;
+        };
+        let Ok(list) = serde_json::from_slice::<Value>(&out.stdout) else {
+            return;
+        };
+        for s in list["sandboxes"].as_array().into_iter().flatten() {
+            if let Some(id) = s["sandbox_id"].as_str() {
+                let _ = self
+                    .command(&["sandbox", "kill", id])
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null())
+                    .status();
+            }
+        }
+    }
+}
+
+/// Exit code, stdout and stderr, for failure messages.
+pub fn describe(out: &Output) -> String {
+    format!(
+        "exit {:?}\nstdout: {}\nstderr: {}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// The single JSON object of a `--json` output line.
+pub fn parse_one(stdout: &str, args: &[&str]) -> Value {
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(
+        lines.len(),
+        1,
+        "sandkeep {args:?} should print one JSON line, got {stdout:?}"
+    );
+    let value: Value = serde_json::from_str(lines[0])
+        .unwrap_or_else(|e| panic!("sandkeep {args:?} printed invalid JSON ({e}): {stdout}"));
+    assert!(
+        value.is_object(),
+        "sandkeep {args:?} printed a non-object: {value}"
+    );
+    value
+}
+
+/// Asserts that `value` has exactly the shape of the MCP tool's result: every
+/// required property present, nothing the output schema does not declare,
+/// and each value of the declared JSON type.
+pub fn assert_mcp_shape(tool: &str, value: &Value) {
+    let spec = sandkeep::service::catalog::TOOLS
+        .iter()
+        .find(|t| t.name == tool)
+        .unwrap_or_else(|| panic!("no MCP tool {tool}"));
+    assert_schema(tool, &Value::Object((spec.output_schema)()), value);
+}
+
+/// Asserts that `value` fits the JSON schema `schema` (as schemars emits it).
+pub fn assert_schema(what: &str, schema: &Value, value: &Value) {
+    if let Err(e) = check(what, schema, schema, value) {
+        panic!("{e}");
+    }
+}
+
+fn resolve<'a>(root: &'a Value, schema: &'a Value) -> &'a Value {
+    match schema["$ref"].as_str() {
+        Some(r) => &root["$defs"][r.rsplit('/').next().unwrap_or_default()],
+        None => schema,
+    }
+}
+
+/// Checks `value` against the subset of JSON Schema that schemars emits for
+/// the service's result types.
+fn check(what: &str, root: &Value, schema: &Value, value: &Value) -> Result<(), String> {
+    let schema = resolve(root, schema);
+    if let Some(options) = schema["anyOf"].as_array().or(schema["oneOf"].as_array()) {
+        return if options.iter().any(|o| check(what, root, o, value).is_ok()) {
+            Ok(())
+        } else {
+            Err(format!("{what}: {value} matches none of {schema}"))
+        };
+    }
+    if let Some(allowed) = schema["enum"].as_array()
+        && !allowed.contains(value)
+    {
+        return Err(format!("{what}: {value} is not one of {allowed:?}"));
+    }
+    let types: Vec<&str> = match &schema["type"] {
+        Value::String(t) => vec![t.as_str()],
+        Value::Array(ts) => ts.iter().filter_map(Value::as_str).collect(),
+        _ => vec![],
+    };
+    let fits = types.is_empty()
+        || types.iter().any(|t| match *t {
+            "string" => value.is_string(),
+            "integer" => value.is_i64() || value.is_u64(),
+            "number" => value.is_number(),
+            "boolean" => value.is_boolean(),
+            "null" => value.is_null(),
+            "array" => value.is_array(),
+            "object" => value.is_object(),
+            _ => true,
+        });
+    if !fits {
+        return Err(format!("{what}: {value} is not of type {types:?}"));
+    }
+    if let (Some(props), Some(object)) = (schema["properties"].as_object(), value.as_object()) {
+        for key in object.keys() {
+            if !props.contains_key(key) {
+                return Err(format!(
+                    "{what}: `{key}` is not in the MCP result schema ({value})"
+                ));
+            }
+        }
+        for required in schema["required"].as_array().into_iter().flatten() {
+            let key = required.as_str().unwrap_or_default();
+            if !object.contains_key(key) {
+                return Err(format!("{what}: `{key}` is missing ({value})"));
+            }
+        }
+        for (key, v) in object {
+            check(&format!("{what}.{key}"), root, &props[key], v)?;
+        }
+    }
+    if let (Some(items), Some(array)) = (schema.get("items"), value.as_array()) {
+        for item in array {
+            check(what, root, items, item)?;
+        }
+    }
+    Ok(())
+}
+
+pub type Client = RunningService<RoleClient, ()>;
+
+/// A `sandkeep serve` child process on `home` with an rmcp client on its
+/// stdio.
+pub struct McpServer {
+    pub child: tokio::process::Child,
+    pub client: Client,
+}
+
+impl McpServer {
+    pub async fn start(home: &Home) -> Self {
+        let mut child = tokio::process::Command::new(bin())
+            .env("SANDKEEP_HOME", home.path())
+            .arg("serve")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("spawn sandkeep serve");
+        let stdout = child.stdout.take().unwrap();
+        let stdin = child.stdin.take().unwrap();
+        let client = ().serve((stdout, stdin)).await.expect("MCP handshake with sandkeep serve");
+        Self { child, client }
+    }
+
+    /// Calls a tool that must succeed; returns its structuredContent.
+    pub async fn ok(&self, tool: &str, args: Value) -> Value {
+        let mut params = CallToolRequestParams::new(tool.to_owned());
+        if let Value::Object(map) = args.clone() {
+            params = params.with_arguments(map);
+        }
+        let r = self
+            .client
+            .call_tool(params)
+            .await
+            .unwrap_or_else(|e| panic!("{tool}: protocol error {e}"));
+        assert_ne!(
+            r.is_error,
+            Some(true),
+            "{tool} {args} failed: {:?}",
+            r.content
+        );
+        r.structured_content.expect("structuredContent")
+    }
+
+    /// Ends the session (stdin closed) and waits for the server to exit.
+    pub async fn close(mut self) {
+        let _ = self.client.cancel().await;
+        tokio::time::timeout(Duration::from_secs(15), self.child.wait())
+            .await
+            .expect("sandkeep serve did not exit after its stdin closed")
+            .expect("wait");
+    }
+}
+
+/// Polls `probe` until it returns `Some`, failing with `what` after
+/// `within`.
+pub fn poll<T>(within: Duration, what: &str, mut probe: impl FnMut() -> Option<T>) -> T {
+    let start = Instant::now();
+    loop {
+        if let Some(v) = probe() {
+            return v;
+        }
+        assert!(
+            start.elapsed() < within,
+            "{what} did not happen within {within:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}

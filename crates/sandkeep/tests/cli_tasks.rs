@@ -1,0 +1,414 @@
+//! The command line against real sandboxes and tasks: what it starts an
+//! MCP server sees and the other way round, `task logs --follow` streaming,
+//! exit codes that carry the task's status, and `--json` in the MCP shapes.
+
+mod cli_common;
+
+use std::io::Read;
+use std::process::Stdio;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use cli_common::{Home, McpServer, assert_mcp_shape, assert_schema, describe, parse_one, poll};
+use serde_json::{Value, json};
+
+/// Waits (bounded) until the task has left `running`, through the CLI.
+fn settled(home: &Home, sandbox: &str, task: &str) -> Value {
+    poll(Duration::from_secs(30), "the task ending", || {
+        let v = home.json(&["task", "get", sandbox, task, "--json"]);
+        (v["state"] != "running").then_some(v)
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cli_and_mcp_server_see_the_same_sandboxes_and_tasks() {
+    let home = Home::new();
+    let sandbox = home.sandbox();
+    let from_cli = home.start(&sandbox, "echo from-cli");
+
+    let server = McpServer::start(&home).await;
+    let listed = server.ok("list_sandboxes", json!({})).await;
+    let entry = listed["sandboxes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["sandbox_id"] == sandbox.as_str())
+        .unwrap_or_else(|| panic!("the MCP server does not list the CLI's sandbox: {listed}"));
+    assert_eq!(
+        entry["retained"], true,
+        "starting a task retains the sandbox: {entry}"
+    );
+
+    let seen = poll(
+        Duration::from_secs(30),
+        "the CLI's task ending, seen over MCP",
+        || {
+            let v = futures_block(server.ok(
+                "get_task",
+                json!({"sandbox_id": sandbox, "task_id": from_cli}),
+            ));
+            (v["state"] != "running").then_some(v)
+        },
+    );
+    assert_eq!(seen["state"], "succeeded", "{seen}");
+    assert_eq!(seen["stdout"], "from-cli\n", "{seen}");
+
+    let started = server
+        .ok(
+            "start_task",
+            json!({"sandbox_id": sandbox, "command": "echo from-mcp; echo oops >&2; exit 5"}),
+        )
+        .await;
+    let from_mcp = started["task_id"].as_str().unwrap().to_owned();
+    let out = home.run(&["task", "wait", &sandbox, &from_mcp]);
+    assert_eq!(
+        out.status.code(),
+        Some(5),
+        "task wait exits with the task's status: {}",
+        describe(&out)
+    );
+
+    // The same read gives the same object through both front ends.
+    let by_cli = home.json(&["task", "get", &sandbox, &from_mcp, "--json"]);
+    let by_mcp = server
+        .ok(
+            "get_task",
+            json!({"sandbox_id": sandbox, "task_id": from_mcp}),
+        )
+        .await;
+    assert_eq!(by_cli, by_mcp);
+    assert_eq!(by_cli["stdout"], "from-mcp\n");
+    assert_eq!(by_cli["stderr"], "oops\n");
+    assert_eq!(by_cli["exit_code"], 5);
+
+    let tasks = home.json(&["task", "list", &sandbox, "--json"]);
+    let mut ids: Vec<&str> = tasks["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["task_id"].as_str().unwrap())
+        .collect();
+    ids.sort_unstable();
+    let mut expected = vec![from_cli.as_str(), from_mcp.as_str()];
+    expected.sort_unstable();
+    assert_eq!(ids, expected, "task list shows both tasks: {tasks}");
+
+    // Ending the MCP session leaves the retained sandbox to the CLI.
+    server.close().await;
+    let killed = home.json(&["sandbox", "kill", &sandbox, "--json"]);
+    assert_eq!(killed, json!({"sandbox_id": sandbox, "killed": true}));
+}
+
+/// Runs a future to completion from synchronous code inside a multi-thread
+/// runtime (the poll helper is synchronous).
+fn futures_block<F: std::future::Future>(f: F) -> F::Output {
+    tokio::task::block_in_place(|| tokio::runtime::Handle::current().block_on(f))
+}
+
+#[test]
+fn logs_follow_streams_output_as_it_is_saved_and_exits_with_the_tasks_code() {
+    let home = Home::new();
+    let sandbox = home.sandbox();
+    // The task waits inside the sandbox for a file the test creates only
+    // after it has seen FIRST arrive through `--follow`.
+    let task = home.start(
+        &sandbox,
+        "echo FIRST; while [ ! -e go ]; do sleep 0.05; done; echo SECOND; echo late-err >&2; exit 3",
+    );
+    let mut child = home
+        .command(&["task", "logs", &sandbox, &task, "--follow"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn task logs --follow");
+    let mut stdout = child.stdout.take().unwrap();
+    let (tx, rx) = mpsc::channel::<Vec<u8>>();
+    let reader = std::thread::spawn(move || {
+        let mut buf = [0u8; 4096];
+        loop {
+            match stdout.read(&mut buf) {
+                Ok(0) | Err(_) => return,
+                Ok(n) => {
+                    if tx.send(buf[..n].to_vec()).is_err() {
+                        return;
+                    }
+                }
+            }
+        }
+    });
+    let mut seen = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !String::from_utf8_lossy(&seen).contains("FIRST\n") {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(chunk) => seen.extend(chunk),
+            Err(_) => panic!("FIRST did not arrive through --follow within 30 s; got {seen:?}"),
+        }
+    }
+    assert_eq!(
+        String::from_utf8_lossy(&seen),
+        "FIRST\n",
+        "nothing after FIRST may exist yet"
+    );
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "--follow ended while the task was still running"
+    );
+    let task_now = home.json(&["task", "get", &sandbox, &task, "--json"]);
+    assert_eq!(task_now["state"], "running", "{task_now}");
+
+    home.ok(&["exec", "--sandbox", &sandbox, "--", "touch go"]);
+    let status = poll(
+        Duration::from_secs(30),
+        "task logs --follow exiting",
+        || child.try_wait().unwrap(),
+    );
+    reader.join().unwrap();
+    seen.extend(rx.try_iter().flatten());
+    assert_eq!(String::from_utf8_lossy(&seen), "FIRST\nSECOND\n");
+    assert_eq!(
+        status.code(),
+        Some(3),
+        "--follow exits with the task's status"
+    );
+    let mut stderr = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    assert!(
+        stderr.is_empty(),
+        "no status line when stderr is not a terminal: {stderr:?}"
+    );
+
+    // The stderr log, and the whole log again without --follow.
+    assert_eq!(
+        home.ok(&["task", "logs", &sandbox, &task, "--stderr"]),
+        "late-err\n"
+    );
+    assert_eq!(
+        home.ok(&["task", "logs", &sandbox, &task]),
+        "FIRST\nSECOND\n"
+    );
+}
+
+#[test]
+fn logs_put_characters_cut_by_page_ends_back_together() {
+    let home = Home::new();
+    let sandbox = home.sandbox();
+    // 5 bytes per repetition: 64 KiB pages end inside a character.
+    let task = home.start(
+        &sandbox,
+        "for i in $(seq 30000); do printf 'é€'; done; printf end",
+    );
+    settled(&home, &sandbox, &task);
+    let expected = format!("{}end", "é€".repeat(30_000));
+    let printed = home.ok(&["task", "logs", &sandbox, &task]);
+    assert!(
+        printed == expected,
+        "logs changed the bytes: {} vs {} bytes",
+        printed.len(),
+        expected.len()
+    );
+    let out = home.run(&["task", "logs", &sandbox, &task, "--follow"]);
+    assert_eq!(out.status.code(), Some(0));
+    assert!(
+        out.stdout == expected.as_bytes(),
+        "--follow changed the bytes"
+    );
+}
+
+#[test]
+fn exit_codes_carry_the_command_status_and_the_documented_codes() {
+    let home = Home::new();
+    let sandbox = home.sandbox();
+
+    let out = home.run(&[
+        "exec",
+        "--sandbox",
+        &sandbox,
+        "--",
+        "echo out; echo err >&2; exit 7",
+    ]);
+    assert_eq!(out.status.code(), Some(7), "{}", describe(&out));
+    assert_eq!(out.stdout, b"out\n");
+    assert_eq!(out.stderr, b"err\n");
+
+    let out = home.run(&["exec", "--sandbox", &sandbox, "--", "kill -TERM $$"]);
+    assert_eq!(
+        out.status.code(),
+        Some(128 + 15),
+        "a signal gives 128+N: {}",
+        describe(&out)
+    );
+
+    let out = home.run(&[
+        "exec",
+        "--sandbox",
+        &sandbox,
+        "--timeout",
+        "1",
+        "--",
+        "sleep 30",
+    ]);
+    let code = out.status.code();
+    assert!(
+        matches!(code, Some(124 | 137 | 143)),
+        "timed out: {}",
+        describe(&out)
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("timeout"),
+        "{}",
+        describe(&out)
+    );
+
+    // The supervisor killed without a record: the task's state is unknown.
+    let lost = home.start(&sandbox, "kill -KILL $PPID; sleep 30");
+    let out = home.run(&["task", "wait", &sandbox, &lost]);
+    assert_eq!(
+        out.status.code(),
+        Some(75),
+        "unknown has its own code: {}",
+        describe(&out)
+    );
+
+    let slow = home.start(&sandbox, "sleep 30");
+    let begun = Instant::now();
+    let out = home.run(&["task", "wait", &sandbox, &slow, "--timeout", "1"]);
+    assert_eq!(out.status.code(), Some(76), "{}", describe(&out));
+    assert!(begun.elapsed() < Duration::from_secs(10));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("still running"));
+
+    let cancelled = home.json(&["task", "cancel", &sandbox, &slow, "--json"]);
+    assert_eq!(cancelled["state"], "cancelled", "{cancelled}");
+    let out = home.run(&["task", "wait", &sandbox, &slow]);
+    let expected = cancelled["exit_code"].as_u64().map_or(1, |c| c as i32);
+    assert_eq!(out.status.code(), Some(expected), "{}", describe(&out));
+}
+
+#[test]
+fn exec_without_a_sandbox_runs_in_a_fresh_one_that_is_gone_afterwards() {
+    let home = Home::new();
+    let kept = home.sandbox();
+    let out = home.run(&["exec", "--", "echo", "hello", "world"]);
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    assert_eq!(out.stdout, b"hello world\n");
+    let listed = home.json(&["sandbox", "list", "--json"]);
+    let ids: Vec<&str> = listed["sandboxes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["sandbox_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        ids,
+        vec![kept.as_str()],
+        "exec's own sandbox must be destroyed, `sandbox create`'s kept"
+    );
+}
+
+#[test]
+fn every_json_output_has_the_mcp_result_shape() {
+    let home = Home::new();
+    let created = home.json(&[
+        "sandbox",
+        "create",
+        "--timeout",
+        "600",
+        "--env",
+        "GREETING=hi",
+        "--json",
+    ]);
+    assert_mcp_shape("create_sandbox", &created);
+    let sandbox = created["sandbox_id"].as_str().unwrap().to_owned();
+
+    let listed = home.json(&["sandbox", "list", "--json"]);
+    assert_mcp_shape("list_sandboxes", &listed);
+    assert_eq!(listed["sandboxes"][0]["sandbox_id"], sandbox.as_str());
+
+    let out = home.run(&[
+        "exec",
+        "--sandbox",
+        &sandbox,
+        "--json",
+        "--",
+        "echo $GREETING; exit 4",
+    ]);
+    assert_eq!(
+        out.status.code(),
+        Some(4),
+        "--json keeps the exit code: {}",
+        describe(&out)
+    );
+    let ran = parse_one(&String::from_utf8_lossy(&out.stdout), &["exec"]);
+    assert_mcp_shape("run_command", &ran);
+    assert_eq!(ran["stdout"], "hi\n");
+    assert_eq!(ran["exit_code"], 4);
+
+    let started = home.json(&[
+        "task",
+        "start",
+        "--sandbox",
+        &sandbox,
+        "--json",
+        "--",
+        "echo task-out",
+    ]);
+    assert_mcp_shape("start_task", &started);
+    let task = started["task_id"].as_str().unwrap().to_owned();
+    let got = settled(&home, &sandbox, &task);
+    assert_mcp_shape("get_task", &got);
+
+    let waited = parse_one(
+        &home.ok(&["task", "wait", &sandbox, &task, "--json"]),
+        &["task", "wait"],
+    );
+    assert_mcp_shape("get_task", &waited);
+    assert_eq!(waited, got, "wait --json prints what get --json prints");
+
+    let cancelled = home.json(&["task", "cancel", &sandbox, &task, "--json"]);
+    assert_mcp_shape("cancel_task", &cancelled);
+    assert_eq!(
+        cancelled["state"], "succeeded",
+        "cancelling a finished task leaves it alone"
+    );
+
+    let pages = home.ok(&["task", "logs", &sandbox, &task, "--json"]);
+    let mut text = String::new();
+    for line in pages.lines() {
+        let page: Value = serde_json::from_str(line).expect("each logs --json line is JSON");
+        assert_mcp_shape("get_task", &page);
+        text.push_str(page["stdout"].as_str().unwrap());
+    }
+    assert_eq!(text, "task-out\n");
+
+    let tasks = home.json(&["task", "list", &sandbox, "--json"]);
+    let schema =
+        serde_json::to_value(schemars::schema_for!(sandkeep::service::ListTasksResult)).unwrap();
+    assert_schema("list_tasks", &schema, &tasks);
+    assert_eq!(tasks["tasks"][0]["task_id"], task.as_str());
+
+    let doctor = home.json(&["doctor", "--json"]);
+    for key in [
+        "isolation",
+        "reason",
+        "checks",
+        "state_dir",
+        "remediation",
+        "helper",
+    ] {
+        assert!(
+            doctor.get(key).is_some(),
+            "doctor --json lacks {key}: {doctor}"
+        );
+    }
+    assert_eq!(doctor["state_dir"], home.path().to_str().unwrap());
+
+    let killed = home.json(&["sandbox", "kill", &sandbox, "--json"]);
+    assert_mcp_shape("kill_sandbox", &killed);
+    let again = home.json(&["sandbox", "kill", &sandbox, "--json"]);
+    assert_eq!(again["killed"], false);
+}
