@@ -8,8 +8,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
+use rmcp::model::ProtocolVersion;
 use rmcp::model::{CallToolRequestParams, CallToolResult};
 use rmcp::service::RunningService;
+use rmcp::service::{ClientLifecycleMode, ClientServiceExt};
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::{RoleClient, ServiceExt};
 use sandkeep::mcp::SandkeepMcp;
 use sandkeep::provider::{
@@ -291,6 +295,96 @@ where
 /// True while the process exists (not yet reaped counts as existing).
 pub fn process_exists(pid: i32) -> bool {
     std::path::Path::new(&format!("/proc/{pid}")).exists()
+}
+
+// ---- HTTP server ---------------------------------------------------------
+
+/// A `sandkeep serve --http` child process.
+pub struct HttpServer {
+    pub child: Child,
+    pub url: String,
+    pub stderr: Arc<Mutex<String>>,
+}
+
+impl HttpServer {
+    pub async fn start(home: &Home, args: &[&str]) -> Self {
+        let mut child = home
+            .command()
+            .arg("serve")
+            .args(args)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("spawn sandkeep serve --http");
+        let stderr = collect(child.stderr.take().unwrap());
+        let mut url = String::new();
+        until(
+            Duration::from_secs(10),
+            "the server to print its URL",
+            || {
+                let found = stderr
+                    .lock()
+                    .unwrap()
+                    .lines()
+                    .find_map(|l| l.split("serving MCP at ").nth(1).map(str::to_owned));
+                if let Some(u) = found {
+                    url = u;
+                }
+                std::future::ready(!url.is_empty())
+            },
+        )
+        .await;
+        Self { child, url, stderr }
+    }
+
+    pub fn port(&self) -> u16 {
+        self.url
+            .rsplit(':')
+            .next()
+            .unwrap()
+            .trim_end_matches("/mcp")
+            .parse()
+            .unwrap()
+    }
+
+    pub async fn legacy(&self, token: Option<&str>) -> Client {
+        let mut config = StreamableHttpClientTransportConfig::with_uri(self.url.clone());
+        if let Some(t) = token {
+            config = config.auth_header(t);
+        }
+        ().serve(StreamableHttpClientTransport::from_config(config))
+            .await
+            .expect("legacy HTTP session")
+    }
+
+    pub async fn modern(&self) -> Client {
+        let transport = StreamableHttpClientTransport::from_config(
+            StreamableHttpClientTransportConfig::with_uri(self.url.clone()),
+        );
+        ().serve_with_lifecycle(
+            transport,
+            ClientLifecycleMode::Discover {
+                preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+            },
+        )
+        .await
+        .expect("2026-07-28 HTTP client")
+    }
+
+    pub async fn stop(mut self) {
+        rustix::process::kill_process(
+            rustix::process::Pid::from_raw(self.child.id().unwrap() as i32).unwrap(),
+            rustix::process::Signal::TERM,
+        )
+        .unwrap();
+        let status = wait_exit(&mut self.child, Duration::from_secs(30)).await;
+        assert!(
+            status.success(),
+            "{status:?}\n{}",
+            self.stderr.lock().unwrap()
+        );
+    }
 }
 
 // ---- in-process server ---------------------------------------------------

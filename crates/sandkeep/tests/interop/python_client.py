@@ -1,0 +1,110 @@
+"""Interop check: the official MCP Python SDK drives sandkeep.
+
+Run by tests/mcp_interop.rs as
+    python python_client.py SANDKEEP_BIN SANDKEEP_HOME HTTP_URL
+with SANDKEEP_HOME also set in the environment. It walks the acceptance
+path of SPEC.md section 9 with an independent client implementation:
+phase 1 over stdio with the legacy initialize handshake, phase 2 over stdio
+with the SDK's default negotiation (2026-07-28 discover when offered), and
+a short phase over Streamable HTTP. Any failed check raises, which makes
+the interpreter exit non-zero with the reason on stderr.
+"""
+
+import asyncio
+import sys
+import time
+
+from mcp import Client, StdioServerParameters
+
+TOOLS = {
+    "cancel_task", "create_sandbox", "get_task", "kill_sandbox", "list_files",
+    "list_sandboxes", "read_file", "run_command", "start_task", "write_file",
+}
+
+
+def check(cond, what):
+    if not cond:
+        raise AssertionError(what)
+
+
+async def ok(client, tool, args):
+    r = await client.call_tool(tool, args)
+    text = " ".join(getattr(c, "text", "") for c in r.content)
+    check(not r.is_error, f"{tool} {args} failed: {text}")
+    check(isinstance(r.structured_content, dict), f"{tool}: no structuredContent")
+    return r.structured_content
+
+
+async def err(client, tool, args):
+    r = await client.call_tool(tool, args)
+    check(r.is_error, f"{tool} {args} should be a tool error")
+    return " ".join(getattr(c, "text", "") for c in r.content)
+
+
+async def phase_one(server):
+    async with Client(server, mode="legacy") as c:
+        tools = (await c.list_tools()).tools
+        check({t.name for t in tools} == TOOLS, f"tools: {[t.name for t in tools]}")
+        for t in tools:
+            check(t.input_schema.get("additionalProperties") is False, f"{t.name}: open inputSchema")
+            check(t.output_schema and t.output_schema.get("type") == "object", f"{t.name}: outputSchema")
+        m = await err(c, "start_task", {"command": "true"})
+        check("no default sandbox" in m, m)
+        m = await err(c, "get_task", {"sandbox_id": "x", "task_id": "0" * 32, "limit": 0})
+        check("`limit`" in m and "1 to 65536" in m, m)
+        sb = await ok(c, "create_sandbox", {"timeout": 600})
+        task = await ok(c, "start_task", {"command": "printf BEFORE; sleep 10; printf AFTER", "timeout": 120})
+        check(task["state"] == "running", f"{task}")
+        return sb["sandbox_id"], task["task_id"]
+
+
+async def phase_two(server, sandbox_id, task_id):
+    async with Client(server) as c:
+        deadline = time.monotonic() + 30
+        while True:
+            v = await ok(c, "get_task", {"sandbox_id": sandbox_id, "task_id": task_id})
+            if v["state"] != "running":
+                break
+            check(time.monotonic() < deadline, f"still running: {v}")
+            await asyncio.sleep(0.1)
+        check(v["state"] == "succeeded" and v["exit_code"] == 0, f"{v}")
+        out, offset = "", 0
+        while True:
+            page = await ok(c, "get_task", {"sandbox_id": sandbox_id, "task_id": task_id,
+                                            "stdout_offset": offset, "limit": 4})
+            out += page["stdout"]
+            if page["stdout_next_offset"] == offset:
+                break
+            offset = page["stdout_next_offset"]
+        check(out == "BEFOREAFTER", f"stdout by offsets: {out!r}")
+        second = await ok(c, "start_task", {"sandbox_id": sandbox_id, "command": "sleep 300"})
+        t = time.monotonic()
+        cancelled = await ok(c, "cancel_task", {"sandbox_id": sandbox_id, "task_id": second["task_id"]})
+        check(cancelled["state"] == "cancelled", f"{cancelled}")
+        check(time.monotonic() - t < 4, "cancel took too long")
+        killed = await ok(c, "kill_sandbox", {"sandbox_id": sandbox_id})
+        check(killed["killed"] is True, f"{killed}")
+        return c.protocol_version
+
+
+async def phase_http(url):
+    async with Client(url) as c:
+        tools = (await c.list_tools()).tools
+        check({t.name for t in tools} == TOOLS, "HTTP tool list")
+        sb = await ok(c, "create_sandbox", {"timeout": 60})
+        run = await ok(c, "run_command", {"sandbox_id": sb["sandbox_id"], "command": "echo hi"})
+        check(run["stdout"] == "hi\n" and run["exit_code"] == 0, f"{run}")
+        await ok(c, "kill_sandbox", {"sandbox_id": sb["sandbox_id"]})
+        return c.protocol_version
+
+
+async def main():
+    binary, home, url = sys.argv[1], sys.argv[2], sys.argv[3]
+    server = StdioServerParameters(command=binary, args=["serve"], env={"SANDKEEP_HOME": home})
+    sandbox_id, task_id = await phase_one(server)
+    stdio_version = await phase_two(server, sandbox_id, task_id)
+    http_version = await phase_http(url)
+    print(f"interop ok: stdio {stdio_version}, http {http_version}")
+
+
+asyncio.run(main())
