@@ -50,9 +50,10 @@ impl Capture {
         self.truncated
     }
 
-    /// True once every further byte will be dropped.
-    #[cfg(test)]
-    fn is_dropping(&self) -> bool {
+    /// True once every further byte will be dropped: the reader may then
+    /// discard input without handing it over, and report it with
+    /// [`Capture::dropped`].
+    pub fn is_dropping(&self) -> bool {
         !self.saving
     }
 
@@ -70,6 +71,16 @@ impl Capture {
         let change = self.save(&out);
         self.scratch = out;
         change
+    }
+
+    /// `n` bytes were discarded without being handed over.
+    pub fn dropped(&mut self, n: usize) -> Saved {
+        debug_assert!(!self.saving, "only input beyond the cap may be discarded");
+        if n == 0 {
+            Saved::Unchanged
+        } else {
+            self.mark_truncated()
+        }
     }
 
     /// The stream ended (or is abandoned): saves what redaction held back.

@@ -49,7 +49,16 @@ const KILL_WAIT: Duration = Duration::from_secs(1);
 const GROUP_TICK: Duration = Duration::from_millis(5);
 const READ_CHUNK: usize = 64 * 1024;
 /// Larger pipes mean fewer wake-ups under a flood; the kernel may refuse.
-const PIPE_SIZE: usize = 256 * 1024;
+const PIPE_SIZE: usize = 1024 * 1024;
+/// Bytes moved per splice when discarding output beyond the cap.
+const DISCARD_CHUNK: usize = 1024 * 1024;
+/// Beyond the cap, a stream that gave less than this in one go is left
+/// alone for [`DISCARD_PAUSE`]: waking for every small write of a flood
+/// costs the task more than the copy itself. Only with a pipe large enough
+/// to absorb the pause without blocking the writer.
+const DISCARD_BATCH: usize = 256 * 1024;
+const DISCARD_PAUSE: Duration = Duration::from_micros(300);
+const MIN_PIPE_FOR_PAUSE: usize = 512 * 1024;
 /// Reads per stream per wake-up, so one flooding stream cannot starve the
 /// other or the exit watch.
 const READS_PER_WAKEUP: usize = 16;
@@ -134,15 +143,21 @@ fn spawn_command(order: &StartRequest) -> io::Result<Child> {
 struct Stream {
     fd: OwnedFd,
     capture: Capture,
+    /// Whether the pipe is large enough to pause reading beyond the cap.
+    may_pause: bool,
+    /// Not polled before this instant (batching beyond the cap).
+    paused_until: Option<Instant>,
 }
 
 impl Stream {
     fn new(fd: OwnedFd, log: File, redactor: Redactor) -> io::Result<Self> {
         rustix::io::ioctl_fionbio(&fd, true)?;
-        let _ = rustix::pipe::fcntl_setpipe_size(&fd, PIPE_SIZE);
+        let size = rustix::pipe::fcntl_setpipe_size(&fd, PIPE_SIZE).unwrap_or(0);
         Ok(Self {
             fd,
             capture: Capture::new(log, redactor),
+            may_pause: size >= MIN_PIPE_FOR_PAUSE,
+            paused_until: None,
         })
     }
 }
@@ -176,6 +191,9 @@ struct Supervisor {
     killed_at: Option<Instant>,
     exited: Option<Exited>,
     buf: Vec<u8>,
+    /// `/dev/null`, where output beyond the cap is spliced without being
+    /// copied into this process; `None` where it is missing or refuses.
+    discard: Option<OwnedFd>,
 }
 
 impl Supervisor {
@@ -256,6 +274,11 @@ impl Supervisor {
             killed_at: None,
             exited: None,
             buf: vec![0; READ_CHUNK],
+            discard: File::options()
+                .write(true)
+                .open("/dev/null")
+                .ok()
+                .map(OwnedFd::from),
         }))
     }
 
@@ -283,8 +306,11 @@ impl Supervisor {
     fn wait(&self, timeout: Duration) -> Vec<Source> {
         let mut fds = Vec::with_capacity(4);
         let mut sources = Vec::with_capacity(4);
+        let now = Instant::now();
         for (i, s) in self.streams.iter().enumerate() {
-            if let Some(s) = s {
+            if let Some(s) = s
+                && s.paused_until.is_none_or(|t| t <= now)
+            {
                 fds.push(PollFd::new(&s.fd, PollFlags::IN));
                 sources.push(Source::Stream(i));
             }
@@ -401,6 +427,11 @@ impl Supervisor {
         } else if self.exit_watch.is_none() {
             next = next.min(now + GROUP_TICK);
         }
+        for s in self.streams.iter().flatten() {
+            if let Some(t) = s.paused_until {
+                next = next.min(t);
+            }
+        }
         next
     }
 
@@ -409,6 +440,39 @@ impl Supervisor {
             let Some(stream) = &mut self.streams[i] else {
                 return;
             };
+            stream.paused_until = None;
+            if stream.capture.is_dropping()
+                && let Some(null) = &self.discard
+            {
+                match rustix::pipe::splice(
+                    &stream.fd,
+                    None,
+                    null,
+                    None,
+                    DISCARD_CHUNK,
+                    rustix::pipe::SpliceFlags::NONBLOCK,
+                ) {
+                    Ok(0) => return self.close_stream(i),
+                    Ok(n) => {
+                        if stream.may_pause && n < DISCARD_BATCH {
+                            stream.paused_until = Some(Instant::now() + DISCARD_PAUSE);
+                        }
+                        let pause = stream.paused_until.is_some();
+                        if stream.capture.dropped(n) == Saved::NowTruncated {
+                            self.note_truncated(i);
+                        }
+                        if pause {
+                            return;
+                        }
+                        continue;
+                    }
+                    Err(Errno::AGAIN) => return,
+                    Err(Errno::INTR) => continue,
+                    // Splicing is refused: read and drop instead.
+                    Err(_) => self.discard = None,
+                }
+                continue;
+            }
             match rustix::io::read(&stream.fd, &mut self.buf[..]) {
                 Ok(0) => return self.close_stream(i),
                 Ok(n) => {

@@ -26,7 +26,11 @@ fn output_across_a_pause_reads_back_as_before_after_in_pages() {
     // Saved bytes are visible while the command still runs.
     let t0 = Instant::now();
     let early = user.wait_for(&id, SOON, "showing BEFORE", |s| s.stdout_bytes == 6);
-    assert!(t0.elapsed() < Duration::from_secs(1), "BEFORE took {:?}", t0.elapsed());
+    assert!(
+        t0.elapsed() < Duration::from_secs(1),
+        "BEFORE took {:?}",
+        t0.elapsed()
+    );
     assert_state(&early, TaskState::Running, None);
     assert_eq!(early.stdout, "BEFORE");
     assert_eq!(early.summary.finished_at, None);
@@ -41,7 +45,10 @@ fn output_across_a_pause_reads_back_as_before_after_in_pages() {
     loop {
         let page = user.status_page(&id, offset, 0, 4);
         if page.stdout.is_empty() {
-            assert_eq!(page.stdout_next_offset, offset, "past the end keeps the offset");
+            assert_eq!(
+                page.stdout_next_offset, offset,
+                "past the end keeps the offset"
+            );
             break;
         }
         text.push_str(&page.stdout);
@@ -73,7 +80,11 @@ fn exit_codes_and_signals_are_recorded() {
         .collect();
     for (id, (command, state, code)) in ids.iter().zip(cases) {
         let s = user.wait_terminal(id, SOON);
-        assert_eq!((s.summary.state, s.summary.exit_code), (state, code), "{command}: {s:?}");
+        assert_eq!(
+            (s.summary.state, s.summary.exit_code),
+            (state, code),
+            "{command}: {s:?}"
+        );
     }
     assert_eq!(user.status(&ids[1]).stderr, "oops\n");
 }
@@ -86,7 +97,11 @@ fn timeout_stops_the_group_and_reads_timed_out() {
     user.start(&id, "sleep 1000.413", 1);
     let s = user.wait_terminal(&id, SOON);
     assert_state(&s, TaskState::TimedOut, Some(143));
-    assert!(t0.elapsed() < Duration::from_secs(3), "took {:?}", t0.elapsed());
+    assert!(
+        t0.elapsed() < Duration::from_secs(3),
+        "took {:?}",
+        t0.elapsed()
+    );
     assert!(live_with_cmdline(&["sleep", "1000.413"]).is_empty());
 }
 
@@ -96,7 +111,11 @@ fn cancel_of_a_task_trapping_term_is_confirmed_within_3_s() {
     let id = new_id();
     // The task ignores TERM and waits until it is told it ignores TERM, so
     // the cancel cannot land before the trap is set.
-    user.start(&id, "trap '' TERM; echo trapped; sleep 1000.517; echo never", 60);
+    user.start(
+        &id,
+        "trap '' TERM; echo trapped; sleep 1000.517; echo never",
+        60,
+    );
     user.wait_for(&id, SOON, "trapping", |s| s.stdout == "trapped\n");
 
     let t0 = Instant::now();
@@ -107,7 +126,10 @@ fn cancel_of_a_task_trapping_term_is_confirmed_within_3_s() {
     assert_state(&reply.status, TaskState::Cancelled, Some(137));
     assert_eq!(reply.status.stdout, "trapped\n");
     assert!(live_with_cmdline(&["sleep", "1000.517"]).is_empty());
-    assert!(user.live_processes().is_empty(), "nothing of the task is left");
+    assert!(
+        user.live_processes().is_empty(),
+        "nothing of the task is left"
+    );
 
     // Cancelling again returns the saved result and signals nothing.
     let again = user.cancel(&id);
@@ -148,12 +170,17 @@ fn escaped_process_holding_the_pipes_does_not_keep_the_task_running() {
         f = fifo.display()
     );
     user.start(&id, &command, 60);
-    let exited = user.wait_for(&id, SOON, "at its main exit", |s| s.stdout == "main-exits\n");
+    let exited = user.wait_for(&id, SOON, "at its main exit", |s| {
+        s.stdout == "main-exits\n"
+    });
     let t0 = Instant::now();
     let s = user.wait_terminal(&id, SOON);
     let took = t0.elapsed();
     assert_state(&s, TaskState::Succeeded, Some(0));
-    assert!(took < Duration::from_millis(1600), "terminal {took:?} after the main exit");
+    assert!(
+        took < Duration::from_millis(1600),
+        "terminal {took:?} after the main exit"
+    );
     assert_eq!(exited.summary.state, TaskState::Running);
     // It left the group, so it is outside what the supervisor may stop.
     assert_eq!(live_with_cmdline(&["sleep", "1000.321"]).len(), 1);
@@ -168,7 +195,9 @@ fn lost_supervisor_reads_unknown_never_success() {
     let supervisor = rustix::process::Pid::from_raw(record.supervisor.pid as i32).unwrap();
     rustix::process::kill_process(supervisor, rustix::process::Signal::KILL).unwrap();
 
-    let s = user.wait_for(&id, SOON, "unknown", |s| s.summary.state != TaskState::Running);
+    let s = user.wait_for(&id, SOON, "unknown", |s| {
+        s.summary.state != TaskState::Running
+    });
     assert_state(&s, TaskState::Unknown, None);
     assert_eq!(s.summary.finished_at, None);
     let listed: sandkeep_proto::wire::ListReply = user.ok(&["list"]);
@@ -199,7 +228,10 @@ fn started_task_survives_the_death_of_its_starter() {
     // The starter stays alive after start returns, and is then killed
     // with its whole process group.
     let mut starter = user
-        .shell(&format!("{} start '{json}'; exec sleep 1000.733", common::HELPER))
+        .shell(&format!(
+            "{} start '{json}'; exec sleep 1000.733",
+            common::HELPER
+        ))
         .stdout(Stdio::piped())
         .process_group(0)
         .spawn()

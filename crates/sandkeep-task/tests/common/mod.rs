@@ -81,7 +81,10 @@ impl User {
     }
 
     pub fn run(&self, args: &[&str]) -> Output {
-        self.command().args(args).output().expect("running the helper")
+        self.command()
+            .args(args)
+            .output()
+            .expect("running the helper")
     }
 
     /// Runs a verb that must succeed; checks the one-JSON-object rule.
@@ -93,7 +96,11 @@ impl User {
             "helper {args:?} failed: {stdout} {}",
             String::from_utf8_lossy(&out.stderr)
         );
-        assert_eq!(stdout.lines().count(), 1, "exactly one JSON line: {stdout:?}");
+        assert_eq!(
+            stdout.lines().count(),
+            1,
+            "exactly one JSON line: {stdout:?}"
+        );
         serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("reply {stdout:?}: {e}"))
     }
 
@@ -101,7 +108,11 @@ impl User {
     pub fn refused(&self, args: &[&str], kind: ErrorKind) -> String {
         let out = self.run(args);
         let stdout = String::from_utf8(out.stdout).expect("stdout is UTF-8");
-        assert_eq!(out.status.code(), Some(1), "helper {args:?} should fail: {stdout}");
+        assert_eq!(
+            out.status.code(),
+            Some(1),
+            "helper {args:?} should fail: {stdout}"
+        );
         let reply: ErrorReply =
             serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("reply {stdout:?}: {e}"));
         assert_eq!(reply.error.kind, kind, "{}", reply.error.message);
@@ -116,7 +127,13 @@ impl User {
         self.ok(&["start", &Self::start_json(id, command, timeout)])
     }
 
-    pub fn status_page(&self, id: &TaskId, stdout_offset: u64, stderr_offset: u64, limit: u64) -> TaskStatus {
+    pub fn status_page(
+        &self,
+        id: &TaskId,
+        stdout_offset: u64,
+        stderr_offset: u64,
+        limit: u64,
+    ) -> TaskStatus {
         let req = json!({"task_id": id, "stdout_offset": stdout_offset,
                          "stderr_offset": stderr_offset, "limit": limit});
         self.ok(&["status", &req.to_string()])
@@ -132,7 +149,13 @@ impl User {
 
     /// Polls status until `done` holds, failing with the last status after
     /// `within`.
-    pub fn wait_for(&self, id: &TaskId, within: Duration, what: &str, done: impl Fn(&TaskStatus) -> bool) -> TaskStatus {
+    pub fn wait_for(
+        &self,
+        id: &TaskId,
+        within: Duration,
+        what: &str,
+        done: impl Fn(&TaskStatus) -> bool,
+    ) -> TaskStatus {
         let deadline = Instant::now() + within;
         loop {
             let s = self.status(id);
@@ -181,13 +204,19 @@ impl Drop for User {
 pub fn live_pids(pick: impl Fn(u32) -> bool) -> Vec<u32> {
     let mut pids = Vec::new();
     for entry in fs::read_dir("/proc").expect("listing /proc").flatten() {
-        let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
             continue;
         };
         let Ok(stat) = fs::read_to_string(format!("/proc/{pid}/stat")) else {
             continue;
         };
-        let state = stat.rfind(')').and_then(|i| stat[i + 1..].split_whitespace().next());
+        let state = stat
+            .rfind(')')
+            .and_then(|i| stat[i + 1..].split_whitespace().next());
         if state == Some("Z") || state == Some("X") {
             continue;
         }
