@@ -412,3 +412,107 @@ fn every_json_output_has_the_mcp_result_shape() {
     let again = home.json(&["sandbox", "kill", &sandbox, "--json"]);
     assert_eq!(again["killed"], false);
 }
+
+#[test]
+fn on_a_terminal_a_status_line_shows_on_stderr_and_never_in_the_output() {
+    let home = Home::new();
+    let sandbox = home.sandbox();
+    let task = home.start(
+        &sandbox,
+        "echo FIRST; while [ ! -e go ]; do sleep 0.05; done; echo SECOND",
+    );
+    let pty = cli_common::Pty::open();
+    let mut child = home
+        .command(&["task", "logs", &sandbox, &task, "--follow"])
+        .stdout(Stdio::piped())
+        .stderr(pty.stdio())
+        .spawn()
+        .expect("spawn task logs --follow");
+    let status = poll(
+        Duration::from_secs(30),
+        "a status line on the terminal",
+        || {
+            let text = pty.text();
+            text.contains("running · ").then_some(text)
+        },
+    );
+    assert!(
+        status.contains("stdout 6 B"),
+        "the status counts saved bytes: {status:?}"
+    );
+
+    let waiter_pty = cli_common::Pty::open();
+    let mut waiter = home
+        .command(&["task", "wait", &sandbox, &task])
+        .stdout(Stdio::piped())
+        .stderr(waiter_pty.stdio())
+        .spawn()
+        .expect("spawn task wait");
+    poll(
+        Duration::from_secs(30),
+        "task wait showing the elapsed time",
+        || waiter_pty.text().contains("running · ").then_some(()),
+    );
+
+    home.ok(&["exec", "--sandbox", &sandbox, "--", "touch go"]);
+    let code = poll(Duration::from_secs(30), "--follow exiting", || {
+        child.try_wait().unwrap()
+    });
+    assert_eq!(code.code(), Some(0));
+    let mut out = Vec::new();
+    child.stdout.take().unwrap().read_to_end(&mut out).unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&out),
+        "FIRST\nSECOND\n",
+        "the status line stays out of the log"
+    );
+    assert!(
+        pty.text().ends_with("\r\x1b[2K"),
+        "the status line is erased at the end: {:?}",
+        pty.text()
+    );
+
+    let code = poll(Duration::from_secs(30), "task wait exiting", || {
+        waiter.try_wait().unwrap()
+    });
+    assert_eq!(code.code(), Some(0));
+    let mut out = Vec::new();
+    waiter.stdout.take().unwrap().read_to_end(&mut out).unwrap();
+    assert!(
+        out.is_empty(),
+        "task wait prints nothing on stdout without --json"
+    );
+}
+
+#[test]
+fn ctrl_c_ends_the_session_and_destroys_execs_fresh_sandbox() {
+    let home = Home::new();
+    let mut child = home
+        .command(&["exec", "--", "sleep 60"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn exec");
+    let fresh = poll(Duration::from_secs(30), "exec's sandbox appearing", || {
+        let listed = home.json(&["sandbox", "list", "--json"]);
+        listed["sandboxes"][0]["sandbox_id"]
+            .as_str()
+            .map(str::to_owned)
+    });
+    // The command runs once the sandbox exists; interrupt it mid-run.
+    rustix::process::kill_process(
+        rustix::process::Pid::from_child(&child),
+        rustix::process::Signal::INT,
+    )
+    .expect("SIGINT");
+    let code = poll(Duration::from_secs(30), "exec exiting after SIGINT", || {
+        child.try_wait().unwrap()
+    });
+    assert_eq!(code.code(), Some(130), "Ctrl-C exits 130");
+    let listed = home.json(&["sandbox", "list", "--json"]);
+    assert_eq!(
+        listed["sandboxes"],
+        json!([]),
+        "sandbox {fresh} outlived the interrupted exec"
+    );
+}

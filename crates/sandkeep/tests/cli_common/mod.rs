@@ -310,3 +310,48 @@ pub fn poll<T>(within: Duration, what: &str, mut probe: impl FnMut() -> Option<T
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+/// A pseudo-terminal: the child gets the terminal side, the test reads
+/// everything written to it.
+pub struct Pty {
+    pub terminal: std::fs::File,
+    output: std::sync::Arc<std::sync::Mutex<Vec<u8>>>,
+}
+
+impl Pty {
+    pub fn open() -> Self {
+        use rustix::pty::{OpenptFlags, grantpt, openpt, ptsname, unlockpt};
+        let controller =
+            openpt(OpenptFlags::RDWR | OpenptFlags::NOCTTY | OpenptFlags::CLOEXEC).expect("openpt");
+        grantpt(&controller).expect("grantpt");
+        unlockpt(&controller).expect("unlockpt");
+        let name = ptsname(&controller, Vec::new()).expect("ptsname");
+        let terminal = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(name.to_str().expect("pty name"))
+            .expect("open the terminal side");
+        let output = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let sink = output.clone();
+        let mut controller = std::fs::File::from(controller);
+        std::thread::spawn(move || {
+            use std::io::Read;
+            let mut buf = [0u8; 4096];
+            // Ends with EIO once every terminal-side descriptor is closed.
+            while let Ok(n @ 1..) = controller.read(&mut buf) {
+                sink.lock().unwrap().extend_from_slice(&buf[..n]);
+            }
+        });
+        Self { terminal, output }
+    }
+
+    /// Everything written to the terminal so far.
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.output.lock().unwrap()).into_owned()
+    }
+
+    /// A handle for a child's stdio.
+    pub fn stdio(&self) -> Stdio {
+        Stdio::from(self.terminal.try_clone().expect("dup terminal"))
+    }
+}
