@@ -9,6 +9,7 @@
 mod cancel;
 mod capture;
 mod error;
+mod nullio;
 mod procfs;
 pub mod redact;
 mod start;

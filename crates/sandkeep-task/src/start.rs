@@ -15,6 +15,7 @@ use sandkeep_proto::limits::MAX_TASK_DIRS;
 use sandkeep_proto::wire::{StartRequest, TaskSummary};
 
 use crate::error::{HelperError, IoContext};
+use crate::nullio::discarding_output;
 use crate::status::observe;
 use crate::supervisor::{READY, SUPERVISE_VERB};
 use crate::taskdir::{TaskDir, TaskRoot};
@@ -82,7 +83,7 @@ fn launch_supervisor(dir: &TaskDir, order: &StartRequest) -> Result<(), HelperEr
         .arg(dir.path())
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
-        .stderr(discarding_stdio())
+        .stderr(discarding_output().context(|| "opening /dev/null".to_owned())?)
         .spawn()
         .context(|| "starting the supervisor from /proc/self/exe".to_owned())?;
     let order = serde_json::to_vec(order).expect("a start request always encodes");
@@ -106,13 +107,6 @@ fn launch_supervisor(dir: &TaskDir, order: &StartRequest) -> Result<(), HelperEr
     } else {
         format!("the supervisor could not start the task ({message}); nothing was started")
     }))
-}
-
-fn discarding_stdio() -> Stdio {
-    std::fs::File::options()
-        .write(true)
-        .open("/dev/null")
-        .map_or_else(|_| Stdio::null(), Stdio::from)
 }
 
 /// Descriptors this process inherited without close-on-exec (from whoever

@@ -24,6 +24,7 @@ use sandkeep_proto::record::{Ending, Outcome, RECORD_VERSION, StateRecord, exit_
 use sandkeep_proto::wire::StartRequest;
 
 use crate::capture::{Capture, Saved};
+use crate::nullio::{discarding_output, empty_input};
 use crate::procfs;
 use crate::redact::{Redactor, secrets_of_env};
 use crate::taskdir::{STDERR_LOG, STDOUT_LOG, TaskDir};
@@ -95,25 +96,6 @@ fn unix_now() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_secs())
-}
-
-/// An input that reads as empty: `/dev/null`, or where a sandbox has no
-/// `/dev`, a pipe whose writer is already closed.
-fn empty_input() -> io::Result<Stdio> {
-    if let Ok(f) = File::open("/dev/null") {
-        return Ok(f.into());
-    }
-    let (reader, _writer) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?;
-    Ok(reader.into())
-}
-
-/// An output that discards: `/dev/null`, or a pipe without a reader.
-fn discarding_output() -> io::Result<OwnedFd> {
-    if let Ok(f) = File::options().write(true).open("/dev/null") {
-        return Ok(f.into());
-    }
-    let (_reader, writer) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?;
-    Ok(writer)
 }
 
 /// `bash -c COMMAND`, or `sh -c COMMAND` where bash is missing, in its own
