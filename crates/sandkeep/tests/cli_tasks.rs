@@ -516,3 +516,24 @@ fn ctrl_c_ends_the_session_and_destroys_execs_fresh_sandbox() {
         "sandbox {fresh} outlived the interrupted exec"
     );
 }
+
+#[test]
+fn logs_mask_the_configuration_secrets_serve_would_mask() {
+    let home = Home::new();
+    let sandbox = home.sandbox();
+    let task = home.start(&sandbox, "echo token=s3cr3t-value-42");
+    settled(&home, &sandbox, &task);
+    let masked = home
+        .command(&["task", "logs", &sandbox, &task])
+        .env("SANDKEEP_AUTH_TOKEN", "s3cr3t-value-42")
+        .output()
+        .expect("run task logs");
+    assert_eq!(
+        String::from_utf8_lossy(&masked.stdout),
+        "token=[REDACTED]\n"
+    );
+    assert_eq!(
+        home.ok(&["task", "logs", &sandbox, &task]),
+        "token=s3cr3t-value-42\n"
+    );
+}

@@ -42,7 +42,9 @@ impl Context {
             SessionKind::Stateless => Session::stateless(),
         };
         Ok(Self {
-            service: Service::new(provider, Vec::new()),
+            // The same configuration secrets as `sandkeep serve` masks, so
+            // a person sees no more of them than an agent does.
+            service: Service::new(provider, super::serve::secrets(None)),
             session,
         })
     }

@@ -85,7 +85,7 @@ fn resolve(text: &str) -> Result<SocketAddr, String> {
 /// The server's own secret configuration values, masked in every output
 /// page: the auth token, and secret-named variables of sandkeep's and its
 /// providers' configuration.
-fn secrets(auth_token: Option<&str>) -> Vec<String> {
+pub(super) fn secrets(auth_token: Option<&str>) -> Vec<String> {
     let configured = std::env::vars().filter(|(name, _)| {
         (name.starts_with("SANDKEEP_") || name.starts_with("E2B_"))
             && sandkeep_proto::limits::is_secret_name(name)
