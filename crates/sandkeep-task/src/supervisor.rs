@@ -185,6 +185,9 @@ impl Supervisor {
     fn start(dir: PathBuf, order: StartRequest) -> Result<Option<Self>, String> {
         let dir =
             TaskDir::open_path(dir).map_err(|e| format!("opening the task directory: {e}"))?;
+        // Do not pin the starter's working directory (or its mount) for
+        // the task's lifetime; the command gets its own cwd.
+        let _ = std::env::set_current_dir("/");
         let identity = procfs::own_identity()
             .map_err(|e| format!("reading this process's identity from /proc: {e}"))?;
         let logs = [dir.create_log(STDOUT_LOG), dir.create_log(STDERR_LOG)];
