@@ -10,8 +10,8 @@ use serde::Serialize;
 #[derive(Debug, Clone, Copy, Default, clap::Args)]
 pub struct OutputArgs {
     /// Print the result as JSON: exactly the object the MCP tool returns
-    /// (its structuredContent), one per line.
-    #[arg(long)]
+    /// (its structuredContent), on one line.
+    #[arg(long, display_order = 100)]
     pub json: bool,
 }
 
@@ -74,14 +74,41 @@ impl Table {
     }
 }
 
-/// Prints `label  value` lines with the labels aligned.
+/// Total width [`print_fields`] wraps long values to.
+const LINE_WIDTH: usize = 100;
+
+/// Prints `label  value` lines with the labels aligned; long values wrap
+/// at spaces and continue under the first line of the value.
 pub fn print_fields(fields: &[(&str, String)]) {
     let width = fields.iter().map(|(l, _)| l.len()).max().unwrap_or(0);
     let mut out = String::new();
     for (label, value) in fields {
-        out.push_str(&format!("{label:<width$}  {value}\n"));
+        for (i, line) in wrap(value, LINE_WIDTH.saturating_sub(width + 2))
+            .iter()
+            .enumerate()
+        {
+            let label = if i == 0 { label } else { "" };
+            out.push_str(&format!("{label:<width$}  {line}\n"));
+        }
     }
     let _ = std::io::stdout().write_all(out.as_bytes());
+}
+
+/// Greedy word wrap; a word longer than `width` gets a line of its own.
+fn wrap(text: &str, width: usize) -> Vec<String> {
+    let mut lines = vec![String::new()];
+    for word in text.split(' ') {
+        let line = lines.last_mut().expect("never empty");
+        if line.is_empty() || line.chars().count() + 1 + word.chars().count() <= width {
+            if !line.is_empty() {
+                line.push(' ');
+            }
+            line.push_str(word);
+        } else {
+            lines.push(word.to_owned());
+        }
+    }
+    lines
 }
 
 /// Unix seconds now.
@@ -153,6 +180,17 @@ mod tests {
             t.render(),
             "ID       STATE    NOTE\na        running\nlong-id  ok       x\n"
         );
+    }
+
+    #[test]
+    fn long_values_wrap_at_spaces() {
+        assert_eq!(wrap("short", 10), vec!["short"]);
+        assert_eq!(wrap("aaa bbb ccc ddd", 7), vec!["aaa bbb", "ccc ddd"]);
+        assert_eq!(
+            wrap("x averyveryverylongword y", 5),
+            vec!["x", "averyveryverylongword", "y"]
+        );
+        assert_eq!(wrap("", 5), vec![""]);
     }
 
     #[test]

@@ -61,7 +61,7 @@ impl TaskCommand {
         If the start cannot be confirmed, the handle is still printed, the state is `unknown` \
         and the exit code is 75: check it with `sandkeep task get` and do not start the command \
         again, it may be running.",
-    after_help = "Examples:\n  sandkeep task start --sandbox \"$SB\" -- 'make test > build.log 2>&1'\n  \
+    after_help = "Examples:\n  sandkeep task start --sandbox \"$SB\" --cwd /src -- 'make test'\n  \
         set -- $(sandkeep task start --sandbox \"$SB\" --timeout 3600 -- ./long-job)\n  \
         sandkeep task logs \"$1\" \"$2\" --follow"
 )]
