@@ -150,6 +150,9 @@ struct Exited {
     at: Instant,
     /// No other member of the group is left (or KILL_WAIT passed).
     group_gone: bool,
+    /// When `/proc` was last scanned for the group, to scan at most once
+    /// per [`GROUP_TICK`] however busy the pipes are.
+    scanned_at: Option<Instant>,
 }
 
 enum Source {
@@ -163,7 +166,7 @@ struct Supervisor {
     record: StateRecord,
     leader: Pid,
     exit_watch: Option<OwnedFd>,
-    control: Option<OwnedFd>,
+    control: OwnedFd,
     /// stdout, stderr; `None` once closed.
     streams: [Option<Stream>; 2],
     deadline: Instant,
@@ -213,7 +216,12 @@ impl Supervisor {
         };
         let mut child = match spawn_command(&order) {
             Ok(child) => child,
-            Err(_) => {
+            Err(e) => {
+                // The reason goes where the user will look for it.
+                let _ = (&err_log).write_all(
+                    format!("sandkeep-task: could not run the command with bash or sh: {e}\n")
+                        .as_bytes(),
+                );
                 record.outcome = Some(Outcome {
                     ending: Ending::Failed,
                     exit_code: None,
@@ -251,7 +259,7 @@ impl Supervisor {
             leader,
             // Without pidfds (Linux < 5.3) the exit is polled instead.
             exit_watch: rustix::process::pidfd_open(leader, PidfdFlags::empty()).ok(),
-            control: Some(control),
+            control,
             streams,
             deadline: Instant::now() + Duration::from_secs(order.timeout),
             stop: None,
@@ -305,10 +313,8 @@ impl Supervisor {
                 fds.push(PollFd::new(fd, PollFlags::IN));
                 sources.push(Source::Exit);
             }
-            if let Some(fd) = &self.control {
-                fds.push(PollFd::new(fd, PollFlags::IN));
-                sources.push(Source::Control);
-            }
+            fds.push(PollFd::new(&self.control, PollFlags::IN));
+            sources.push(Source::Control);
         }
         let timeout = Timespec {
             tv_sec: timeout.as_secs() as i64,
@@ -363,6 +369,7 @@ impl Supervisor {
             exit_code: exit_code_of(status.exit_status(), status.terminating_signal()),
             at: now,
             group_gone: false,
+            scanned_at: None,
         });
         // What is left of the group goes too: TERM now, KILL after the
         // grace (or at the KILL already scheduled by a stop).
@@ -378,9 +385,10 @@ impl Supervisor {
         let Some(exited) = &mut self.exited else {
             return;
         };
-        if exited.group_gone {
+        if exited.group_gone || exited.scanned_at.is_some_and(|t| now < t + GROUP_TICK) {
             return;
         }
+        exited.scanned_at = Some(now);
         let members = procfs::group_has_members(leader, leader).unwrap_or(false);
         let given_up = self
             .killed_at
@@ -490,9 +498,8 @@ impl Supervisor {
     }
 
     fn read_control(&mut self) {
-        let Some(fd) = &self.control else { return };
         let mut byte = [0u8; 64];
-        let cancel = matches!(rustix::io::read(fd, &mut byte), Ok(n) if n > 0);
+        let cancel = matches!(rustix::io::read(&self.control, &mut byte), Ok(n) if n > 0);
         if cancel && self.exited.is_none() && self.stop.is_none() {
             self.request_stop(Ending::Cancelled, Instant::now());
         }

@@ -85,6 +85,10 @@ fn runs_in_an_empty_root_with_only_proc() {
         serde_json::from_slice(&in_empty_root(root.path(), &["status", &status_req])).unwrap();
     assert_eq!(status.summary.state, TaskState::Failed);
     assert!(
+        status.stderr.contains("could not run the command with bash or sh"),
+        "{status:?}"
+    );
+    assert!(
         root.path()
             .join("home/.local/state/sandkeep/tasks")
             .join(id.as_str())
