@@ -266,7 +266,12 @@ fn exit_codes_carry_the_command_status_and_the_documented_codes() {
     );
 
     // The supervisor killed without a record: the task's state is unknown.
-    let lost = home.start(&sandbox, "kill -KILL $PPID; sleep 30");
+    // The task kills it only once its start has been confirmed.
+    let lost = home.start(
+        &sandbox,
+        "while [ ! -e kill-now ]; do sleep 0.05; done; kill -KILL $PPID; sleep 30",
+    );
+    home.ok(&["exec", "--sandbox", &sandbox, "--", "touch kill-now"]);
     let out = home.run(&["task", "wait", &sandbox, &lost]);
     assert_eq!(
         out.status.code(),
@@ -428,17 +433,16 @@ fn on_a_terminal_a_status_line_shows_on_stderr_and_never_in_the_output() {
         .stderr(pty.stdio())
         .spawn()
         .expect("spawn task logs --follow");
-    let status = poll(
+    // Redrawn at every poll, it comes to count FIRST's 6 saved bytes.
+    poll(
         Duration::from_secs(30),
         "a status line on the terminal",
-        || {
-            let text = pty.text();
-            text.contains("running · ").then_some(text)
-        },
+        || pty.text().contains("running · ").then_some(()),
     );
-    assert!(
-        status.contains("stdout 6 B"),
-        "the status counts saved bytes: {status:?}"
+    poll(
+        Duration::from_secs(30),
+        "the status line counting saved bytes",
+        || pty.text().contains("stdout 6 B · stderr 0 B").then_some(()),
     );
 
     let waiter_pty = cli_common::Pty::open();
@@ -536,4 +540,44 @@ fn logs_mask_the_configuration_secrets_serve_would_mask() {
         home.ok(&["task", "logs", &sandbox, &task]),
         "token=s3cr3t-value-42\n"
     );
+}
+
+#[test]
+fn follow_stops_when_its_reader_goes_away() {
+    let home = Home::new();
+    let sandbox = home.sandbox();
+    let task = home.start(
+        &sandbox,
+        "echo FIRST; while [ ! -e go ]; do sleep 0.05; done; echo SECOND; sleep 60",
+    );
+    let mut child = home
+        .command(&["task", "logs", &sandbox, &task, "--follow"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn task logs --follow");
+    let mut stdout = child.stdout.take().unwrap();
+    let mut first = [0u8; 6];
+    stdout
+        .read_exact(&mut first)
+        .expect("FIRST through --follow");
+    assert_eq!(&first, b"FIRST\n");
+    drop(stdout);
+    home.ok(&["exec", "--sandbox", &sandbox, "--", "touch go"]);
+    let status = poll(
+        Duration::from_secs(30),
+        "--follow noticing its reader is gone",
+        || child.try_wait().unwrap(),
+    );
+    assert_eq!(status.code(), Some(141), "as a process ended by SIGPIPE");
+    let mut stderr = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    let still = home.json(&["task", "get", &sandbox, &task, "--json"]);
+    assert_eq!(still["state"], "running", "the task is untouched: {still}");
 }

@@ -9,6 +9,7 @@ use crate::provider::local::{DoctorReport, LocalProvider};
 use super::Outcome;
 use super::context::CliError;
 use super::exit;
+use super::output::outln;
 use super::output::{self, OutputArgs};
 
 /// Isolation level the local provider reports when sandboxes cannot be
@@ -79,7 +80,7 @@ fn print_human(report: &DoctorReport, helper: &str) {
             ),
         ),
     ]);
-    println!();
+    outln!();
     let mut table = output::Table::new(&["CHECK", "RESULT", "DETAIL"]);
     for check in &report.checks {
         table.row(vec![
@@ -90,11 +91,11 @@ fn print_human(report: &DoctorReport, helper: &str) {
     }
     table.print();
     if report.remediation.is_empty() {
-        println!("\nnothing to do: sandboxes get full isolation here");
+        outln!("\nnothing to do: sandboxes get full isolation here");
     } else {
-        println!("\nwhat to do:");
+        outln!("\nwhat to do:");
         for step in &report.remediation {
-            println!("  - {step}");
+            outln!("  - {step}");
         }
     }
 }

@@ -17,6 +17,9 @@ pub const OWN_FAILURE: u8 = 1;
 pub const NO_STATUS: u8 = 1;
 /// Bad arguments; clap exits with this code itself.
 pub const USAGE: u8 = 2;
+/// Stdout was closed by its reader, e.g. `| head` (128 + SIGPIPE, what a
+/// shell reports for a process that SIGPIPE ended).
+pub const STDOUT_CLOSED: u8 = 141;
 /// The person pressed Ctrl-C (128 + SIGINT).
 pub const INTERRUPTED: u8 = 130;
 /// `task wait --timeout` elapsed while the task was still running.
@@ -43,6 +46,7 @@ Exit codes of exec, task wait and task logs --follow:
   124    the command timed out and no exit status was collected
   125    sandkeep itself failed (the message on stderr says why)
   130    interrupted with Ctrl-C (a background task keeps running)
+  141    stdout was closed by its reader (e.g. piped into head)
   2      bad arguments
 Other commands exit 0 on success, 1 on failure and 2 on bad arguments;
 `task start` exits 75 when it cannot confirm the start.";

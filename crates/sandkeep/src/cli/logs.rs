@@ -109,8 +109,10 @@ pub async fn run(args: LogsArgs) -> Outcome {
             let ending = next >= saved && (done || !follow);
             let start = offset;
             if json {
-                if next > offset || first || ending {
-                    output::print_json(&page);
+                if (next > offset || first || ending)
+                    && output::emit(&output::json_line(&page)).is_err()
+                {
+                    return Ok(exit::STDOUT_CLOSED);
                 }
                 offset = next;
             } else {
@@ -119,7 +121,9 @@ pub async fn run(args: LogsArgs) -> Outcome {
                 let (whole, consumed) = whole_characters(text, next - offset, ending);
                 if !whole.is_empty() {
                     status.clear();
-                    out.write(whole);
+                    if out.write(whole).is_err() {
+                        return Ok(exit::STDOUT_CLOSED);
+                    }
                 }
                 offset += consumed;
             }
@@ -178,11 +182,12 @@ impl LogWriter {
         }
     }
 
-    fn write(&mut self, text: &str) {
+    fn write(&mut self, text: &str) -> std::io::Result<()> {
         let mut stdout = std::io::stdout().lock();
-        let _ = stdout.write_all(text.as_bytes());
-        let _ = stdout.flush();
+        stdout.write_all(text.as_bytes())?;
+        stdout.flush()?;
         self.at_line_start = text.ends_with('\n');
+        Ok(())
     }
 
     /// When stdout is not a terminal, the status line on stderr cannot

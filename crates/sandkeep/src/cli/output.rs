@@ -15,11 +15,37 @@ pub struct OutputArgs {
     pub json: bool,
 }
 
-/// Prints one result object as a line of JSON on stdout.
-pub fn print_json<T: Serialize>(value: &T) {
+/// Writes `text` to stdout and flushes it. For a command that only
+/// prints, a reader that went away (`| head`) is not worth an error, so
+/// most callers ignore the result (through [`outln!`]); streaming callers
+/// stop on it.
+pub fn emit(text: &str) -> std::io::Result<()> {
+    let mut stdout = std::io::stdout().lock();
+    stdout.write_all(text.as_bytes())?;
+    stdout.flush()
+}
+
+/// `println!` that does not panic when stdout is closed.
+macro_rules! outln {
+    () => {{
+        let _ = $crate::cli::output::emit("\n");
+    }};
+    ($($arg:tt)*) => {{
+        let _ = $crate::cli::output::emit(&format!("{}\n", format_args!($($arg)*)));
+    }};
+}
+pub(crate) use outln;
+
+/// One result object as a line of JSON.
+pub fn json_line<T: Serialize>(value: &T) -> String {
     // Serializing the service's plain data structs cannot fail.
     let line = serde_json::to_string(value).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"));
-    println!("{line}");
+    format!("{line}\n")
+}
+
+/// Prints one result object as a line of JSON on stdout.
+pub fn print_json<T: Serialize>(value: &T) {
+    let _ = emit(&json_line(value));
 }
 
 /// A table with a header row and left-aligned columns separated by two
@@ -70,7 +96,7 @@ impl Table {
     }
 
     pub fn print(&self) {
-        let _ = std::io::stdout().write_all(self.render().as_bytes());
+        let _ = emit(&self.render());
     }
 }
 
@@ -91,7 +117,7 @@ pub fn print_fields(fields: &[(&str, String)]) {
             out.push_str(&format!("{label:<width$}  {line}\n"));
         }
     }
-    let _ = std::io::stdout().write_all(out.as_bytes());
+    let _ = emit(&out);
 }
 
 /// Greedy word wrap; a word longer than `width` gets a line of its own.

@@ -10,6 +10,7 @@ use crate::service::{CreateSandboxArgs, KillSandboxArgs, ListSandboxesArgs};
 use super::Outcome;
 use super::context::{SessionKind, with_context};
 use super::exit;
+use super::output::outln;
 use super::output::{self, OutputArgs, Table};
 
 /// Create, list and kill sandboxes.
@@ -110,7 +111,7 @@ async fn create(args: CreateArgs) -> Outcome {
         if args.output.json {
             output::print_json(&created);
         } else {
-            println!("{}", created.sandbox_id);
+            outln!("{}", created.sandbox_id);
             let now = output::now();
             eprintln!(
                 "created sandbox {} (template {}, isolation {}), destroyed {} unless killed earlier \
@@ -172,9 +173,9 @@ async fn kill(args: KillArgs) -> Outcome {
         if args.output.json {
             output::print_json(&killed);
         } else if killed.killed {
-            println!("killed sandbox {}", killed.sandbox_id);
+            outln!("killed sandbox {}", killed.sandbox_id);
         } else {
-            println!("sandbox {} was already gone", killed.sandbox_id);
+            outln!("sandbox {} was already gone", killed.sandbox_id);
         }
         Ok(exit::OK)
     })

@@ -13,6 +13,7 @@ use super::Outcome;
 use super::context::{CliError, SessionKind, with_context};
 use super::exit;
 use super::logs::{self, LogsArgs};
+use super::output::outln;
 use super::output::{self, OutputArgs, Table};
 use super::status_line::{self, StatusLine};
 
@@ -185,7 +186,7 @@ async fn start(args: StartArgs) -> Outcome {
         if args.output.json {
             output::print_json(&started);
         } else {
-            println!("{} {}", started.sandbox_id, started.task_id);
+            outln!("{} {}", started.sandbox_id, started.task_id);
         }
         let handle = format!("{} {}", started.sandbox_id, started.task_id);
         if let Some(error) = &started.error {
@@ -324,13 +325,13 @@ fn print_task(task: &TaskResult, json: bool, pages: bool) {
         if text.is_empty() {
             continue;
         }
-        println!("--- {name} (up to byte {next} of {saved}) ---");
-        print!("{text}");
+        outln!("--- {name} (up to byte {next} of {saved}) ---");
+        let _ = output::emit(text);
         if !text.ends_with('\n') {
-            println!();
+            outln!();
         }
         if next < saved {
-            println!(
+            outln!(
                 "--- more: --{name}-offset {next}, or `sandkeep task logs{} {} {}` ---",
                 if name == "stderr" { " --stderr" } else { "" },
                 task.sandbox_id,
