@@ -11,7 +11,7 @@ mod capture;
 mod error;
 mod nullio;
 mod procfs;
-pub mod redact;
+mod redact;
 mod start;
 mod status;
 mod supervisor;

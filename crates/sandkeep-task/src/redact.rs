@@ -93,7 +93,8 @@ impl Redactor {
     }
 
     /// Bytes currently held back.
-    pub fn pending(&self) -> usize {
+    #[cfg(test)]
+    fn pending(&self) -> usize {
         self.pending.len()
     }
 

@@ -513,11 +513,7 @@ impl Supervisor {
             self.close_stream(i);
         }
         let exit_code = self.exited.as_ref().and_then(|e| e.exit_code);
-        let ending = self.stop.unwrap_or(if exit_code == Some(0) {
-            Ending::Succeeded
-        } else {
-            Ending::Failed
-        });
+        let ending = ending_of(self.stop, exit_code);
         self.record.outcome = Some(Outcome {
             ending,
             exit_code,
@@ -525,6 +521,16 @@ impl Supervisor {
         });
         let _ = self.dir.write_record(&self.record);
         let _ = rustix::process::waitid(WaitId::Pid(self.leader), WaitIdOptions::EXITED);
+    }
+}
+
+/// How a task ended: a stop the supervisor made (timeout, cancel) wins
+/// over the exit status it caused; otherwise only status 0 is success.
+fn ending_of(stop: Option<Ending>, exit_code: Option<i32>) -> Ending {
+    match (stop, exit_code) {
+        (Some(why), _) => why,
+        (None, Some(0)) => Ending::Succeeded,
+        (None, _) => Ending::Failed,
     }
 }
 
@@ -545,4 +551,25 @@ fn write_first_record(dir: &TaskDir, record: &StateRecord) -> Result<(), String>
 fn kill_unstarted(leader: Pid) {
     let _ = rustix::process::kill_process_group(leader, Signal::KILL);
     let _ = rustix::process::waitid(WaitId::Pid(leader), WaitIdOptions::EXITED);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stops_win_and_only_zero_succeeds() {
+        assert_eq!(ending_of(None, Some(0)), Ending::Succeeded);
+        assert_eq!(ending_of(None, Some(1)), Ending::Failed);
+        assert_eq!(ending_of(None, Some(137)), Ending::Failed);
+        assert_eq!(ending_of(None, None), Ending::Failed);
+        assert_eq!(
+            ending_of(Some(Ending::Cancelled), Some(0)),
+            Ending::Cancelled
+        );
+        assert_eq!(
+            ending_of(Some(Ending::TimedOut), Some(143)),
+            Ending::TimedOut
+        );
+    }
 }

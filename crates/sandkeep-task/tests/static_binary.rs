@@ -32,22 +32,7 @@ fn ldd_reports_no_dynamic_dependencies() {
 /// Runs the helper inside a fresh root that holds only the binary, an
 /// empty home and /proc, in a private mount namespace.
 fn in_empty_root(root: &std::path::Path, args: &[&str]) -> Vec<u8> {
-    let quoted: Vec<String> = args
-        .iter()
-        .map(|a| sandkeep_proto::wire::shell_quote(a))
-        .collect();
-    let script = format!(
-        "mount -t proc proc {root}/proc && exec chroot {root} /sandkeep-task {args}",
-        root = root.display(),
-        args = quoted.join(" ")
-    );
-    let out = Command::new("unshare")
-        .args(["--mount", "--propagation", "private", "sh", "-c", &script])
-        .env_clear()
-        .env("HOME", "/home")
-        .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
-        .output()
-        .expect("running unshare");
+    let out = chrooted(root, true, args);
     assert!(
         out.status.success(),
         "{args:?} in the empty root: {} {}",
@@ -55,6 +40,30 @@ fn in_empty_root(root: &std::path::Path, args: &[&str]) -> Vec<u8> {
         String::from_utf8_lossy(&out.stderr)
     );
     out.stdout
+}
+
+fn chrooted(root: &std::path::Path, with_proc: bool, args: &[&str]) -> std::process::Output {
+    let quoted: Vec<String> = args
+        .iter()
+        .map(|a| sandkeep_proto::wire::shell_quote(a))
+        .collect();
+    let mount = if with_proc {
+        format!("mount -t proc proc {}/proc && ", root.display())
+    } else {
+        String::new()
+    };
+    let script = format!(
+        "{mount}exec chroot {root} /sandkeep-task {args}",
+        root = root.display(),
+        args = quoted.join(" ")
+    );
+    Command::new("unshare")
+        .args(["--mount", "--propagation", "private", "sh", "-c", &script])
+        .env_clear()
+        .env("HOME", "/home")
+        .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
+        .output()
+        .expect("running unshare")
 }
 
 #[test]
@@ -85,7 +94,9 @@ fn runs_in_an_empty_root_with_only_proc() {
         serde_json::from_slice(&in_empty_root(root.path(), &["status", &status_req])).unwrap();
     assert_eq!(status.summary.state, TaskState::Failed);
     assert!(
-        status.stderr.contains("could not run the command with bash or sh"),
+        status
+            .stderr
+            .contains("could not run the command with bash or sh"),
         "{status:?}"
     );
     assert!(
@@ -94,5 +105,33 @@ fn runs_in_an_empty_root_with_only_proc() {
             .join(id.as_str())
             .join("state.json")
             .exists()
+    );
+}
+
+#[test]
+fn without_proc_start_fails_cleanly_and_creates_no_task() {
+    if !is_root() {
+        eprintln!("skipped: chroot needs root");
+        return;
+    }
+    let root = tempfile::tempdir().unwrap();
+    fs::copy(HELPER, root.path().join("sandkeep-task")).unwrap();
+    fs::create_dir(root.path().join("home")).unwrap();
+    let id = new_id();
+    let req = json!({"task_id": id, "command": "true", "timeout": 5}).to_string();
+    let out = chrooted(root.path(), false, &["start", &req]);
+    assert_eq!(out.status.code(), Some(1));
+    let reply: sandkeep_proto::wire::ErrorReply = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(reply.error.kind, sandkeep_proto::wire::ErrorKind::Internal);
+    assert!(
+        reply.error.message.contains("/proc"),
+        "{}",
+        reply.error.message
+    );
+    let tasks = root.path().join("home/.local/state/sandkeep/tasks");
+    assert_eq!(
+        fs::read_dir(tasks).unwrap().count(),
+        0,
+        "no task directory is left"
     );
 }
