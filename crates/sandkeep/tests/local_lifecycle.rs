@@ -1,23 +1,321 @@
 //! The local provider's lifecycle against real sandboxes: create, exec,
 //! files, kill, a second provider on the same home, SIGKILL of the creating
-//! process, expiry, and that nothing survives destruction.
+//! process, expiry, stale state, the task helper end to end, and that
+//! nothing survives destruction.
 
 mod local_common;
 
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader};
+use std::os::unix::fs::MetadataExt;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use local_common::*;
-use sandkeep::provider::{ExecRequest, FileKind, Provider, ProviderError};
+use sandkeep::provider::{CreateSpec, FileKind, Provider, ProviderError, SandboxId};
+
+async fn assert_destroyed(p: &sandkeep::provider::local::LocalProvider, home: &std::path::Path, id: &SandboxId) {
+    assert!(
+        !p.list().await.unwrap().iter().any(|s| &s.sandbox_id == id),
+        "{id} still listed"
+    );
+    assert!(matches!(p.info(id).await, Err(ProviderError::NoSuchSandbox(_))));
+    assert!(!sandbox_dir(home, id).exists(), "{id}: directory left behind");
+    assert_eq!(host_mounts_under(home), Vec::<String>::new(), "mounts left in the host table");
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn smoke_create_exec_kill() {
+async fn lifecycle_exec_files_and_kill() {
+    // Must not leak into the sandbox's environment.
+    // SAFETY: set before any sandbox is spawned; tests read no env var back.
+    unsafe { std::env::set_var("SK_SERVER_CANARY", "leaked") };
+    let home = state_dir();
+    let p = provider(home.path());
+    let mut envs = BTreeMap::new();
+    envs.insert("GREETING".to_owned(), "hi there".to_owned());
+    let info = p
+        .create(CreateSpec {
+            template: "base".into(),
+            timeout: 120,
+            envs,
+        })
+        .await
+        .unwrap();
+    let id = info.sandbox_id.clone();
+    assert!(info.isolation.starts_with("userns-"), "isolation {}", info.isolation);
+    assert_eq!(info.expires_at, info.created_at + 120);
+    assert!(!info.retained);
+    let listed = p.list().await.unwrap();
+    assert_eq!(listed, vec![info.clone()]);
+
+    let out = sh(&p, &id, "echo hello; echo oops >&2; exit 3").await;
+    assert_eq!((text(&out.stdout).as_str(), text(&out.stderr).as_str(), out.exit_code), ("hello\n", "oops\n", Some(3)));
+    let out = sh(&p, &id, "pwd; echo \"$HOME|$USER|$GREETING|${SK_SERVER_CANARY:-clean}\"; id -u").await;
+    assert_eq!(text(&out.stdout), "/root\n/root|root|hi there|clean\n0\n");
+    let out = sh(&p, &id, "kill -9 $$").await;
+    assert_eq!(out.exit_code, Some(137));
+
+    let mut r = request("pwd; cat");
+    r.cwd = Some("/tmp".into());
+    r.stdin = Some(b"from stdin".to_vec());
+    let out = p.exec(&id, r).await.unwrap();
+    assert_eq!(text(&out.stdout), "/tmp\nfrom stdin");
+    let mut r = request("pwd");
+    r.cwd = Some("/no/such/dir".into());
+    let out = p.exec(&id, r).await.unwrap();
+    assert_eq!(out.exit_code, Some(1));
+    assert!(text(&out.stderr).contains("/no/such/dir"), "{}", text(&out.stderr));
+
+    let mut r = request("head -c 300000 /dev/zero | tr '\\0' a; printf END");
+    r.output_limit = 1000;
+    let out = p.exec(&id, r).await.unwrap();
+    assert_eq!(out.stdout.len(), 1000);
+    assert!(out.stdout.ends_with(b"aaaEND") && out.stdout_truncated && !out.stderr_truncated);
+
+    let mut r = request("echo started; sleep 30");
+    r.timeout = Duration::from_millis(300);
+    let t = Instant::now();
+    let out = p.exec(&id, r).await.unwrap();
+    assert!(out.timed_out && t.elapsed() < Duration::from_secs(5), "{out:?} after {:?}", t.elapsed());
+    assert_eq!(text(&out.stdout), "started\n");
+
+    // Files, relative to the home and absolute.
+    assert_eq!(p.write_file(&id, "dir/sub/f.txt", b"content").await.unwrap(), 7);
+    assert_eq!(p.read_file(&id, "dir/sub/f.txt", 1 << 20).await.unwrap(), b"content");
+    assert_eq!(p.read_file(&id, "/root/dir/sub/f.txt", 1 << 20).await.unwrap(), b"content");
+    assert_eq!(p.write_file(&id, "dir/sub/f.txt", b"new").await.unwrap(), 3);
+    assert_eq!(text(&sh(&p, &id, "cat dir/sub/f.txt").await.stdout), "new");
+    sh(&p, &id, "ln -s f.txt dir/sub/link; mkdir dir/sub/d").await;
+    let entries = p.list_files(&id, "dir/sub").await.unwrap();
+    let kinds: Vec<(&str, FileKind, u64)> = entries.iter().map(|e| (e.name.as_str(), e.kind, e.size)).collect();
+    assert_eq!(kinds[1..], [("f.txt", FileKind::File, 3), ("link", FileKind::Symlink, 5)]);
+    assert_eq!((kinds[0].0, kinds[0].1), ("d", FileKind::Dir));
+    assert!(entries[1].modified_at >= info.created_at);
+    p.write_file(&id, "/tmp/big", &vec![b'x'; 2000]).await.unwrap();
+    match p.read_file(&id, "/tmp/big", 1000).await {
+        Err(ProviderError::FileTooLarge { size: 2000, limit: 1000, .. }) => {}
+        other => panic!("expected FileTooLarge, got {other:?}"),
+    }
+    assert!(matches!(p.read_file(&id, "nope", 10).await, Err(ProviderError::NoSuchPath { .. })));
+    assert!(matches!(p.list_files(&id, "nope").await, Err(ProviderError::NoSuchPath { .. })));
+    assert!(matches!(p.read_file(&id, "dir", 10).await, Err(ProviderError::FileError { .. })));
+    // The home's files live on the host under the sandbox's own uid block.
+    let on_host = sandbox_dir(home.path(), &id).join("home/dir/sub/f.txt");
+    let md = std::fs::metadata(&on_host).expect("home file on the host");
+    assert!(md.uid() >= 1 << 30, "home files must not be owned by host uid {}", md.uid());
+
+    // Renew and retain are persisted.
+    let renewed = p.renew(&id).await.unwrap();
+    assert!(renewed.expires_at >= info.expires_at);
+    p.retain(&id).await.unwrap();
+    let again = p.info(&id).await.unwrap();
+    assert!(again.retained && again.expires_at == renewed.expires_at);
+    assert_eq!(p.task_helper(&id).await.unwrap(), "/.sandkeep/sandkeep-task");
+
+    assert!(p.kill(&id).await.unwrap());
+    assert_destroyed(&p, home.path(), &id).await;
+    assert!(!p.kill(&id).await.unwrap());
+    assert!(matches!(p.exec(&id, request("true")).await, Err(ProviderError::NoSuchSandbox(_))));
+    match p.create(CreateSpec { template: "ubuntu".into(), ..spec(10) }).await {
+        Err(e @ ProviderError::UnknownTemplate { .. }) => assert!(e.to_string().contains("base")),
+        other => panic!("expected UnknownTemplate, got {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn second_provider_sees_uses_and_kills() {
+    let home = state_dir();
+    let first = provider(home.path());
+    let info = create(&first, 60).await;
+    first.write_file(&info.sandbox_id, "note", b"from first").await.unwrap();
+    let second = provider(home.path());
+    assert_eq!(second.list().await.unwrap(), vec![info.clone()]);
+    let out = sh(&second, &info.sandbox_id, "cat note").await;
+    assert_eq!(text(&out.stdout), "from first");
+    second.retain(&info.sandbox_id).await.unwrap();
+    assert!(first.info(&info.sandbox_id).await.unwrap().retained);
+    assert!(second.kill(&info.sandbox_id).await.unwrap());
+    assert!(first.list().await.unwrap().is_empty());
+    assert_destroyed(&first, home.path(), &info.sandbox_id).await;
+}
+
+/// Not a test by itself: the body of the creator process that
+/// `sigkill_of_the_creator_changes_nothing` starts and kills.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "helper process of sigkill_of_the_creator_changes_nothing"]
+async fn creator_process() {
+    let Ok(home) = std::env::var("SK_CREATOR_HOME") else {
+        return;
+    };
+    let p = provider(std::path::Path::new(&home));
+    let info = create(&p, 120).await;
+    let out = sh(&p, &info.sandbox_id, "sleep 1000.424242 </dev/null >/dev/null 2>&1 & echo ok").await;
+    assert_eq!(text(&out.stdout), "ok\n");
+    println!("SANDBOX {}", info.sandbox_id);
+    std::thread::sleep(Duration::from_secs(600));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_of_the_creator_changes_nothing() {
+    let home = state_dir();
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "creator_process", "--ignored", "--nocapture", "--test-threads=1"])
+        .env("SK_CREATOR_HOME", home.path())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut id = None;
+    for line in BufReader::new(child.stdout.take().unwrap()).lines() {
+        let line = line.unwrap();
+        // The harness prints "test creator_process ... " before it.
+        if let Some((_, rest)) = line.split_once("SANDBOX ") {
+            id = Some(SandboxId::parse(rest.trim()).unwrap());
+            break;
+        }
+    }
+    let id = id.expect("the creator process printed no sandbox id");
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
+
+    let p = provider(home.path());
+    assert!(p.list().await.unwrap().iter().any(|s| s.sandbox_id == id));
+    assert_eq!(host_pids_with("1000.424242").len(), 1, "the background process died with its creator");
+    let out = sh(&p, &id, "echo alive").await;
+    assert_eq!(text(&out.stdout), "alive\n");
+    assert!(p.kill(&id).await.unwrap());
+    assert!(host_pids_with("1000.424242").is_empty());
+    assert_destroyed(&p, home.path(), &id).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_leaves_no_process_mount_or_file() {
     let home = state_dir();
     let p = provider(home.path());
     let info = create(&p, 60).await;
-    let out = sh(&p, &info.sandbox_id, "echo hello; echo oops >&2; exit 3").await;
-    assert_eq!(text(&out.stdout), "hello\n");
-    assert_eq!(text(&out.stderr), "oops\n");
-    assert_eq!(out.exit_code, Some(3));
+    start_zoo(&p, &info.sandbox_id, "5151").await;
+    let t = Instant::now();
     assert!(p.kill(&info.sandbox_id).await.unwrap());
+    let took = t.elapsed();
+    assert_eq!(host_pids_with("1000.5151"), Vec::<i32>::new(), "processes survived kill");
+    assert_destroyed(&p, home.path(), &info.sandbox_id).await;
+    assert!(took < Duration::from_secs(2), "kill took {took:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expiry_destroys_everything_within_a_second() {
+    let home = state_dir();
+    let p = provider(home.path());
+    let info = create(&p, 2).await;
+    start_zoo(&p, &info.sandbox_id, "6161").await;
+    let deadline = std::time::UNIX_EPOCH + Duration::from_secs(info.expires_at);
+    until(Duration::from_secs(6), "the expired sandbox to disappear", || async {
+        !sandbox_dir(home.path(), &info.sandbox_id).exists()
+    })
+    .await;
+    let late = std::time::SystemTime::now().duration_since(deadline).unwrap_or_default();
+    assert!(late < Duration::from_millis(1200), "destroyed {late:?} after expires_at");
+    assert_eq!(host_pids_with("1000.6161"), Vec::<i32>::new(), "processes survived expiry");
+    assert_destroyed(&p, home.path(), &info.sandbox_id).await;
+    assert!(!p.kill(&info.sandbox_id).await.unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renewal_postpones_expiry() {
+    let home = state_dir();
+    let p = provider(home.path());
+    let info = create(&p, 2).await;
+    let renew_at = std::time::UNIX_EPOCH + Duration::from_secs(info.created_at + 1);
+    until(Duration::from_secs(3), "one second to pass", || async {
+        std::time::SystemTime::now() >= renew_at
+    })
+    .await;
+    let renewed = p.renew(&info.sandbox_id).await.unwrap();
+    assert!(renewed.expires_at > info.expires_at);
+    let past_old = std::time::UNIX_EPOCH + Duration::from_millis(info.expires_at * 1000 + 500);
+    until(Duration::from_secs(4), "the old deadline to pass", || async {
+        std::time::SystemTime::now() >= past_old
+    })
+    .await;
+    assert_eq!(text(&sh(&p, &info.sandbox_id, "echo still").await.stdout), "still\n");
+    until(Duration::from_secs(5), "expiry at the renewed deadline", || async {
+        !sandbox_dir(home.path(), &info.sandbox_id).exists()
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stale_state_is_cleaned_never_listed() {
+    let home = state_dir();
+    let p = provider(home.path());
+    let info = create(&p, 60).await;
+    start_zoo(&p, &info.sandbox_id, "7171").await;
+    // A crashed keeper: its init follows it (PDEATHSIG), and the record is
+    // stale from then on.
+    let meta: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(sandbox_dir(home.path(), &info.sandbox_id).join("meta.json")).unwrap())
+            .unwrap();
+    let keeper = meta["keeper"]["pid"].as_i64().unwrap() as i32;
+    rustix::process::kill_process(rustix::process::Pid::from_raw(keeper).unwrap(), rustix::process::Signal::KILL)
+        .unwrap();
+    until(Duration::from_secs(5), "the sandbox's processes to die with its keeper", || async {
+        host_pids_with("1000.7171").is_empty()
+    })
+    .await;
+    assert!(p.list().await.unwrap().is_empty());
     assert!(!sandbox_dir(home.path(), &info.sandbox_id).exists());
+
+    // A record from before a reboot: same pid as a live process, other
+    // start time.
+    let fake = SandboxId::parse("sb-rebooted").unwrap();
+    let dir = sandbox_dir(home.path(), &fake);
+    std::fs::create_dir_all(&dir).unwrap();
+    let me = std::process::id();
+    let record = serde_json::json!({
+        "info": {"sandbox_id": "sb-rebooted", "template": "base", "created_at": 1, "expires_at": 4_000_000_000u64,
+                 "timeout": 300, "retained": true, "isolation": "userns-idmap"},
+        "keeper": {"pid": me, "start_time": 1},
+        "init": {"pid": me, "start_time": 1},
+    });
+    std::fs::write(dir.join("meta.json"), record.to_string()).unwrap();
+    assert!(p.list().await.unwrap().is_empty());
+    assert!(!dir.exists(), "stale record not cleaned");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn task_helper_runs_tasks_end_to_end() {
+    let home = state_dir();
+    let p = provider(home.path());
+    let info = create(&p, 120).await;
+    let id = &info.sandbox_id;
+    let helper = p.task_helper(id).await.unwrap();
+    let call = |verb: &'static str, json: serde_json::Value| {
+        let p = p.clone();
+        let helper = helper.clone();
+        async move {
+            let arg = json.to_string().replace('\'', "'\\''");
+            let out = sh(&p, id, &format!("{helper} {verb} '{arg}'")).await;
+            let v: serde_json::Value = serde_json::from_slice(&out.stdout)
+                .unwrap_or_else(|e| panic!("{verb}: {e}: {} {}", text(&out.stdout), text(&out.stderr)));
+            v
+        }
+    };
+    let task = "0123456789abcdef0123456789abcdef";
+    let started = call("start", serde_json::json!({"task_id": task, "command": "printf BEFORE; sleep 1; printf AFTER", "timeout": 60})).await;
+    assert_eq!(started["state"], "running", "{started}");
+    let limit = Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        let status = call("status", serde_json::json!({"task_id": task})).await;
+        if status["state"] == "succeeded" {
+            break status;
+        }
+        assert!(Instant::now() < limit, "the task did not succeed in time: {status}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(status["stdout"], "BEFOREAFTER", "{status}");
+    let other = "fedcba9876543210fedcba9876543210";
+    call("start", serde_json::json!({"task_id": other, "command": "sleep 100", "timeout": 60})).await;
+    let cancelled = call("cancel", serde_json::json!({"task_id": other})).await;
+    assert_eq!((cancelled["state"].as_str(), cancelled["confirmed"].as_bool()), (Some("cancelled"), Some(true)), "{cancelled}");
+    assert!(p.kill(id).await.unwrap());
 }

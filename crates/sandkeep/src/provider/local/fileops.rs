@@ -21,6 +21,8 @@ pub fn run(request: Request) -> i32 {
             message: "not a file operation".into(),
         }),
     };
+    // The caller leaves with _exit, which flushes nothing.
+    let result = result.and_then(|()| io::stdout().flush().map_err(classify));
     match result {
         Ok(()) => 0,
         Err(e) => {

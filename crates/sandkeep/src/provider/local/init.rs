@@ -75,9 +75,11 @@ pub fn run(ctx: InitContext) -> ! {
         Ok((idmapped, warnings)) => (true, InitReport::Ready { idmapped, warnings }),
         Err(e) => (false, InitReport::Failed(e)),
     };
-    let _ = report.write_all(&serde_json::to_vec(&message).unwrap_or_default());
+    let delivered = report
+        .write_all(&serde_json::to_vec(&message).unwrap_or_default())
+        .is_ok();
     drop(report);
-    if !ok {
+    if !ok || !delivered {
         sys::exit_now(1);
     }
     let env = environment(&spec);
@@ -90,9 +92,6 @@ fn setup(
     owner: Owner,
     userns: Option<OwnedFd>,
 ) -> Result<(bool, Vec<String>), String> {
-    // The keeper's death must end the sandbox; set before anything else.
-    rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL))
-        .map_err(|e| format!("PR_SET_PDEATHSIG: {e}"))?;
     sys::set_signal_mask(&[]).map_err(|e| format!("signal mask: {e}"))?;
     // SAFETY: the init is single-threaded; unsharing these namespaces
     // affects only this process.
@@ -104,6 +103,11 @@ fn setup(
         .map_err(|e| format!("sethostname: {e}"))?;
     let built = rootfs::build(dir, spec, owner, userns.as_ref().map(|f| f.as_fd()))?;
     enter_sandbox_identity(owner, userns)?;
+    // The keeper's death must end the sandbox. Set only now: credential
+    // changes clear it. Should the keeper already be gone, the report
+    // write below fails and the init exits.
+    rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL))
+        .map_err(|e| format!("PR_SET_PDEATHSIG: {e}"))?;
     sys::restrict_capabilities(KEPT_CAPS).map_err(|e| format!("drop capabilities: {e}"))?;
     rustix::thread::set_no_new_privs(true).map_err(|e| format!("no_new_privs: {e}"))?;
     rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::NotDumpable)

@@ -58,6 +58,8 @@ const KILL_TIMEOUT: Duration = Duration::from_secs(10);
 /// A sandbox directory without a record older than this is a crashed
 /// creation.
 const CREATING_GRACE_SECS: u64 = 120;
+/// Room for a file operation's answer or error report.
+const FILE_OP_REPORT: usize = 64 * 1024;
 /// Where the task helper is inside every sandbox.
 const HELPER_PATH: &str = "/.sandkeep/sandkeep-task";
 /// Isolation levels that are the full design for their mode; anything else
@@ -223,6 +225,7 @@ impl LocalProvider {
         request: Request,
         stdin: Option<Vec<u8>>,
         output_limit: usize,
+        size_limit: u64,
     ) -> Result<Vec<u8>> {
         let outcome = self
             .call(id, request, stdin, output_limit, Duration::from_secs(60))
@@ -236,7 +239,7 @@ impl LocalProvider {
                 Ok(FileOpError::TooLarge { size }) => Err(ProviderError::FileTooLarge {
                     path: path.into(),
                     size,
-                    limit: output_limit as u64 - 1,
+                    limit: size_limit,
                 }),
                 Ok(FileOpError::Other { message }) => Err(ProviderError::FileError {
                     path: path.into(),
@@ -537,14 +540,18 @@ impl Provider for LocalProvider {
             path: path.into(),
             limit,
         };
-        let cap = usize::try_from(limit.saturating_add(1)).unwrap_or(usize::MAX);
-        self.file_op(id, path, request, None, cap).await
+        // The child refuses files over the limit itself; the cap only has to
+        // let a whole file and an error report through.
+        let cap = usize::try_from(limit.saturating_add(1))
+            .unwrap_or(usize::MAX)
+            .max(FILE_OP_REPORT);
+        self.file_op(id, path, request, None, cap, limit).await
     }
 
     async fn write_file(&self, id: &SandboxId, path: &str, content: &[u8]) -> Result<u64> {
         let request = Request::WriteFile { path: path.into() };
         let out = self
-            .file_op(id, path, request, Some(content.to_vec()), 64)
+            .file_op(id, path, request, Some(content.to_vec()), FILE_OP_REPORT, 0)
             .await?;
         String::from_utf8_lossy(&out)
             .trim()
@@ -557,7 +564,7 @@ impl Provider for LocalProvider {
 
     async fn list_files(&self, id: &SandboxId, path: &str) -> Result<Vec<FileEntry>> {
         let request = Request::ListFiles { path: path.into() };
-        let out = self.file_op(id, path, request, None, 64 << 20).await?;
+        let out = self.file_op(id, path, request, None, 64 << 20, 0).await?;
         serde_json::from_slice(&out).map_err(|e| ProviderError::FileError {
             path: path.into(),
             message: format!("unreadable listing: {e}"),
