@@ -581,3 +581,61 @@ fn follow_stops_when_its_reader_goes_away() {
     let still = home.json(&["task", "get", &sandbox, &task, "--json"]);
     assert_eq!(still["state"], "running", "the task is untouched: {still}");
 }
+
+#[test]
+fn human_output_is_tables_and_fields_with_handles_on_stdout() {
+    let home = Home::new();
+    let out = home.run(&["sandbox", "create"]);
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    let sandbox = String::from_utf8(out.stdout).unwrap().trim_end().to_owned();
+    assert!(
+        !sandbox.is_empty() && !sandbox.contains(char::is_whitespace),
+        "only the id on stdout: {sandbox:?}"
+    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains("sandkeep sandbox kill"));
+
+    let out = home.run(&[
+        "task",
+        "start",
+        "--sandbox",
+        &sandbox,
+        "--",
+        "printf",
+        "'a\\nb\\n'",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    let handle = String::from_utf8(out.stdout).unwrap();
+    let parts: Vec<&str> = handle.split_whitespace().collect();
+    assert_eq!(
+        parts.len(),
+        2,
+        "task start prints `SANDBOX TASK`: {handle:?}"
+    );
+    assert_eq!(parts[0], sandbox);
+    settled(&home, &sandbox, parts[1]);
+
+    let shown = home.ok(&["task", "get", parts[0], parts[1]]);
+    for line in [
+        "state      succeeded",
+        "exit code  0",
+        "stdout     4 B saved",
+        "--- stdout",
+        "a\nb\n",
+    ] {
+        assert!(
+            shown.contains(line),
+            "task get should show {line:?}:\n{shown}"
+        );
+    }
+    let listed = home.ok(&["sandbox", "list"]);
+    assert!(listed.starts_with("SANDBOX "), "{listed}");
+    assert!(
+        listed.contains(&sandbox) && listed.contains(" yes "),
+        "retained after a task: {listed}"
+    );
+    let tasks = home.ok(&["task", "list", &sandbox]);
+    assert!(
+        tasks.starts_with("TASK ") && tasks.contains("succeeded"),
+        "{tasks}"
+    );
+}
