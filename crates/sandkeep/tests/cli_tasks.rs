@@ -639,3 +639,25 @@ fn human_output_is_tables_and_fields_with_handles_on_stdout() {
         "{tasks}"
     );
 }
+
+#[test]
+fn logs_of_a_flood_print_the_saved_mebibyte_and_say_the_rest_was_dropped() {
+    let home = Home::new();
+    let sandbox = home.sandbox();
+    let task = home.start(&sandbox, "head -c 1500000 /dev/zero | tr '\\0' x");
+    settled(&home, &sandbox, &task);
+    let out = home.run(&["task", "logs", &sandbox, &task, "--follow"]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        describe(&out).chars().take(500).collect::<String>()
+    );
+    assert_eq!(out.stdout.len(), 1_048_576, "exactly the saved first MiB");
+    assert!(out.stdout.iter().all(|&b| b == b'x'));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("more than 1 MiB") && stderr.contains("stdout"),
+        "{stderr}"
+    );
+}
