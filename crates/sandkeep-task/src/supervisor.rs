@@ -49,8 +49,11 @@ const KILL_WAIT: Duration = Duration::from_secs(1);
 /// Re-check interval while waiting for the rest of the group to go.
 const GROUP_TICK: Duration = Duration::from_millis(5);
 const READ_CHUNK: usize = 64 * 1024;
-/// Larger pipes mean fewer wake-ups under a flood; the kernel may refuse.
-const PIPE_SIZE: usize = 1024 * 1024;
+/// A stream that floods past its cap gets a larger pipe, for fewer
+/// wake-ups (the kernel may refuse). Only then: pipe capacity counts
+/// against the user's pipe quota (`pipe-user-pages-soft`, 64 MiB), and
+/// large pipes for every task would starve the sandbox's other pipes.
+const FLOOD_PIPE_SIZE: usize = 1024 * 1024;
 /// Bytes moved per splice when discarding output beyond the cap.
 const DISCARD_CHUNK: usize = 1024 * 1024;
 /// Beyond the cap, a stream that gave less than this in one go is left
@@ -125,8 +128,9 @@ fn spawn_command(order: &StartRequest) -> io::Result<Child> {
 struct Stream {
     fd: OwnedFd,
     capture: Capture,
-    /// Whether the pipe is large enough to pause reading beyond the cap.
-    may_pause: bool,
+    /// Whether the pipe was enlarged enough to pause reading beyond the
+    /// cap; `None` until the cap is reached.
+    may_pause: Option<bool>,
     /// Not polled before this instant (batching beyond the cap).
     paused_until: Option<Instant>,
 }
@@ -134,11 +138,10 @@ struct Stream {
 impl Stream {
     fn new(fd: OwnedFd, log: File, redactor: Redactor) -> io::Result<Self> {
         rustix::io::ioctl_fionbio(&fd, true)?;
-        let size = rustix::pipe::fcntl_setpipe_size(&fd, PIPE_SIZE).unwrap_or(0);
         Ok(Self {
             fd,
             capture: Capture::new(log, redactor),
-            may_pause: size >= MIN_PIPE_FOR_PAUSE,
+            may_pause: None,
             paused_until: None,
         })
     }
@@ -437,6 +440,10 @@ impl Supervisor {
             if stream.capture.is_dropping()
                 && let Some(null) = &self.discard
             {
+                let may_pause = *stream.may_pause.get_or_insert_with(|| {
+                    rustix::pipe::fcntl_setpipe_size(&stream.fd, FLOOD_PIPE_SIZE)
+                        .is_ok_and(|size| size >= MIN_PIPE_FOR_PAUSE)
+                });
                 match rustix::pipe::splice(
                     &stream.fd,
                     None,
@@ -447,7 +454,7 @@ impl Supervisor {
                 ) {
                     Ok(0) => return self.close_stream(i),
                     Ok(n) => {
-                        if stream.may_pause && n < DISCARD_BATCH {
+                        if may_pause && n < DISCARD_BATCH {
                             stream.paused_until = Some(Instant::now() + DISCARD_PAUSE);
                         }
                         let pause = stream.paused_until.is_some();
