@@ -78,6 +78,7 @@ impl Service {
         let id = validate::sandbox_id(&args.sandbox_id)?;
         let killed = self.provider.kill(&id).await?;
         session.forget(&id);
+        self.helpers.forget(&id);
         Ok(KillSandboxResult {
             sandbox_id: id.to_string(),
             killed,
@@ -248,6 +249,7 @@ impl Service {
         let task_id = request.task_id.clone();
         match helper::call::<_, TaskSummary>(
             self.provider.as_ref(),
+            &self.helpers,
             &id,
             wire::verb::START,
             &request,
@@ -283,19 +285,29 @@ impl Service {
 
     pub async fn get_task(&self, args: GetTaskArgs) -> Result<TaskResult, ToolError> {
         let (id, request) = status_request(&args)?;
-        let status: TaskStatus =
-            helper::call(self.provider.as_ref(), &id, wire::verb::STATUS, &request)
-                .await
-                .map_err(|e| helper_error(e, &id, &request.task_id))?;
+        let status: TaskStatus = helper::call(
+            self.provider.as_ref(),
+            &self.helpers,
+            &id,
+            wire::verb::STATUS,
+            &request,
+        )
+        .await
+        .map_err(|e| helper_error(e, &id, &request.task_id))?;
         Ok(self.task_result(&id, status))
     }
 
     pub async fn cancel_task(&self, args: CancelTaskArgs) -> Result<TaskResult, ToolError> {
         let (id, request) = status_request(&args)?;
-        let reply: CancelReply =
-            helper::call(self.provider.as_ref(), &id, wire::verb::CANCEL, &request)
-                .await
-                .map_err(|e| helper_error(e, &id, &request.task_id))?;
+        let reply: CancelReply = helper::call(
+            self.provider.as_ref(),
+            &self.helpers,
+            &id,
+            wire::verb::CANCEL,
+            &request,
+        )
+        .await
+        .map_err(|e| helper_error(e, &id, &request.task_id))?;
         let result = self.task_result(&id, reply.status);
         if reply.confirmed {
             Ok(result)

@@ -2,6 +2,8 @@
 //! through [`Provider::exec`], one JSON object read back from its stdout.
 //! This is the only place that knows the helper's exit-code convention.
 
+use std::collections::HashMap;
+use std::sync::Mutex;
 use std::time::Duration;
 
 use sandkeep_proto::wire::{self, ErrorKind, ErrorReply};
@@ -31,21 +33,74 @@ pub(super) enum HelperError {
     Unreadable(String),
 }
 
+/// Where the helper is in each sandbox. Asking the provider costs a round
+/// trip per call, and the path of a sandbox's helper never changes; a
+/// vanished sandbox fails the exec anyway and is then forgotten.
+#[derive(Default)]
+pub(super) struct HelperPaths {
+    known: Mutex<HashMap<SandboxId, String>>,
+}
+
+/// Bounds the cache; past it, it starts over (a miss costs one round trip).
+const MAX_KNOWN: usize = 4096;
+
+impl HelperPaths {
+    async fn get(
+        &self,
+        provider: &dyn Provider,
+        sandbox: &SandboxId,
+    ) -> Result<String, ProviderError> {
+        if let Some(path) = self.lock().get(sandbox) {
+            return Ok(path.clone());
+        }
+        let path = provider.task_helper(sandbox).await?;
+        let mut known = self.lock();
+        if known.len() >= MAX_KNOWN {
+            known.clear();
+        }
+        known.insert(sandbox.clone(), path.clone());
+        Ok(path)
+    }
+
+    pub(super) fn forget(&self, sandbox: &SandboxId) {
+        self.lock().remove(sandbox);
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<SandboxId, String>> {
+        self.known.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
 pub(super) async fn call<Req: Serialize, Rep: DeserializeOwned>(
     provider: &dyn Provider,
+    paths: &HelperPaths,
     sandbox: &SandboxId,
     verb: &str,
     request: &Req,
 ) -> Result<Rep, HelperError> {
-    let helper = provider
-        .task_helper(sandbox)
+    let helper = paths
+        .get(provider, sandbox)
         .await
         .map_err(HelperError::Provider)?;
+    let result = exec(provider, &helper, sandbox, verb, request).await;
+    if let Err(HelperError::Provider(ProviderError::NoSuchSandbox(_))) = &result {
+        paths.forget(sandbox);
+    }
+    result
+}
+
+async fn exec<Req: Serialize, Rep: DeserializeOwned>(
+    provider: &dyn Provider,
+    helper: &str,
+    sandbox: &SandboxId,
+    verb: &str,
+    request: &Req,
+) -> Result<Rep, HelperError> {
     let out = provider
         .exec(
             sandbox,
             ExecRequest {
-                command: wire::helper_command_line(&helper, verb, request),
+                command: wire::helper_command_line(helper, verb, request),
                 cwd: None,
                 timeout: CALL_TIMEOUT,
                 stdin: None,

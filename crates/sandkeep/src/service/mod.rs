@@ -57,6 +57,7 @@ use mask::Masker;
 pub struct Service {
     provider: Arc<dyn Provider>,
     masker: Masker,
+    helpers: helper::HelperPaths,
 }
 
 /// What [`Service::end_session`] did.
@@ -81,6 +82,7 @@ impl Service {
         Self {
             provider,
             masker: Masker::new(secrets),
+            helpers: helper::HelperPaths::default(),
         }
     }
 
@@ -112,6 +114,7 @@ impl Service {
                     continue;
                 }
             }
+            self.helpers.forget(&id);
             match self.provider.kill(&id).await {
                 Ok(_) => end.destroyed.push(id),
                 Err(e) => end.failed.push((id, e.to_string())),
