@@ -154,15 +154,18 @@ fn cli_hint(err: &ToolError) -> Option<String> {
                 .to_owned(),
         ),
         ToolError::Provider(ProviderError::Unconfirmed { sandbox, .. }) => Some(format!(
-            "check with `sandkeep task list {sandbox}` before running it again"
+            "it may or may not have run: look at sandbox {sandbox} (`sandkeep task list {sandbox}`, \
+             `sandkeep exec --sandbox {sandbox} -- ...`) before running it again"
         )),
         ToolError::CancelNotConfirmed(task) => Some(format!(
             "check later with `sandkeep task get {} {}`, or stop everything with `sandkeep sandbox kill {}`",
             task.sandbox_id, task.task_id, task.sandbox_id
         )),
-        ToolError::InvalidArgument(_) => {
-            Some("the option of the same name takes this value; see the command's --help".to_owned())
-        }
+        ToolError::InvalidArgument(_) => Some(
+            "parameters are named as in MCP: `timeout` is --timeout, `sandbox_id` is SANDBOX or \
+             --sandbox, `task_id` is TASK, `stdout_offset` is --stdout-offset; see the command's --help"
+                .to_owned(),
+        ),
         _ => None,
     }
 }
@@ -177,10 +180,18 @@ pub async fn with_context(
     let ctx = Context::open(kind)?;
     let outcome = tokio::select! {
         outcome = body(&ctx) => outcome,
-        _ = tokio::signal::ctrl_c() => Ok(exit::INTERRUPTED),
+        () = interrupted() => Ok(exit::INTERRUPTED),
     };
     ctx.finish().await;
     outcome
+}
+
+/// Completes on Ctrl-C; never, if the handler cannot be installed (the
+/// default action then still stops the process).
+async fn interrupted() {
+    if tokio::signal::ctrl_c().await.is_err() {
+        std::future::pending::<()>().await;
+    }
 }
 
 /// Runs one command to its end on a small runtime and turns its outcome
