@@ -44,8 +44,14 @@ fn rss_kib(pid: u32) -> u64 {
         .expect("VmRSS")
 }
 
-async fn call(client: &rmcp::service::RunningService<rmcp::RoleClient, ()>, tool: &str, args: Value) -> Value {
-    let Value::Object(map) = args else { unreachable!() };
+async fn call(
+    client: &rmcp::service::RunningService<rmcp::RoleClient, ()>,
+    tool: &str,
+    args: Value,
+) -> Value {
+    let Value::Object(map) = args else {
+        unreachable!()
+    };
     let r = client
         .call_tool(CallToolRequestParams::new(tool.to_owned()).with_arguments(map))
         .await
@@ -76,13 +82,21 @@ async fn helper_exec(p: &LocalProvider, id: &SandboxId, helper: &str, line: Stri
         .await
         .expect("helper exec");
     let took = t.elapsed();
-    assert_eq!(out.exit_code, Some(0), "helper {helper}: {}", String::from_utf8_lossy(&out.stdout));
+    assert_eq!(
+        out.exit_code,
+        Some(0),
+        "helper {helper}: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
     took
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
-    let home = tempfile::Builder::new().prefix("sk-mcp-bench-").tempdir_in("/var/tmp").expect("home");
+    let home = tempfile::Builder::new()
+        .prefix("sk-mcp-bench-")
+        .tempdir_in("/var/tmp")
+        .expect("home");
     let mut child = tokio::process::Command::new(EXE)
         .arg("serve")
         .env("SANDKEEP_HOME", home.path())
@@ -100,7 +114,12 @@ async fn main() {
 
     let sandbox = call(&client, "create_sandbox", json!({"timeout": 3600})).await;
     let sid = sandbox["sandbox_id"].as_str().unwrap().to_owned();
-    let running = call(&client, "start_task", json!({"command": "echo ready; sleep 3000"})).await;
+    let running = call(
+        &client,
+        "start_task",
+        json!({"command": "echo ready; sleep 3000"}),
+    )
+    .await;
     let task = running["task_id"].as_str().unwrap().to_owned();
 
     let provider = LocalProvider::new(LocalConfig::new(home.path(), EXE)).expect("provider");
@@ -114,7 +133,12 @@ async fn main() {
         let line = wire::helper_command_line(&helper, wire::verb::STATUS, &status);
         base_get.push(helper_exec(&provider, &id, &helper, line).await);
         let t = Instant::now();
-        let v = call(&client, "get_task", json!({"sandbox_id": sid, "task_id": task})).await;
+        let v = call(
+            &client,
+            "get_task",
+            json!({"sandbox_id": sid, "task_id": task}),
+        )
+        .await;
         mcp_get.push(t.elapsed());
         assert_eq!(v["state"], "running");
     }
@@ -129,17 +153,32 @@ async fn main() {
         let line = wire::helper_command_line(&helper, wire::verb::START, &request);
         base_start.push(helper_exec(&provider, &id, &helper, line).await);
         let t = Instant::now();
-        call(&client, "start_task", json!({"sandbox_id": sid, "command": "true"})).await;
+        call(
+            &client,
+            "start_task",
+            json!({"sandbox_id": sid, "command": "true"}),
+        )
+        .await;
         mcp_start.push(t.elapsed());
     }
 
     let before = rss_kib(pid);
     for _ in 0..LEAK_CALLS {
-        call(&client, "get_task", json!({"sandbox_id": sid, "task_id": task})).await;
+        call(
+            &client,
+            "get_task",
+            json!({"sandbox_id": sid, "task_id": task}),
+        )
+        .await;
     }
     let after = rss_kib(pid);
 
-    let (bg, mg, bs, msd) = (median(base_get), median(mcp_get), median(base_start), median(mcp_start));
+    let (bg, mg, bs, msd) = (
+        median(base_get),
+        median(mcp_get),
+        median(base_start),
+        median(mcp_start),
+    );
     println!("MCP server benchmark (stdio, local provider, running task)");
     println!(
         "get_task    median {:7.3} ms   helper status baseline {:7.3} ms   ratio {:.2}x   ({GET_SAMPLES} samples)",
