@@ -252,3 +252,74 @@ fn completions_cover_every_command() {
         }
     }
 }
+
+/// Asks the generated bash completion what it offers for `words` (the last
+/// one being completed), in a real bash.
+fn bash_completes(script: &std::path::Path, words: &[&str]) -> String {
+    let quoted: Vec<String> = words.iter().map(|w| format!("'{w}'")).collect();
+    let program = format!(
+        "source '{}'; COMP_WORDS=({}); COMP_CWORD={}; _sandkeep sandkeep '{}' '{}'; echo \"${{COMPREPLY[*]}}\"",
+        script.display(),
+        quoted.join(" "),
+        words.len() - 1,
+        words[words.len() - 1],
+        words[words.len() - 2],
+    );
+    let out = std::process::Command::new("bash")
+        .args(["--norc", "-c", &program])
+        .output()
+        .expect("run bash");
+    assert!(out.status.success(), "bash failed: {}", describe(&out));
+    String::from_utf8(out.stdout).unwrap().trim().to_owned()
+}
+
+#[test]
+fn bash_completion_completes_commands_and_options() {
+    let home = Home::new();
+    let script = home.path().join("sandkeep.bash");
+    std::fs::write(&script, home.ok(&["completions", "bash"])).unwrap();
+    assert_eq!(bash_completes(&script, &["sandkeep", "ta"]), "task");
+    assert_eq!(
+        bash_completes(&script, &["sandkeep", "task", "logs", "--fo"]),
+        "--follow"
+    );
+    assert_eq!(
+        bash_completes(&script, &["sandkeep", "sandbox", "cr"]),
+        "create"
+    );
+}
+
+#[test]
+fn doctor_reports_isolation_state_directory_and_helper() {
+    let home = Home::new();
+    let out = home.run(&["doctor"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    for field in [
+        "isolation",
+        "state dir",
+        "task helper",
+        "user namespace",
+        "pid namespace",
+        "overlayfs",
+        "cgroups",
+    ] {
+        assert!(
+            text.contains(field),
+            "doctor should show {field:?}:\n{text}"
+        );
+    }
+    assert!(text.contains(home.path().to_str().unwrap()), "{text}");
+    let json = home.run(&["doctor", "--json"]);
+    let report = cli_common::parse_one(&String::from_utf8_lossy(&json.stdout), &["doctor"]);
+    assert_eq!(
+        json.status.code(),
+        out.status.code(),
+        "--json keeps the exit code"
+    );
+    let expected = if report["isolation"] == "unavailable" {
+        1
+    } else {
+        0
+    };
+    assert_eq!(out.status.code(), Some(expected), "{}", describe(&out));
+}
