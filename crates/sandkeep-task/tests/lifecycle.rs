@@ -298,3 +298,29 @@ fn secrets_are_redacted_even_when_split_across_writes() {
     assert_eq!(s.stdout, "a [REDACTED] b [REDACTED] abc\n");
     assert_eq!(s.stderr, "[REDACTED]");
 }
+
+#[test]
+fn start_returns_without_leaking_inherited_descriptors_to_the_supervisor() {
+    let user = User::new();
+    let id = new_id();
+    let json = User::start_json(&id, "sleep 3; echo late", 60);
+    // fd 3 is another copy of the caller's stdout, without close-on-exec,
+    // as a careless exec agent might pass it. If the supervisor kept it,
+    // reading the caller's output would wait for the task to end.
+    let t0 = Instant::now();
+    let out = user
+        .shell(&format!("exec 3>&1; {} start '{json}'", common::HELPER))
+        .output()
+        .unwrap();
+    let took = t0.elapsed();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert!(
+        took < Duration::from_millis(1500),
+        "the caller waited {took:?}"
+    );
+    assert_eq!(user.status(&id).summary.state, TaskState::Running);
+}
