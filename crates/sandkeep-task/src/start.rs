@@ -11,6 +11,7 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
+use sandkeep_proto::TaskState;
 use sandkeep_proto::limits::MAX_TASK_DIRS;
 use sandkeep_proto::wire::{StartRequest, TaskSummary};
 
@@ -45,7 +46,18 @@ pub fn start(req: StartRequest) -> Result<TaskSummary, HelperError> {
         dir.remove();
         return Err(e);
     }
-    Ok(observe(&dir)?.summary(&order.task_id))
+    // From here on the task runs: a failure to read it back must not look
+    // like a refusal, or the caller could submit the command again.
+    Ok(match observe(&dir) {
+        Ok(observation) => observation.summary(&order.task_id),
+        Err(_) => TaskSummary {
+            task_id: order.task_id,
+            state: TaskState::Unknown,
+            exit_code: None,
+            started_at: None,
+            finished_at: None,
+        },
+    })
 }
 
 /// The directory the command runs in: `cwd` (relative to the home
