@@ -42,9 +42,13 @@ pub fn start(req: StartRequest) -> Result<TaskSummary, HelperError> {
         ..req
     };
     if let Err(e) = launch_supervisor(&dir, &order) {
-        // Nothing ran: leave no trace, so the same id can be submitted again.
-        dir.remove();
-        return Err(e);
+        // A record on disk means the command was spawned after all (the
+        // supervisor died right after writing it): report what is known.
+        if !matches!(dir.read_record(), Ok(Some(_))) {
+            // Nothing ran: leave no trace, so the id can be submitted again.
+            dir.remove();
+            return Err(e);
+        }
     }
     // From here on the task runs: a failure to read it back must not look
     // like a refusal, or the caller could submit the command again.
