@@ -14,14 +14,28 @@ use std::time::{Duration, Instant};
 use local_common::*;
 use sandkeep::provider::{CreateSpec, FileKind, Provider, ProviderError, SandboxId};
 
-async fn assert_destroyed(p: &sandkeep::provider::local::LocalProvider, home: &std::path::Path, id: &SandboxId) {
+async fn assert_destroyed(
+    p: &sandkeep::provider::local::LocalProvider,
+    home: &std::path::Path,
+    id: &SandboxId,
+) {
     assert!(
         !p.list().await.unwrap().iter().any(|s| &s.sandbox_id == id),
         "{id} still listed"
     );
-    assert!(matches!(p.info(id).await, Err(ProviderError::NoSuchSandbox(_))));
-    assert!(!sandbox_dir(home, id).exists(), "{id}: directory left behind");
-    assert_eq!(host_mounts_under(home), Vec::<String>::new(), "mounts left in the host table");
+    assert!(matches!(
+        p.info(id).await,
+        Err(ProviderError::NoSuchSandbox(_))
+    ));
+    assert!(
+        !sandbox_dir(home, id).exists(),
+        "{id}: directory left behind"
+    );
+    assert_eq!(
+        host_mounts_under(home),
+        Vec::<String>::new(),
+        "mounts left in the host table"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -42,15 +56,31 @@ async fn lifecycle_exec_files_and_kill() {
         .await
         .unwrap();
     let id = info.sandbox_id.clone();
-    assert!(info.isolation.starts_with("userns-"), "isolation {}", info.isolation);
+    assert!(
+        info.isolation.starts_with("userns-"),
+        "isolation {}",
+        info.isolation
+    );
     assert_eq!(info.expires_at, info.created_at + 120);
     assert!(!info.retained);
     let listed = p.list().await.unwrap();
     assert_eq!(listed, vec![info.clone()]);
 
     let out = sh(&p, &id, "echo hello; echo oops >&2; exit 3").await;
-    assert_eq!((text(&out.stdout).as_str(), text(&out.stderr).as_str(), out.exit_code), ("hello\n", "oops\n", Some(3)));
-    let out = sh(&p, &id, "pwd; echo \"$HOME|$USER|$GREETING|${SK_SERVER_CANARY:-clean}\"; id -u").await;
+    assert_eq!(
+        (
+            text(&out.stdout).as_str(),
+            text(&out.stderr).as_str(),
+            out.exit_code
+        ),
+        ("hello\n", "oops\n", Some(3))
+    );
+    let out = sh(
+        &p,
+        &id,
+        "pwd; echo \"$HOME|$USER|$GREETING|${SK_SERVER_CANARY:-clean}\"; id -u",
+    )
+    .await;
     assert_eq!(text(&out.stdout), "/root\n/root|root|hi there|clean\n0\n");
     let out = sh(&p, &id, "kill -9 $$").await;
     assert_eq!(out.exit_code, Some(137));
@@ -64,7 +94,11 @@ async fn lifecycle_exec_files_and_kill() {
     r.cwd = Some("/no/such/dir".into());
     let out = p.exec(&id, r).await.unwrap();
     assert_eq!(out.exit_code, Some(1));
-    assert!(text(&out.stderr).contains("/no/such/dir"), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("/no/such/dir"),
+        "{}",
+        text(&out.stderr)
+    );
 
     let mut r = request("head -c 300000 /dev/zero | tr '\\0' a; printf END");
     r.output_limit = 1000;
@@ -76,33 +110,75 @@ async fn lifecycle_exec_files_and_kill() {
     r.timeout = Duration::from_millis(300);
     let t = Instant::now();
     let out = p.exec(&id, r).await.unwrap();
-    assert!(out.timed_out && t.elapsed() < Duration::from_secs(5), "{out:?} after {:?}", t.elapsed());
+    assert!(
+        out.timed_out && t.elapsed() < Duration::from_secs(5),
+        "{out:?} after {:?}",
+        t.elapsed()
+    );
     assert_eq!(text(&out.stdout), "started\n");
 
     // Files, relative to the home and absolute.
-    assert_eq!(p.write_file(&id, "dir/sub/f.txt", b"content").await.unwrap(), 7);
-    assert_eq!(p.read_file(&id, "dir/sub/f.txt", 1 << 20).await.unwrap(), b"content");
-    assert_eq!(p.read_file(&id, "/root/dir/sub/f.txt", 1 << 20).await.unwrap(), b"content");
+    assert_eq!(
+        p.write_file(&id, "dir/sub/f.txt", b"content")
+            .await
+            .unwrap(),
+        7
+    );
+    assert_eq!(
+        p.read_file(&id, "dir/sub/f.txt", 1 << 20).await.unwrap(),
+        b"content"
+    );
+    assert_eq!(
+        p.read_file(&id, "/root/dir/sub/f.txt", 1 << 20)
+            .await
+            .unwrap(),
+        b"content"
+    );
     assert_eq!(p.write_file(&id, "dir/sub/f.txt", b"new").await.unwrap(), 3);
     assert_eq!(text(&sh(&p, &id, "cat dir/sub/f.txt").await.stdout), "new");
     sh(&p, &id, "ln -s f.txt dir/sub/link; mkdir dir/sub/d").await;
     let entries = p.list_files(&id, "dir/sub").await.unwrap();
-    let kinds: Vec<(&str, FileKind, u64)> = entries.iter().map(|e| (e.name.as_str(), e.kind, e.size)).collect();
-    assert_eq!(kinds[1..], [("f.txt", FileKind::File, 3), ("link", FileKind::Symlink, 5)]);
+    let kinds: Vec<(&str, FileKind, u64)> = entries
+        .iter()
+        .map(|e| (e.name.as_str(), e.kind, e.size))
+        .collect();
+    assert_eq!(
+        kinds[1..],
+        [("f.txt", FileKind::File, 3), ("link", FileKind::Symlink, 5)]
+    );
     assert_eq!((kinds[0].0, kinds[0].1), ("d", FileKind::Dir));
     assert!(entries[1].modified_at >= info.created_at);
-    p.write_file(&id, "/tmp/big", &vec![b'x'; 2000]).await.unwrap();
+    p.write_file(&id, "/tmp/big", &vec![b'x'; 2000])
+        .await
+        .unwrap();
     match p.read_file(&id, "/tmp/big", 1000).await {
-        Err(ProviderError::FileTooLarge { size: 2000, limit: 1000, .. }) => {}
+        Err(ProviderError::FileTooLarge {
+            size: 2000,
+            limit: 1000,
+            ..
+        }) => {}
         other => panic!("expected FileTooLarge, got {other:?}"),
     }
-    assert!(matches!(p.read_file(&id, "nope", 10).await, Err(ProviderError::NoSuchPath { .. })));
-    assert!(matches!(p.list_files(&id, "nope").await, Err(ProviderError::NoSuchPath { .. })));
-    assert!(matches!(p.read_file(&id, "dir", 10).await, Err(ProviderError::FileError { .. })));
+    assert!(matches!(
+        p.read_file(&id, "nope", 10).await,
+        Err(ProviderError::NoSuchPath { .. })
+    ));
+    assert!(matches!(
+        p.list_files(&id, "nope").await,
+        Err(ProviderError::NoSuchPath { .. })
+    ));
+    assert!(matches!(
+        p.read_file(&id, "dir", 10).await,
+        Err(ProviderError::FileError { .. })
+    ));
     // The home's files live on the host under the sandbox's own uid block.
     let on_host = sandbox_dir(home.path(), &id).join("home/dir/sub/f.txt");
     let md = std::fs::metadata(&on_host).expect("home file on the host");
-    assert!(md.uid() >= 1 << 30, "home files must not be owned by host uid {}", md.uid());
+    assert!(
+        md.uid() >= 1 << 30,
+        "home files must not be owned by host uid {}",
+        md.uid()
+    );
 
     // Renew and retain are persisted.
     let renewed = p.renew(&id).await.unwrap();
@@ -110,13 +186,25 @@ async fn lifecycle_exec_files_and_kill() {
     p.retain(&id).await.unwrap();
     let again = p.info(&id).await.unwrap();
     assert!(again.retained && again.expires_at == renewed.expires_at);
-    assert_eq!(p.task_helper(&id).await.unwrap(), "/.sandkeep/sandkeep-task");
+    assert_eq!(
+        p.task_helper(&id).await.unwrap(),
+        "/.sandkeep/sandkeep-task"
+    );
 
     assert!(p.kill(&id).await.unwrap());
     assert_destroyed(&p, home.path(), &id).await;
     assert!(!p.kill(&id).await.unwrap());
-    assert!(matches!(p.exec(&id, request("true")).await, Err(ProviderError::NoSuchSandbox(_))));
-    match p.create(CreateSpec { template: "ubuntu".into(), ..spec(10) }).await {
+    assert!(matches!(
+        p.exec(&id, request("true")).await,
+        Err(ProviderError::NoSuchSandbox(_))
+    ));
+    match p
+        .create(CreateSpec {
+            template: "ubuntu".into(),
+            ..spec(10)
+        })
+        .await
+    {
         Err(e @ ProviderError::UnknownTemplate { .. }) => assert!(e.to_string().contains("base")),
         other => panic!("expected UnknownTemplate, got {other:?}"),
     }
@@ -127,7 +215,10 @@ async fn second_provider_sees_uses_and_kills() {
     let home = state_dir();
     let first = provider(home.path());
     let info = create(&first, 60).await;
-    first.write_file(&info.sandbox_id, "note", b"from first").await.unwrap();
+    first
+        .write_file(&info.sandbox_id, "note", b"from first")
+        .await
+        .unwrap();
     let second = provider(home.path());
     assert_eq!(second.list().await.unwrap(), vec![info.clone()]);
     let out = sh(&second, &info.sandbox_id, "cat note").await;
@@ -149,7 +240,12 @@ async fn creator_process() {
     };
     let p = provider(std::path::Path::new(&home));
     let info = create(&p, 120).await;
-    let out = sh(&p, &info.sandbox_id, "sleep 1000.424242 </dev/null >/dev/null 2>&1 & echo ok").await;
+    let out = sh(
+        &p,
+        &info.sandbox_id,
+        "sleep 1000.424242 </dev/null >/dev/null 2>&1 & echo ok",
+    )
+    .await;
     assert_eq!(text(&out.stdout), "ok\n");
     println!("SANDBOX {}", info.sandbox_id);
     std::thread::sleep(Duration::from_secs(600));
@@ -159,7 +255,13 @@ async fn creator_process() {
 async fn sigkill_of_the_creator_changes_nothing() {
     let home = state_dir();
     let mut child = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "creator_process", "--ignored", "--nocapture", "--test-threads=1"])
+        .args([
+            "--exact",
+            "creator_process",
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
         .env("SK_CREATOR_HOME", home.path())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -180,7 +282,11 @@ async fn sigkill_of_the_creator_changes_nothing() {
 
     let p = provider(home.path());
     assert!(p.list().await.unwrap().iter().any(|s| s.sandbox_id == id));
-    assert_eq!(host_pids_with("1000.424242").len(), 1, "the background process died with its creator");
+    assert_eq!(
+        host_pids_with("1000.424242").len(),
+        1,
+        "the background process died with its creator"
+    );
     let out = sh(&p, &id, "echo alive").await;
     assert_eq!(text(&out.stdout), "alive\n");
     assert!(p.kill(&id).await.unwrap());
@@ -197,7 +303,11 @@ async fn kill_leaves_no_process_mount_or_file() {
     let t = Instant::now();
     assert!(p.kill(&info.sandbox_id).await.unwrap());
     let took = t.elapsed();
-    assert_eq!(host_pids_with("1000.5151"), Vec::<i32>::new(), "processes survived kill");
+    assert_eq!(
+        host_pids_with("1000.5151"),
+        Vec::<i32>::new(),
+        "processes survived kill"
+    );
     assert_destroyed(&p, home.path(), &info.sandbox_id).await;
     assert!(took < Duration::from_secs(2), "kill took {took:?}");
 }
@@ -209,13 +319,24 @@ async fn expiry_destroys_everything_within_a_second() {
     let info = create(&p, 2).await;
     start_zoo(&p, &info.sandbox_id, "6161").await;
     let deadline = std::time::UNIX_EPOCH + Duration::from_secs(info.expires_at);
-    until(Duration::from_secs(6), "the expired sandbox to disappear", || async {
-        !sandbox_dir(home.path(), &info.sandbox_id).exists()
-    })
+    until(
+        Duration::from_secs(6),
+        "the expired sandbox to disappear",
+        || async { !sandbox_dir(home.path(), &info.sandbox_id).exists() },
+    )
     .await;
-    let late = std::time::SystemTime::now().duration_since(deadline).unwrap_or_default();
-    assert!(late < Duration::from_millis(1200), "destroyed {late:?} after expires_at");
-    assert_eq!(host_pids_with("1000.6161"), Vec::<i32>::new(), "processes survived expiry");
+    let late = std::time::SystemTime::now()
+        .duration_since(deadline)
+        .unwrap_or_default();
+    assert!(
+        late < Duration::from_millis(1200),
+        "destroyed {late:?} after expires_at"
+    );
+    assert_eq!(
+        host_pids_with("1000.6161"),
+        Vec::<i32>::new(),
+        "processes survived expiry"
+    );
     assert_destroyed(&p, home.path(), &info.sandbox_id).await;
     assert!(!p.kill(&info.sandbox_id).await.unwrap());
 }
@@ -233,14 +354,21 @@ async fn renewal_postpones_expiry() {
     let renewed = p.renew(&info.sandbox_id).await.unwrap();
     assert!(renewed.expires_at > info.expires_at);
     let past_old = std::time::UNIX_EPOCH + Duration::from_millis(info.expires_at * 1000 + 500);
-    until(Duration::from_secs(4), "the old deadline to pass", || async {
-        std::time::SystemTime::now() >= past_old
-    })
+    until(
+        Duration::from_secs(4),
+        "the old deadline to pass",
+        || async { std::time::SystemTime::now() >= past_old },
+    )
     .await;
-    assert_eq!(text(&sh(&p, &info.sandbox_id, "echo still").await.stdout), "still\n");
-    until(Duration::from_secs(5), "expiry at the renewed deadline", || async {
-        !sandbox_dir(home.path(), &info.sandbox_id).exists()
-    })
+    assert_eq!(
+        text(&sh(&p, &info.sandbox_id, "echo still").await.stdout),
+        "still\n"
+    );
+    until(
+        Duration::from_secs(5),
+        "expiry at the renewed deadline",
+        || async { !sandbox_dir(home.path(), &info.sandbox_id).exists() },
+    )
     .await;
 }
 
@@ -252,15 +380,21 @@ async fn stale_state_is_cleaned_never_listed() {
     start_zoo(&p, &info.sandbox_id, "7171").await;
     // A crashed keeper: its init follows it (PDEATHSIG), and the record is
     // stale from then on.
-    let meta: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(sandbox_dir(home.path(), &info.sandbox_id).join("meta.json")).unwrap())
-            .unwrap();
+    let meta: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(sandbox_dir(home.path(), &info.sandbox_id).join("meta.json")).unwrap(),
+    )
+    .unwrap();
     let keeper = meta["keeper"]["pid"].as_i64().unwrap() as i32;
-    rustix::process::kill_process(rustix::process::Pid::from_raw(keeper).unwrap(), rustix::process::Signal::KILL)
-        .unwrap();
-    until(Duration::from_secs(5), "the sandbox's processes to die with its keeper", || async {
-        host_pids_with("1000.7171").is_empty()
-    })
+    rustix::process::kill_process(
+        rustix::process::Pid::from_raw(keeper).unwrap(),
+        rustix::process::Signal::KILL,
+    )
+    .unwrap();
+    until(
+        Duration::from_secs(5),
+        "the sandbox's processes to die with its keeper",
+        || async { host_pids_with("1000.7171").is_empty() },
+    )
     .await;
     assert!(p.list().await.unwrap().is_empty());
     assert!(!sandbox_dir(home.path(), &info.sandbox_id).exists());
@@ -295,8 +429,9 @@ async fn task_helper_runs_tasks_end_to_end() {
         async move {
             let arg = json.to_string().replace('\'', "'\\''");
             let out = sh(&p, id, &format!("{helper} {verb} '{arg}'")).await;
-            let v: serde_json::Value = serde_json::from_slice(&out.stdout)
-                .unwrap_or_else(|e| panic!("{verb}: {e}: {} {}", text(&out.stdout), text(&out.stderr)));
+            let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+                panic!("{verb}: {e}: {} {}", text(&out.stdout), text(&out.stderr))
+            });
             v
         }
     };
@@ -309,13 +444,27 @@ async fn task_helper_runs_tasks_end_to_end() {
         if status["state"] == "succeeded" {
             break status;
         }
-        assert!(Instant::now() < limit, "the task did not succeed in time: {status}");
+        assert!(
+            Instant::now() < limit,
+            "the task did not succeed in time: {status}"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
     assert_eq!(status["stdout"], "BEFOREAFTER", "{status}");
     let other = "fedcba9876543210fedcba9876543210";
-    call("start", serde_json::json!({"task_id": other, "command": "sleep 100", "timeout": 60})).await;
+    call(
+        "start",
+        serde_json::json!({"task_id": other, "command": "sleep 100", "timeout": 60}),
+    )
+    .await;
     let cancelled = call("cancel", serde_json::json!({"task_id": other})).await;
-    assert_eq!((cancelled["state"].as_str(), cancelled["confirmed"].as_bool()), (Some("cancelled"), Some(true)), "{cancelled}");
+    assert_eq!(
+        (
+            cancelled["state"].as_str(),
+            cancelled["confirmed"].as_bool()
+        ),
+        (Some("cancelled"), Some(true)),
+        "{cancelled}"
+    );
     assert!(p.kill(id).await.unwrap());
 }

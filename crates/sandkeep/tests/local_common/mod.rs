@@ -67,7 +67,10 @@ where
         if f().await {
             return;
         }
-        assert!(start.elapsed() < limit, "timed out after {limit:?} waiting for: {what}");
+        assert!(
+            start.elapsed() < limit,
+            "timed out after {limit:?} waiting for: {what}"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
@@ -116,8 +119,10 @@ pub async fn start_zoo(p: &LocalProvider, id: &SandboxId, marker: &str) {
     );
     let out = sh(p, id, &cmd).await;
     assert_eq!(out.exit_code, Some(0), "zoo: {}", text(&out.stderr));
-    until(Duration::from_secs(5), "zoo processes visible on the host", || async {
-        host_pids_with(&format!("1000.{marker}")).len() >= 3
-    })
+    until(
+        Duration::from_secs(5),
+        "zoo processes visible on the host",
+        || async { host_pids_with(&format!("1000.{marker}")).len() >= 3 },
+    )
     .await;
 }

@@ -223,7 +223,8 @@ pub fn call(
                                 err.push(&chunk[..n]);
                             }
                         }
-                        Err(e) if e == rustix::io::Errno::AGAIN || e == rustix::io::Errno::INTR => {}
+                        Err(e) if e == rustix::io::Errno::AGAIN || e == rustix::io::Errno::INTR => {
+                        }
                         Err(_) => *slot = None,
                     }
                 }
@@ -236,7 +237,8 @@ pub fn call(
                                 in_ours = None;
                             }
                         }
-                        Err(e) if e == rustix::io::Errno::AGAIN || e == rustix::io::Errno::INTR => {}
+                        Err(e) if e == rustix::io::Errno::AGAIN || e == rustix::io::Errno::INTR => {
+                        }
                         // The command closed its stdin early: not an error.
                         Err(_) => in_ours = None,
                     }

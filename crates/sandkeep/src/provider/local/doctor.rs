@@ -100,8 +100,14 @@ fn overlay_probe(root: bool) -> Result<(), String> {
     )
     .map_err(|e| format!("make / private: {e}"))?;
     let base = Path::new("/tmp");
-    rustix::mount::mount("tmpfs", base, "tmpfs", rustix::mount::MountFlags::empty(), None)
-        .map_err(|e| format!("mount tmpfs: {e}"))?;
+    rustix::mount::mount(
+        "tmpfs",
+        base,
+        "tmpfs",
+        rustix::mount::MountFlags::empty(),
+        None,
+    )
+    .map_err(|e| format!("mount tmpfs: {e}"))?;
     for d in ["u", "w", "m"] {
         std::fs::create_dir(base.join(d)).map_err(|e| e.to_string())?;
     }

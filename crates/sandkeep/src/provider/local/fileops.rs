@@ -72,7 +72,10 @@ fn write(path: &str) -> Result<(), FileOpError> {
     let name = target.file_name().ok_or_else(|| FileOpError::Other {
         message: "names no file".into(),
     })?;
-    let parent = target.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let parent = target
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
     fs::create_dir_all(parent).map_err(classify)?;
     let tmp = parent.join(format!(
         ".{}.sandkeep-{}",

@@ -55,7 +55,10 @@ pub struct InitContext {
 
 #[derive(serde::Serialize, serde::Deserialize)]
 pub enum InitReport {
-    Ready { idmapped: bool, warnings: Vec<String> },
+    Ready {
+        idmapped: bool,
+        warnings: Vec<String>,
+    },
     Failed(String),
 }
 
@@ -96,7 +99,9 @@ fn setup(
     // SAFETY: the init is single-threaded; unsharing these namespaces
     // affects only this process.
     unsafe {
-        rustix::thread::unshare_unsafe(UnshareFlags::NEWNS | UnshareFlags::NEWUTS | UnshareFlags::NEWIPC)
+        rustix::thread::unshare_unsafe(
+            UnshareFlags::NEWNS | UnshareFlags::NEWUTS | UnshareFlags::NEWIPC,
+        )
     }
     .map_err(|e| format!("unshare mount/uts/ipc namespaces: {e}"))?;
     rustix::system::sethostname(spec.sandbox_id.as_str().as_bytes())
@@ -148,7 +153,10 @@ fn enter_sandbox_identity(owner: Owner, userns: Option<OwnedFd>) -> Result<(), S
 /// create-time `envs`.
 fn environment(spec: &Spec) -> Vec<CString> {
     let mut env: BTreeMap<String, String> = [
-        ("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"),
+        (
+            "PATH",
+            "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        ),
         ("HOME", HOME),
         ("USER", "root"),
         ("LOGNAME", "root"),
@@ -185,15 +193,26 @@ fn serve(listener: OwnedFd, env: &[CString]) -> ! {
                 PollFd::new(&listener, PollFlags::IN),
                 PollFd::new(&sigchld, PollFlags::IN),
             ];
-            let live: Vec<usize> = (0..conns.len()).filter(|&i| conns[i].fd.is_some()).collect();
+            let live: Vec<usize> = (0..conns.len())
+                .filter(|&i| conns[i].fd.is_some())
+                .collect();
             for &i in &live {
-                fds.push(PollFd::new(conns[i].fd.as_ref().expect("live"), PollFlags::IN));
+                fds.push(PollFd::new(
+                    conns[i].fd.as_ref().expect("live"),
+                    PollFlags::IN,
+                ));
             }
             if rustix::event::poll(&mut fds, None).is_err() {
                 continue;
             }
             let flags: Vec<bool> = fds.iter().map(|f| !f.revents().is_empty()).collect();
-            (flags[0], flags[1], live.into_iter().zip(flags[2..].to_vec()).collect::<Vec<_>>())
+            (
+                flags[0],
+                flags[1],
+                live.into_iter()
+                    .zip(flags[2..].to_vec())
+                    .collect::<Vec<_>>(),
+            )
         };
         let (accept, reap, conn_ready) = ready;
         for (i, is_ready) in conn_ready {

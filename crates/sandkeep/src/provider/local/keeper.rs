@@ -37,12 +37,20 @@ const SLOTS: u32 = 16384;
 /// started it.
 #[derive(Debug, Serialize, Deserialize)]
 pub enum Readiness {
-    Ready { isolation: String, warnings: Vec<String> },
+    Ready {
+        isolation: String,
+        warnings: Vec<String>,
+    },
     Failed(String),
 }
 
 pub fn main(args: Vec<String>) -> i32 {
-    match args.iter().map(String::as_str).collect::<Vec<_>>().as_slice() {
+    match args
+        .iter()
+        .map(String::as_str)
+        .collect::<Vec<_>>()
+        .as_slice()
+    {
         ["run", home, id] => match SandboxId::parse(id) {
             Ok(id) => run(Home::new(PathBuf::from(home)), id),
             Err(e) => {
@@ -52,7 +60,9 @@ pub fn main(args: Vec<String>) -> i32 {
         },
         ["probe"] => doctor::probe_main(),
         _ => {
-            eprintln!("usage: sandkeep __keeper run HOME SANDBOX_ID | sandkeep __keeper probe (internal)");
+            eprintln!(
+                "usage: sandkeep __keeper run HOME SANDBOX_ID | sandkeep __keeper probe (internal)"
+            );
             2
         }
     }
@@ -128,7 +138,13 @@ fn start(home: &Home, dir: &SandboxDir) -> Result<Running, String> {
         enter_invoker_userns()?;
         (Owner::Invoker, None)
     };
-    for d in [dir.rootfs(), dir.upper(), dir.work(), dir.lower(), dir.home()] {
+    for d in [
+        dir.rootfs(),
+        dir.upper(),
+        dir.work(),
+        dir.lower(),
+        dir.home(),
+    ] {
         fs::create_dir_all(&d).map_err(|e| format!("mkdir {}: {e}", d.display()))?;
     }
     fs::set_permissions(dir.home(), fs::Permissions::from_mode(0o700))
@@ -138,7 +154,8 @@ fn start(home: &Home, dir: &SandboxDir) -> Result<Running, String> {
             .map_err(|e| format!("chown home: {e}"))?;
     }
     let _ = fs::remove_file(dir.socket());
-    let listener = wire::listen(&dir.socket()).map_err(|e| format!("listen on the sandbox socket: {e}"))?;
+    let listener =
+        wire::listen(&dir.socket()).map_err(|e| format!("listen on the sandbox socket: {e}"))?;
     fs::set_permissions(dir.socket(), fs::Permissions::from_mode(0o600))
         .map_err(|e| format!("chmod socket: {e}"))?;
     let (report_r, report_w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
@@ -273,7 +290,11 @@ fn destroy(home: &Home, dir: &SandboxDir, init_pidfd: &OwnedFd, init_pid: i32) {
     if let Err(e) = state::remove_tree(&dir.path) {
         eprintln!("sandkeep keeper: removing {}: {e}", dir.path.display());
     }
-    if let Some(id) = dir.path.file_name().and_then(|n| SandboxId::parse(&n.to_string_lossy()).ok()) {
+    if let Some(id) = dir
+        .path
+        .file_name()
+        .and_then(|n| SandboxId::parse(&n.to_string_lossy()).ok())
+    {
         release_slot(home, &id);
     }
 }
@@ -304,7 +325,9 @@ fn allocate_slot(home: &Home, id: &SandboxId) -> Result<u32, String> {
             return Ok(FIRST_BLOCK + n * BLOCK);
         }
     }
-    Err(format!("all {SLOTS} uid blocks are in use; kill some sandboxes"))
+    Err(format!(
+        "all {SLOTS} uid blocks are in use; kill some sandboxes"
+    ))
 }
 
 fn release_slot(home: &Home, id: &SandboxId) {
@@ -352,9 +375,7 @@ fn shifted_userns(base: u32) -> Result<OwnedFd, String> {
         let map = format!("0 {base} {BLOCK}");
         fs::write(format!("/proc/{pid}/uid_map"), &map)
             .and_then(|()| fs::write(format!("/proc/{pid}/gid_map"), &map))
-            .and_then(|()| {
-                fs::File::open(format!("/proc/{pid}/ns/user")).map(OwnedFd::from)
-            })
+            .and_then(|()| fs::File::open(format!("/proc/{pid}/ns/user")).map(OwnedFd::from))
             .map_err(|e| format!("map the sandbox user namespace: {e}"))
     } else {
         Err("unshare(CLONE_NEWUSER) failed; user namespaces are disabled on this host (run `sandkeep doctor`)".into())

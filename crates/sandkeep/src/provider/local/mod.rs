@@ -132,9 +132,12 @@ impl LocalProvider {
     pub fn new(config: LocalConfig) -> Result<Self> {
         let abs = std::path::absolute(&config.home).map_err(io_err("resolve SANDKEEP_HOME"))?;
         let home = Home::new(abs.clone());
-        home.ensure()
-            .map_err(io_err(format!("create the state directory {}", abs.display())))?;
-        let exe = std::path::absolute(&config.exe).map_err(io_err("resolve the sandkeep executable"))?;
+        home.ensure().map_err(io_err(format!(
+            "create the state directory {}",
+            abs.display()
+        )))?;
+        let exe =
+            std::path::absolute(&config.exe).map_err(io_err("resolve the sandkeep executable"))?;
         Ok(Self {
             config: LocalConfig { home: abs, exe },
             home,
@@ -261,11 +264,16 @@ impl LocalProvider {
     }
 
     /// Read-modify-write of a live sandbox's record under its lock.
-    async fn update(&self, id: &SandboxId, f: impl FnOnce(&mut Meta) + Send + 'static) -> Result<SandboxInfo> {
+    async fn update(
+        &self,
+        id: &SandboxId,
+        f: impl FnOnce(&mut Meta) + Send + 'static,
+    ) -> Result<SandboxInfo> {
         let dir = self.home.sandbox(id);
         let id2 = id.clone();
         blocking(move || {
-            let _lock = Lock::acquire(&dir.lock()).map_err(|_| ProviderError::NoSuchSandbox(id2.clone()))?;
+            let _lock = Lock::acquire(&dir.lock())
+                .map_err(|_| ProviderError::NoSuchSandbox(id2.clone()))?;
             let Presence::Live(meta) = inspect(&dir) else {
                 return Err(ProviderError::NoSuchSandbox(id2));
             };
@@ -572,8 +580,10 @@ impl Provider for LocalProvider {
     }
 
     async fn renew(&self, id: &SandboxId) -> Result<SandboxInfo> {
-        self.update(id, |m| m.info.expires_at = state::now_secs() + m.info.timeout)
-            .await
+        self.update(id, |m| {
+            m.info.expires_at = state::now_secs() + m.info.timeout
+        })
+        .await
     }
 
     async fn retain(&self, id: &SandboxId) -> Result<()> {

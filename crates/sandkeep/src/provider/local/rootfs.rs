@@ -42,7 +42,12 @@ const MASKED_FILES: &[&str] = &[
 ];
 
 /// Directories replaced by an empty read-only tmpfs.
-const MASKED_DIRS: &[&str] = &["etc/sudoers.d", "etc/ssh", "var/lib/sandkeep", "var/run/docker"];
+const MASKED_DIRS: &[&str] = &[
+    "etc/sudoers.d",
+    "etc/ssh",
+    "var/lib/sandkeep",
+    "var/run/docker",
+];
 
 /// Device nodes bound from the host into the sandbox's `/dev`.
 const DEVICES: &[&str] = &["null", "zero", "full", "random", "urandom", "tty"];
@@ -115,8 +120,11 @@ pub fn build(
     idmap: Option<BorrowedFd<'_>>,
 ) -> Result<Built, String> {
     // Nothing mounted from here on may propagate back to the host.
-    rustix::mount::mount_change("/", MountPropagationFlags::REC | MountPropagationFlags::PRIVATE)
-        .map_err(ctx("make / private"))?;
+    rustix::mount::mount_change(
+        "/",
+        MountPropagationFlags::REC | MountPropagationFlags::PRIVATE,
+    )
+    .map_err(ctx("make / private"))?;
     let root = dir.rootfs();
     let nosuid = MountFlags::NOSUID | MountFlags::NODEV;
     mount_tmpfs(&root, &format!("mode=0755{}", owner_opts(owner)), nosuid)?;
@@ -364,8 +372,15 @@ fn mask(root: &Path, spec: &Spec) -> Result<(), String> {
             bind(Path::new("/dev/null"), &p, false)?;
         }
     }
-    let home_rel = spec.home.strip_prefix("/").unwrap_or(&spec.home).to_path_buf();
-    let dirs = MASKED_DIRS.iter().map(PathBuf::from).chain(std::iter::once(home_rel));
+    let home_rel = spec
+        .home
+        .strip_prefix("/")
+        .unwrap_or(&spec.home)
+        .to_path_buf();
+    let dirs = MASKED_DIRS
+        .iter()
+        .map(PathBuf::from)
+        .chain(std::iter::once(home_rel));
     for rel in dirs {
         let p = root.join(&rel);
         // metadata() would follow a symlink out of the sandbox root; only

@@ -131,9 +131,8 @@ impl ProcessId {
     /// True while that very process exists (a zombie counts as gone).
     pub fn is_alive(&self) -> bool {
         match fs::read_to_string(format!("/proc/{}/stat", self.pid)) {
-            Ok(stat) => {
-                parse_stat(&stat).is_some_and(|(state, start)| state != 'Z' && start == self.start_time)
-            }
+            Ok(stat) => parse_stat(&stat)
+                .is_some_and(|(state, start)| state != 'Z' && start == self.start_time),
             Err(_) => false,
         }
     }

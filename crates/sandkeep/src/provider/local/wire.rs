@@ -27,7 +27,10 @@ pub const MAX_REQUEST: usize = 512 * 1024;
 #[serde(tag = "op", rename_all = "snake_case")]
 pub enum Request {
     /// `sh -c COMMAND` in `cwd` (default: the home).
-    Exec { command: String, cwd: Option<String> },
+    Exec {
+        command: String,
+        cwd: Option<String>,
+    },
     /// Copies the file to stdout, or fails with [`FileOpError::TooLarge`].
     ReadFile { path: String, limit: u64 },
     /// Replaces the file with stdin's bytes; prints the count.

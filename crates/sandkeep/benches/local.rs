@@ -1,0 +1,123 @@
+//! Benchmark of the local provider: create, exec of `true` and kill, with
+//! a plain fork+exec of `true` measured in the same run as the baseline.
+//!
+//! Run: `cargo bench -p sandkeep --bench local` (as root for the root-mode
+//! figures). Targets: create ≤ 50 ms, exec ≤ 3 ms, kill ≤ 50 ms (medians).
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use sandkeep::provider::local::{LocalConfig, LocalProvider};
+use sandkeep::provider::{CreateSpec, ExecRequest, Provider};
+
+const SANDBOXES: usize = 30;
+const EXECS: usize = 300;
+const WARMUP: usize = 3;
+
+fn median(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    v[v.len() / 2]
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+fn main() {
+    // `cargo bench` passes --bench; this harness takes no options.
+    let home = tempfile::Builder::new()
+        .prefix("sk-bench-")
+        .tempdir_in("/var/tmp")
+        .expect("state dir");
+    let provider = LocalProvider::new(LocalConfig::new(
+        home.path(),
+        env!("CARGO_BIN_EXE_sandkeep"),
+    ))
+    .expect("local provider");
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+
+    let spawn_true = || {
+        let t = Instant::now();
+        let status = Command::new("/bin/true")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .status()
+            .expect("spawn true");
+        assert!(status.success());
+        t.elapsed()
+    };
+    for _ in 0..WARMUP * 10 {
+        spawn_true();
+    }
+    let baseline = median((0..EXECS).map(|_| spawn_true()).collect());
+
+    let spec = || CreateSpec {
+        template: "base".into(),
+        timeout: 600,
+        envs: Default::default(),
+    };
+    let (create, kill, exec, isolation) = rt.block_on(async {
+        let mut creates = Vec::new();
+        let mut kills = Vec::new();
+        let mut isolation = String::new();
+        for i in 0..SANDBOXES + WARMUP {
+            let t = Instant::now();
+            let info = provider.create(spec()).await.expect("create");
+            let c = t.elapsed();
+            let t = Instant::now();
+            assert!(provider.kill(&info.sandbox_id).await.expect("kill"));
+            let k = t.elapsed();
+            if i >= WARMUP {
+                creates.push(c);
+                kills.push(k);
+            }
+            isolation = info.isolation;
+        }
+        let info = provider.create(spec()).await.expect("create");
+        let request = || ExecRequest {
+            command: "true".into(),
+            cwd: None,
+            timeout: Duration::from_secs(10),
+            stdin: None,
+            output_limit: 65536,
+        };
+        let mut execs = Vec::new();
+        for i in 0..EXECS + WARMUP * 10 {
+            let t = Instant::now();
+            let out = provider
+                .exec(&info.sandbox_id, request())
+                .await
+                .expect("exec");
+            let e = t.elapsed();
+            assert_eq!(out.exit_code, Some(0));
+            if i >= WARMUP * 10 {
+                execs.push(e);
+            }
+        }
+        provider.kill(&info.sandbox_id).await.expect("kill");
+        (median(creates), median(kills), median(execs), isolation)
+    });
+
+    println!("local provider benchmark (isolation {isolation}, medians)");
+    println!(
+        "  baseline fork+exec of /bin/true : {:8.3} ms  ({EXECS} runs)",
+        ms(baseline)
+    );
+    println!(
+        "  create_sandbox                   : {:8.3} ms  ({SANDBOXES} runs, target <= 50 ms)",
+        ms(create)
+    );
+    println!(
+        "  exec of `true` in a sandbox      : {:8.3} ms  ({EXECS} runs, target <= 3 ms), ratio to baseline {:.2}",
+        ms(exec),
+        exec.as_secs_f64() / baseline.as_secs_f64()
+    );
+    println!(
+        "  kill_sandbox                     : {:8.3} ms  ({SANDBOXES} runs, target <= 50 ms)",
+        ms(kill)
+    );
+}
