@@ -36,9 +36,7 @@ pub fn start(req: StartRequest) -> Result<TaskSummary, HelperError> {
         root.create_task_dir(&req.task_id)?
     };
     let order = StartRequest {
-        cwd: Some(cwd.into_os_string().into_string().map_err(|_| {
-            HelperError::BadRequest("the working directory is not valid UTF-8".into())
-        })?),
+        cwd: Some(cwd),
         ..req
     };
     if let Err(e) = launch_supervisor(&dir, &order) {
@@ -66,7 +64,7 @@ pub fn start(req: StartRequest) -> Result<TaskSummary, HelperError> {
 
 /// The directory the command runs in: `cwd` (relative to the home
 /// directory), or the home directory itself. It must exist.
-fn resolve_cwd(cwd: Option<&str>) -> Result<PathBuf, HelperError> {
+fn resolve_cwd(cwd: Option<&str>) -> Result<String, HelperError> {
     let home = std::env::var_os("HOME").filter(|h| !h.is_empty());
     let path = match (cwd, home) {
         (Some(c), _) if Path::new(c).is_absolute() => PathBuf::from(c),
@@ -80,11 +78,12 @@ fn resolve_cwd(cwd: Option<&str>) -> Result<PathBuf, HelperError> {
             ));
         }
     };
-    if path.is_dir() {
-        Ok(path)
-    } else {
-        Err(HelperError::NoSuchCwd(path))
+    if !path.is_dir() {
+        return Err(HelperError::NoSuchCwd(path));
     }
+    path.into_os_string().into_string().map_err(|_| {
+        HelperError::BadRequest("the working directory (from HOME) is not valid UTF-8".into())
+    })
 }
 
 /// Starts `sandkeep-task __supervise DIR` from this very executable and
