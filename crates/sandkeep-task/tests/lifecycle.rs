@@ -327,3 +327,22 @@ fn start_returns_without_leaking_inherited_descriptors_to_the_supervisor() {
     );
     assert_eq!(user.status(&id).summary.state, TaskState::Running);
 }
+
+#[test]
+fn truncation_shows_while_the_task_still_runs() {
+    let user = User::new();
+    let id = new_id();
+    user.start(
+        &id,
+        "head -c 2000000 /dev/zero; echo flooded >&2; sleep 1000.9",
+        60,
+    );
+    let s = user.wait_for(&id, SOON, "past its flood", |s| s.stderr == "flooded\n");
+    assert_state(&s, TaskState::Running, None);
+    assert!(s.stdout_truncated && !s.stderr_truncated, "{s:?}");
+    assert_eq!(s.stdout_bytes, LOG_CAP_BYTES);
+    // The last page ends exactly at the cap.
+    let last = user.status_page(&id, LOG_CAP_BYTES - 10, 0, 100);
+    assert_eq!(last.stdout_next_offset, LOG_CAP_BYTES);
+    assert!(user.cancel(&id).confirmed);
+}
