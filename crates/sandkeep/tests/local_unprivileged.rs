@@ -1,0 +1,130 @@
+//! The local provider run by an ordinary user (user namespaces, single id
+//! map, per-directory overlays). CI runs as root, so the outer test creates
+//! a throwaway user `sktest` if missing and re-runs this test binary as that
+//! user (`setpriv`), running the ignored `unprivileged_inner` test; an
+//! unprivileged CI runs the inner test's checks directly.
+
+mod local_common;
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Instant;
+
+use local_common::*;
+use sandkeep::provider::{FileKind, Provider, ProviderError};
+
+const USER: &str = "sktest";
+
+fn id_of(flag: &str) -> u32 {
+    let out = Command::new("id").args([flag, USER]).output().unwrap();
+    String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
+}
+
+#[test]
+fn unprivileged_mode_works_and_holds() {
+    if !rustix::process::geteuid().is_root() {
+        // Already unprivileged: run the checks here.
+        return inner_checks();
+    }
+    if !Command::new("id").arg(USER).stdout(Stdio::null()).stderr(Stdio::null()).status().unwrap().success() {
+        let status = Command::new("useradd")
+            .args(["--system", "--no-create-home", "--shell", "/usr/sbin/nologin", USER])
+            .status()
+            .expect("run useradd");
+        assert!(status.success() || status.code() == Some(9), "useradd {USER} failed: {status}");
+    }
+    let (uid, gid) = (id_of("-u"), id_of("-g"));
+    let out = Command::new("setpriv")
+        .args([&format!("--reuid={uid}"), &format!("--regid={gid}"), "--init-groups", "--"])
+        .arg(std::env::current_exe().unwrap())
+        .args(["--exact", "unprivileged_inner", "--ignored", "--nocapture", "--test-threads=1"])
+        .env_clear()
+        .env("HOME", "/var/tmp")
+        .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+        .env("SK_UNPRIVILEGED_INNER", "1")
+        .output()
+        .expect("run setpriv");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success() && stdout.contains("1 passed"),
+        "the unprivileged run as {USER} failed ({}):\n{stdout}\n{stderr}",
+        out.status
+    );
+}
+
+#[test]
+#[ignore = "run by unprivileged_mode_works_and_holds as an ordinary user"]
+fn unprivileged_inner() {
+    if std::env::var_os("SK_UNPRIVILEGED_INNER").is_some() {
+        inner_checks();
+    }
+}
+
+fn inner_checks() {
+    assert!(!rustix::process::geteuid().is_root(), "must run unprivileged");
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(checks());
+}
+
+async fn checks() {
+    let home = state_dir();
+    let p = provider(home.path());
+    let t = Instant::now();
+    let info = p.create(spec(60)).await.expect("unprivileged create");
+    eprintln!("unprivileged create took {:?}", t.elapsed());
+    let id = &info.sandbox_id;
+    assert_eq!(info.isolation, "userns-single");
+
+    let me = rustix::process::geteuid().as_raw();
+    let out = sh(&p, id, "id -u; cat /proc/self/uid_map; echo $HOME; pwd").await;
+    let s = text(&out.stdout);
+    let lines: Vec<&str> = s.lines().collect();
+    assert_eq!(lines[0], "0", "{s}");
+    assert_eq!(lines[1].split_whitespace().collect::<Vec<_>>(), ["0", "0", "1"]);
+    assert_eq!(&lines[2..], ["/root", "/root"]);
+    // The keeper's namespace maps root to the invoking user.
+    let keeper_map = std::fs::read_to_string(format!(
+        "/proc/{}/uid_map",
+        serde_json::from_slice::<serde_json::Value>(&std::fs::read(sandbox_dir(home.path(), id).join("meta.json")).unwrap())
+            .unwrap()["keeper"]["pid"]
+    ))
+    .unwrap();
+    assert_eq!(keeper_map.split_whitespace().collect::<Vec<_>>(), ["0", &me.to_string(), "1"]);
+
+    // Files and copy-on-write where the user may write.
+    assert_eq!(p.write_file(id, "a/b.txt", b"hey").await.unwrap(), 3);
+    assert_eq!(p.read_file(id, "a/b.txt", 100).await.unwrap(), b"hey");
+    let entries = p.list_files(id, "a").await.unwrap();
+    assert_eq!((entries[0].name.as_str(), entries[0].kind), ("b.txt", FileKind::File));
+    assert!(matches!(p.read_file(id, "missing", 10).await, Err(ProviderError::NoSuchPath { .. })));
+    let marker = format!("/var/tmp/sk-unpriv-escape-{id}");
+    let out = sh(&p, id, &format!("echo x > {marker}; echo x > /tmp/inside && cat /tmp/inside")).await;
+    assert_eq!(text(&out.stdout), "x\n");
+    assert!(!Path::new(&marker).exists(), "a sandbox write reached the host");
+
+    // Escapes.
+    let out = sh(&p, id, "cat /etc/shadow; echo end").await;
+    assert_eq!(text(&out.stdout), "end\n");
+    let out = sh(&p, id, "umount /etc/shadow 2>/dev/null && echo UNMOUNTED; mount -t tmpfs x /mnt 2>/dev/null && echo MOUNTED; ls /proc | grep -c '^[0-9]'").await;
+    let s = text(&out.stdout);
+    assert!(!s.contains("MOUNTED"), "{s}");
+    assert!(s.trim().parse::<u32>().unwrap() < 10, "{s}");
+    let state = home.path().display().to_string();
+    let out = sh(&p, id, &format!("ls -A {state} 2>/dev/null | wc -l")).await;
+    assert_eq!(text(&out.stdout), "0\n", "state directory visible");
+    let out = sh(&p, id, "grep CapBnd /proc/self/status").await;
+    let bnd = u64::from_str_radix(text(&out.stdout).split_whitespace().nth(1).unwrap(), 16).unwrap();
+    assert_eq!(bnd & (1 << 21), 0, "CAP_SYS_ADMIN kept: {bnd:x}");
+
+    // Destruction, also of escaping processes.
+    start_zoo(&p, id, "9191").await;
+    assert!(p.kill(id).await.unwrap());
+    assert_eq!(host_pids_with("1000.9191"), Vec::<i32>::new(), "processes survived kill");
+    assert!(!sandbox_dir(home.path(), id).exists(), "files left behind");
+    assert!(p.list().await.unwrap().is_empty());
+}
