@@ -34,10 +34,26 @@ fn repeated_id_is_refused_and_not_run_again() {
 #[test]
 fn the_129th_task_is_refused_and_nothing_is_created() {
     let user = User::new();
-    let ids: Vec<_> = (0..MAX_TASK_DIRS).map(|_| new_id()).collect();
+    let ids: Vec<_> = (0..MAX_TASK_DIRS - 1).map(|_| new_id()).collect();
     for id in &ids {
         user.start(id, "exit 0", 60);
     }
+    // Two starts race for the last slot: exactly one gets it.
+    let racers: Vec<_> = (0..2)
+        .map(|_| {
+            user.command()
+                .args(["start", &User::start_json(&new_id(), "exit 0", 60)])
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let mut codes: Vec<_> = racers
+        .into_iter()
+        .map(|c| c.wait_with_output().unwrap().status.code())
+        .collect();
+    codes.sort();
+    assert_eq!(codes, [Some(0), Some(1)]);
     assert_eq!(task_dirs(&user), MAX_TASK_DIRS);
     let extra = new_id();
     let message = user.refused(
