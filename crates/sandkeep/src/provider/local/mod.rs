@@ -312,7 +312,9 @@ fn inspect(dir: &SandboxDir) -> Presence {
             if !dir.path.exists() {
                 return Presence::Gone;
             }
-            let age = std::fs::metadata(dir.spec())
+            // The directory's own mtime: a half-removed directory may
+            // have lost its spec.json already.
+            let age = std::fs::metadata(&dir.path)
                 .and_then(|m| m.modified())
                 .ok()
                 .and_then(|t| t.elapsed().ok())

@@ -196,8 +196,10 @@ pub fn write_json<T: Serialize>(path: &Path, value: &T) -> io::Result<()> {
     write_atomic(path, &bytes)
 }
 
-/// An exclusive advisory lock, released on drop.
-pub struct Lock(#[allow(dead_code)] File);
+/// An exclusive advisory lock, released when the file closes on drop.
+pub struct Lock {
+    _file: File,
+}
 
 impl Lock {
     pub fn acquire(path: &Path) -> io::Result<Self> {
@@ -209,7 +211,7 @@ impl Lock {
             .mode(0o600)
             .open(path)?;
         rustix::fs::flock(&f, rustix::fs::FlockOperation::LockExclusive)?;
-        Ok(Self(f))
+        Ok(Self { _file: f })
     }
 }
 

@@ -1,0 +1,117 @@
+//! Faults around a local sandbox's fork server and exec: malformed and
+//! oversized requests on its socket, concurrent callers, process groups
+//! killed at the timeout, output held open by background processes,
+//! floods; and the doctor report.
+
+mod local_common;
+
+use std::io::IoSlice;
+use std::time::{Duration, Instant};
+
+use local_common::*;
+use rustix::net::{AddressFamily, SendAncillaryBuffer, SendFlags, SocketAddrUnix, SocketType};
+use sandkeep::provider::Provider;
+
+fn raw_send(socket: &std::path::Path, bytes: &[u8]) -> Vec<u8> {
+    let fd = rustix::net::socket(AddressFamily::UNIX, SocketType::SEQPACKET, None).unwrap();
+    rustix::net::connect(&fd, &SocketAddrUnix::new(socket).unwrap()).unwrap();
+    let mut control = SendAncillaryBuffer::default();
+    // An oversized packet may be refused by the sender's buffer: that is
+    // as good as the fork server dropping it.
+    if rustix::net::sendmsg(&fd, &[IoSlice::new(bytes)], &mut control, SendFlags::NOSIGNAL).is_err() {
+        return Vec::new();
+    }
+    let mut buf = vec![0u8; 4096];
+    let n = rustix::io::read(&fd, &mut buf).unwrap_or(0);
+    buf.truncate(n);
+    buf
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fork_server_survives_malformed_requests() {
+    let home = state_dir();
+    let p = provider(home.path());
+    let info = create(&p, 60).await;
+    let socket = sandbox_dir(home.path(), &info.sandbox_id).join("sock");
+    let reply = String::from_utf8_lossy(&raw_send(&socket, b"{not json")).into_owned();
+    assert!(reply.contains("malformed request"), "{reply}");
+    let reply = String::from_utf8_lossy(&raw_send(&socket, br#"{"op":"exec","command":"true","cwd":null}"#)).into_owned();
+    assert!(reply.contains("three descriptors"), "{reply}");
+    let huge = vec![b'x'; 600 * 1024];
+    raw_send(&socket, &huge);
+    // Still serving, and nothing ran.
+    let out = sh(&p, &info.sandbox_id, "echo fine").await;
+    assert_eq!(text(&out.stdout), "fine\n");
+    assert!(p.kill(&info.sandbox_id).await.unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_execs_each_get_their_own_output() {
+    let home = state_dir();
+    let p = provider(home.path());
+    let info = create(&p, 60).await;
+    let mut handles = Vec::new();
+    for i in 0..24 {
+        let p = p.clone();
+        let id = info.sandbox_id.clone();
+        handles.push(tokio::spawn(async move {
+            let out = sh(&p, &id, &format!("echo {i}; exit {}", i % 7)).await;
+            (i, text(&out.stdout), out.exit_code)
+        }));
+    }
+    for h in handles {
+        let (i, stdout, code) = h.await.unwrap();
+        assert_eq!((stdout, code), (format!("{i}\n"), Some(i % 7)));
+    }
+    assert!(p.kill(&info.sandbox_id).await.unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn timeout_kills_the_process_group_and_background_output_does_not_block() {
+    let home = state_dir();
+    let p = provider(home.path());
+    let info = create(&p, 60).await;
+    let id = &info.sandbox_id;
+    let mut r = request("sleep 1000.3131 & sleep 1000.3132; echo never");
+    r.timeout = Duration::from_millis(500);
+    let out = p.exec(id, r).await.unwrap();
+    assert!(out.timed_out && out.stdout.is_empty(), "{out:?}");
+    until(Duration::from_secs(3), "the timed-out group to die", || async {
+        host_pids_with("1000.313").is_empty()
+    })
+    .await;
+
+    // A daemon that keeps stdout open must not hold the call.
+    let t = Instant::now();
+    let out = sh(&p, id, "setsid sleep 1000.3133 & echo done").await;
+    assert_eq!((text(&out.stdout).as_str(), out.exit_code), ("done\n", Some(0)));
+    assert!(t.elapsed() < Duration::from_secs(3), "exec waited {:?} for a background process", t.elapsed());
+    assert_eq!(host_pids_with("1000.3133").len(), 1, "the background process belongs to the sandbox and lives on");
+
+    // A flood keeps only the tail, within bounded time.
+    let mut r = request("head -c 50000000 /dev/zero; echo; echo TAIL");
+    r.output_limit = 65536;
+    let out = p.exec(id, r).await.unwrap();
+    assert!(out.stdout_truncated && out.stdout.len() == 65536 && out.stdout.ends_with(b"\nTAIL\n"));
+    assert!(p.kill(id).await.unwrap());
+    assert!(host_pids_with("1000.3133").is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn doctor_reports_the_level_and_why() {
+    let home = state_dir();
+    let p = provider(home.path());
+    let report = p.doctor().await.unwrap();
+    assert_eq!(report.state_dir, home.path());
+    for name in ["user namespace", "mount namespace", "pid namespace", "overlayfs", "cgroups"] {
+        let check = report.checks.iter().find(|c| c.name == name).unwrap_or_else(|| panic!("no {name} check"));
+        assert!(check.ok, "{name}: {}", check.detail);
+    }
+    let expected = if rustix::process::geteuid().is_root() { "userns-idmap" } else { "userns-single" };
+    assert_eq!(report.isolation, expected);
+    assert!(!report.reason.is_empty());
+    // And a sandbox gets the level the doctor announced.
+    let info = create(&p, 30).await;
+    assert_eq!(info.isolation, report.isolation);
+    assert!(p.kill(&info.sandbox_id).await.unwrap());
+}
