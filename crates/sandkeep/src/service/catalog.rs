@@ -204,5 +204,7 @@ mod tests {
         let s = input::<GetTaskArgs>();
         assert_eq!(s["properties"]["task_id"]["pattern"], "^[0-9a-f]{32}$");
         assert_eq!(s["properties"]["limit"]["minimum"], 1);
+        let o = output::<TaskResult>();
+        assert_eq!(o["properties"]["state"]["enum"][4], "timed_out");
     }
 }

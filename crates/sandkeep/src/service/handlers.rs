@@ -18,7 +18,7 @@ use crate::provider::{CreateSpec, ExecRequest, FileKind, ProviderError, SandboxI
 pub const READ_FILE_MAX_BYTES: u64 = 1_048_576;
 
 const DO_NOT_RESUBMIT: &str = "The task may or may not be running. Do NOT call start_task again for this command: \
-     query this handle with get_task (state unknown with no progress means it never started), \
+     query this handle with get_task (\"no such task\" means it never started), \
      or kill_sandbox to make sure nothing of it runs.";
 
 impl Service {

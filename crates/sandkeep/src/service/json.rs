@@ -6,7 +6,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
-use super::{Service, Session, ToolError, validate};
+use super::{Service, Session, ToolError, catalog, validate};
 
 pub(super) fn parse<T: DeserializeOwned>(
     tool: &str,
@@ -18,31 +18,48 @@ pub(super) fn parse<T: DeserializeOwned>(
             serde_path_to_error::Segment::Map { key } => Some(key.clone()),
             _ => None,
         });
-        let inner = e.into_inner();
-        let inner_text = inner.to_string();
+        let detail = e.into_inner().to_string();
+        if detail.starts_with("unknown field") {
+            let name = param.unwrap_or_default();
+            return ToolError::InvalidArgument(format!(
+                "unknown parameter `{name}` for {tool}: {}; nothing was run",
+                accepted(tool)
+            ));
+        }
         match param {
-            Some(p) if inner_text.starts_with("unknown field") => {
-                ToolError::InvalidArgument(format!(
-                    "unknown parameter `{p}` for {tool}: {}; nothing was run",
-                    inner_text
-                        .replace("unknown field", "parameter")
-                        .replace("expected", "expected parameters are")
-                ))
-            }
             Some(p) => ToolError::invalid(
                 &p,
                 validate::rule(tool, &p),
-                format_args!("{inner}; nothing was run"),
+                format_args!("{detail}; nothing was run"),
             ),
-            // Unknown and missing parameters are reported at the root; serde
-            // names them in its message ("unknown field `x`, expected one
-            // of ...", "missing field `command`").
+            // A missing parameter is reported at the root; serde names it
+            // ("missing field `command`").
             None => ToolError::InvalidArgument(format!(
                 "invalid arguments for {tool}: {}; nothing was run",
-                inner_text.replace("field", "parameter")
+                detail.replace("missing field", "missing required parameter")
             )),
         }
     })
+}
+
+/// "the parameters are `a`, `b`" (or "it takes no parameters"), from the
+/// tool's published input schema.
+fn accepted(tool: &str) -> String {
+    let names: Vec<String> = catalog::TOOLS
+        .iter()
+        .find(|t| t.name == tool)
+        .and_then(|t| {
+            (t.input_schema)()
+                .get("properties")
+                .and_then(Value::as_object)
+                .map(|p| p.keys().map(|k| format!("`{k}`")).collect())
+        })
+        .unwrap_or_default();
+    if names.is_empty() {
+        "it takes no parameters".to_owned()
+    } else {
+        format!("the parameters are {}", names.join(", "))
+    }
 }
 
 fn to_json<T: Serialize>(result: T) -> Value {
@@ -105,15 +122,12 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(
-            e.contains("`priority`") && e.contains("unknown parameter"),
+            e.contains("unknown parameter `priority`") && e.contains("`cwd`"),
             "{e}"
         );
         let e = parse::<StartTaskArgs>("start_task", None)
             .unwrap_err()
             .to_string();
-        assert!(
-            e.contains("`command`") && e.contains("missing parameter"),
-            "{e}"
-        );
+        assert!(e.contains("missing required parameter `command`"), "{e}");
     }
 }

@@ -8,16 +8,11 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 /// The schema of a task state (the proto crate's `TaskState` is serde-only).
-#[derive(JsonSchema)]
-#[serde(rename_all = "snake_case")]
-#[allow(dead_code)] // only its schema is used
-enum TaskStateSchema {
-    Running,
-    Succeeded,
-    Failed,
-    Cancelled,
-    TimedOut,
-    Unknown,
+fn task_state_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "string",
+        "enum": ["running", "succeeded", "failed", "cancelled", "timed_out", "unknown"]
+    })
 }
 
 // ---- sandboxes -------------------------------------------------------------
@@ -243,7 +238,7 @@ pub struct StartTaskResult {
     pub task_id: String,
     /// running, succeeded, failed, cancelled, timed_out, or unknown when
     /// the submission could not be confirmed.
-    #[schemars(with = "TaskStateSchema")]
+    #[schemars(schema_with = "task_state_schema")]
     pub state: sandkeep_proto::TaskState,
     pub exit_code: Option<i32>,
     pub started_at: Option<u64>,
@@ -289,7 +284,7 @@ pub struct TaskResult {
     /// running, succeeded, failed, cancelled, timed_out, or unknown (the
     /// supervisor is gone without recording a result: never assume
     /// success).
-    #[schemars(with = "TaskStateSchema")]
+    #[schemars(schema_with = "task_state_schema")]
     pub state: sandkeep_proto::TaskState,
     /// Exit status, or 128+N when ended by signal N; null while running or
     /// unknown.
