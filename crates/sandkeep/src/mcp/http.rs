@@ -84,11 +84,23 @@ impl SessionEnder {
         if session.destruction_set().is_empty() {
             return;
         }
+        // Drops normally happen on the runtime; one outside it (process
+        // teardown) has nowhere to run, and shutdown already ended every
+        // live session.
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            tracing::warn!(
+                "a session ended outside the runtime; its sandboxes expire at their deadline"
+            );
+            return;
+        };
         let service = self.service.clone();
-        self.tracker.spawn(async move {
-            let end = service.end_session(&session).await;
-            tracing::info!(destroyed = ?end.destroyed, kept = ?end.kept, "HTTP session ended");
-        });
+        self.tracker.spawn_on(
+            async move {
+                let end = service.end_session(&session).await;
+                tracing::info!(destroyed = ?end.destroyed, kept = ?end.kept, "HTTP session ended");
+            },
+            &runtime,
+        );
     }
 
     async fn end_all_live(&self) {
