@@ -329,3 +329,74 @@ async fn stdout_carries_only_protocol_messages() {
     }
     assert!(!stderr.is_empty(), "logs go to stderr");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_sandbox_process_holds_the_clients_stdout_pipe() {
+    // A retained sandbox (its keeper and the task's supervisor) outlives the
+    // server. If any of them held the server's stdout, the client would
+    // never see EOF after the server exits.
+    let home = Home::new();
+    let input = concat!(
+        r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"0"}}}"#,
+        "\n",
+        r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+        "\n",
+        r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"create_sandbox","arguments":{"timeout":60}}}"#,
+        "\n",
+    );
+    let mut child = home
+        .command()
+        .arg("serve")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut stdout = tokio::io::BufReader::new(child.stdout.take().unwrap());
+    stdin.write_all(input.as_bytes()).await.unwrap();
+    let mut line = String::new();
+    let mut sandbox = String::new();
+    while sandbox.is_empty() {
+        line.clear();
+        tokio::io::AsyncBufReadExt::read_line(&mut stdout, &mut line)
+            .await
+            .unwrap();
+        let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+        if v["id"] == 2 {
+            sandbox = v["result"]["structuredContent"]["sandbox_id"]
+                .as_str()
+                .unwrap()
+                .to_owned();
+        }
+    }
+    let start = format!(
+        r#"{{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{{"name":"start_task","arguments":{{"command":"sleep 50"}}}}}}"#
+    );
+    stdin.write_all(start.as_bytes()).await.unwrap();
+    stdin.write_all(b"\n").await.unwrap();
+    line.clear();
+    tokio::io::AsyncBufReadExt::read_line(&mut stdout, &mut line)
+        .await
+        .unwrap();
+    assert!(line.contains("running"), "{line}");
+    drop(stdin);
+    let mut rest = String::new();
+    tokio::time::timeout(Duration::from_secs(10), stdout.read_to_string(&mut rest))
+        .await
+        .expect("stdout reaches EOF when the server exits")
+        .unwrap();
+    assert!(rest.is_empty(), "{rest}");
+    assert!(
+        wait_exit(&mut child, Duration::from_secs(10))
+            .await
+            .success()
+    );
+    let b = StdioServer::start(&home).await;
+    assert!(
+        listed(&b.client).await.iter().any(|s| sid(s) == sandbox),
+        "the retained sandbox lives on"
+    );
+    ok(&b.client, "kill_sandbox", json!({"sandbox_id": sandbox})).await;
+    assert!(b.close().await.success());
+}
