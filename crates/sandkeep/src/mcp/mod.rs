@@ -52,11 +52,11 @@ static TOOLS: LazyLock<Vec<Tool>> = LazyLock::new(|| {
 
 /// How a handler maps calls to sessions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Transport {
-    /// The process is the session, in every protocol era.
-    Stdio,
-    /// A legacy HTTP session is the session; 2026-07-28 requests have none.
-    Http,
+enum SessionScope {
+    /// stdio: the process is the session, in every protocol era.
+    Process,
+    /// HTTP: a legacy session is the session; 2026-07-28 requests have none.
+    HttpSession,
 }
 
 /// The rmcp handler: cheap to clone (two `Arc`s), so rmcp's HTTP factory
@@ -65,7 +65,7 @@ enum Transport {
 pub struct SandkeepMcp {
     service: Arc<Service>,
     session: Arc<SessionHandle>,
-    transport: Transport,
+    scope: SessionScope,
 }
 
 /// Owns a session; over HTTP its drop (legacy session deleted or expired)
@@ -92,7 +92,7 @@ impl SandkeepMcp {
                 session,
                 on_drop: None,
             }),
-            transport: Transport::Stdio,
+            scope: SessionScope::Process,
         }
     }
 
@@ -103,7 +103,7 @@ impl SandkeepMcp {
                 session: Arc::new(Session::new()),
                 on_drop: Some(ender),
             }),
-            transport: Transport::Http,
+            scope: SessionScope::HttpSession,
         }
     }
 
@@ -116,7 +116,7 @@ impl SandkeepMcp {
             .protocol_version()
             .is_some_and(|v| !v.has_initialize());
         let stateless;
-        let session = if self.transport == Transport::Http && modern {
+        let session = if self.scope == SessionScope::HttpSession && modern {
             stateless = Session::stateless();
             &stateless
         } else {
