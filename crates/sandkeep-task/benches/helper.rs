@@ -145,6 +145,14 @@ fn vm_hwm_kib(pid: u32) -> u64 {
     line.split_whitespace().nth(1).unwrap().parse().unwrap()
 }
 
+/// Proportional set size: this process's share of the memory it maps,
+/// so the static binary's pages shared by all supervisors count once.
+fn pss_kib(pid: u32) -> u64 {
+    let rollup = fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).unwrap();
+    let line = rollup.lines().find(|l| l.starts_with("Pss:")).unwrap();
+    line.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
 fn main() {
     // `cargo bench` passes --bench; a filter argument is not supported.
     let b = Bench::new();
@@ -289,6 +297,22 @@ fn main() {
     }
     let flood_hwm = vm_hwm_kib(b.supervisor_pid(&flood));
     b.cancel(&flood);
+    b.forget(&flood);
+
+    // 128 concurrent tasks, the per-user maximum.
+    let many: Vec<TaskId> = (0..128).map(|_| new_id()).collect();
+    for id in &many {
+        b.start(id, "sleep 1000");
+    }
+    let total_pss: u64 = many.iter().map(|id| pss_kib(b.supervisor_pid(id))).sum();
+    for id in &many {
+        b.cancel(id);
+    }
+    println!(
+        "128 concurrent supervisors: total PSS {:.1} MiB; baseline 128 x 4 MiB budget = 512 MiB; ratio {:.3}",
+        total_pss as f64 / 1024.0,
+        total_pss as f64 / (128.0 * 4096.0)
+    );
     println!(
         "supervisor peak RSS (VmHWM) after a 100 MiB flood, 8 secrets: {flood_hwm} KiB (target <= 4096 KiB); \
          baseline idle supervisor: {idle_hwm} KiB; ratio {:.2}",

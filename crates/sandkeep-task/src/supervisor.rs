@@ -56,13 +56,11 @@ const READ_CHUNK: usize = 64 * 1024;
 const FLOOD_PIPE_SIZE: usize = 1024 * 1024;
 /// Bytes moved per splice when discarding output beyond the cap.
 const DISCARD_CHUNK: usize = 1024 * 1024;
-/// Beyond the cap, a stream that gave less than this in one go is left
-/// alone for [`DISCARD_PAUSE`]: waking for every small write of a flood
-/// costs the task more than the copy itself. Only with a pipe large enough
-/// to absorb the pause without blocking the writer.
-const DISCARD_BATCH: usize = 256 * 1024;
-const DISCARD_PAUSE: Duration = Duration::from_micros(300);
+/// Pacing beyond the cap needs a pipe large enough to absorb a pause.
 const MIN_PIPE_FOR_PAUSE: usize = 512 * 1024;
+const FIRST_PAUSE: Duration = Duration::from_micros(100);
+const SHORTEST_PAUSE: Duration = Duration::from_micros(20);
+const LONGEST_PAUSE: Duration = Duration::from_millis(2);
 /// Reads per stream per wake-up, so one flooding stream cannot starve the
 /// other or the exit watch.
 const READS_PER_WAKEUP: usize = 16;
@@ -125,13 +123,42 @@ fn spawn_command(order: &StartRequest) -> io::Result<Child> {
     Err(last_err.expect("the loop tries at least one shell"))
 }
 
+/// How output beyond the cap is collected. Waking for each small write of
+/// a flood costs the task more than the copy itself, so after each drain
+/// the stream is left alone for a pause, adapted so that the next drain
+/// finds the pipe between 1/8 and 1/2 full: few wake-ups, and the writer
+/// never waits on a full pipe.
+enum Pacing {
+    /// The cap is not reached yet.
+    Unset,
+    Paced {
+        pipe: usize,
+        pause: Duration,
+    },
+    /// The pipe could not be enlarged: drain at once.
+    Unpaced,
+}
+
+impl Pacing {
+    /// The pause after a drain of `n` bytes; `None` when unpaced.
+    fn after_drain(&mut self, n: usize) -> Option<Duration> {
+        let Self::Paced { pipe, pause } = self else {
+            return None;
+        };
+        if n >= *pipe / 2 {
+            *pause = (*pause / 2).max(SHORTEST_PAUSE);
+        } else if n < *pipe / 8 {
+            *pause = (*pause * 2).min(LONGEST_PAUSE);
+        }
+        Some(*pause)
+    }
+}
+
 struct Stream {
     fd: OwnedFd,
     capture: Capture,
-    /// Whether the pipe was enlarged enough to pause reading beyond the
-    /// cap; `None` until the cap is reached.
-    may_pause: Option<bool>,
-    /// Not polled before this instant (batching beyond the cap).
+    pacing: Pacing,
+    /// Not polled before this instant (pacing beyond the cap).
     paused_until: Option<Instant>,
 }
 
@@ -141,7 +168,7 @@ impl Stream {
         Ok(Self {
             fd,
             capture: Capture::new(log, redactor),
-            may_pause: None,
+            pacing: Pacing::Unset,
             paused_until: None,
         })
     }
@@ -440,10 +467,16 @@ impl Supervisor {
             if stream.capture.is_dropping()
                 && let Some(null) = &self.discard
             {
-                let may_pause = *stream.may_pause.get_or_insert_with(|| {
-                    rustix::pipe::fcntl_setpipe_size(&stream.fd, FLOOD_PIPE_SIZE)
-                        .is_ok_and(|size| size >= MIN_PIPE_FOR_PAUSE)
-                });
+                if let Pacing::Unset = stream.pacing {
+                    stream.pacing =
+                        match rustix::pipe::fcntl_setpipe_size(&stream.fd, FLOOD_PIPE_SIZE) {
+                            Ok(pipe) if pipe >= MIN_PIPE_FOR_PAUSE => Pacing::Paced {
+                                pipe,
+                                pause: FIRST_PAUSE,
+                            },
+                            _ => Pacing::Unpaced,
+                        };
+                }
                 match rustix::pipe::splice(
                     &stream.fd,
                     None,
@@ -454,14 +487,12 @@ impl Supervisor {
                 ) {
                     Ok(0) => return self.close_stream(i),
                     Ok(n) => {
-                        if may_pause && n < DISCARD_BATCH {
-                            stream.paused_until = Some(Instant::now() + DISCARD_PAUSE);
-                        }
-                        let pause = stream.paused_until.is_some();
+                        let pause = stream.pacing.after_drain(n);
+                        stream.paused_until = pause.map(|p| Instant::now() + p);
                         if stream.capture.dropped(n) == Saved::NowTruncated {
                             self.note_truncated(i);
                         }
-                        if pause {
+                        if pause.is_some() {
                             return;
                         }
                         continue;
@@ -563,6 +594,26 @@ fn kill_unstarted(leader: Pid) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pacing_keeps_the_pipe_between_an_eighth_and_half_full() {
+        let mut p = Pacing::Paced {
+            pipe: 1 << 20,
+            pause: FIRST_PAUSE,
+        };
+        assert_eq!(p.after_drain(900 << 10), Some(FIRST_PAUSE / 2));
+        assert_eq!(p.after_drain(300 << 10), Some(FIRST_PAUSE / 2));
+        assert_eq!(p.after_drain(4 << 10), Some(FIRST_PAUSE));
+        for _ in 0..20 {
+            p.after_drain(1);
+        }
+        assert_eq!(p.after_drain(1), Some(LONGEST_PAUSE));
+        for _ in 0..20 {
+            p.after_drain(1 << 20);
+        }
+        assert_eq!(p.after_drain(1 << 20), Some(SHORTEST_PAUSE));
+        assert_eq!(Pacing::Unpaced.after_drain(1), None);
+    }
 
     #[test]
     fn stops_win_and_only_zero_succeeds() {
