@@ -370,9 +370,7 @@ async fn no_sandbox_process_holds_the_clients_stdout_pipe() {
                 .to_owned();
         }
     }
-    let start = format!(
-        r#"{{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{{"name":"start_task","arguments":{{"command":"sleep 50"}}}}}}"#
-    );
+    let start = r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"start_task","arguments":{"command":"sleep 50"}}}"#;
     stdin.write_all(start.as_bytes()).await.unwrap();
     stdin.write_all(b"\n").await.unwrap();
     line.clear();
