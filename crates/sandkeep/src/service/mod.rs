@@ -96,6 +96,7 @@ impl Service {
     /// is harmless: the set is emptied by the first call.
     pub async fn end_session(&self, session: &Session) -> SessionEnd {
         let mut end = SessionEnd::default();
+        let _no_retain_meanwhile = session.ending().await;
         for id in session.take_destruction_set() {
             // Another session may have started a task in this sandbox
             // (retaining it for everyone); only the provider knows.
