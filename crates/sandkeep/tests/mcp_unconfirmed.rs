@@ -4,13 +4,17 @@
 //! `start` exec as broken *after* forwarding it, as a connection lost after
 //! sending looks. This is not an end-to-end test: it checks the service's
 //! answer to that fault, and that the handle it returns is the real one.
+//! The same wrapper pauses a retention to show that a session end waits
+//! for it.
 
 mod mcp_common;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use mcp_common::*;
 use serde_json::json;
+use tokio::sync::Notify;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unconfirmed_start_answers_unknown_with_the_handle_and_retains_the_sandbox() {
@@ -109,5 +113,47 @@ async fn secrets_of_the_server_are_masked_in_returned_output() {
     // Offsets still count the saved (unmasked) bytes.
     assert_eq!(done["stdout_next_offset"], "a-host-secret-value-b\n".len());
     ok(&client, "kill_sandbox", json!({"sandbox_id": sb})).await;
+    client.cancel().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_end_waits_for_a_start_that_is_retaining() {
+    let home = Home::new();
+    let (entered, go) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
+    let recorder = Recorder::gating_retain(local_provider(&home), entered.clone(), go.clone());
+    let (client, service, session) = in_process(recorder.clone()).await;
+    let id = ok(&client, "create_sandbox", json!({"timeout": 60})).await["sandbox_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let starter = tokio::spawn(async move {
+        let v = ok(&client, "start_task", json!({"command": "echo kept"})).await;
+        (client, v)
+    });
+    entered.notified().await;
+    // The start is inside retain. An end now must not judge the sandbox
+    // unretained: it waits (here: at least the half second we give it).
+    let mut ender = {
+        let (service, session) = (service.clone(), session.clone());
+        tokio::spawn(async move { service.end_session(&session).await })
+    };
+    let early = tokio::time::timeout(Duration::from_millis(500), &mut ender).await;
+    assert!(
+        early.is_err(),
+        "the session ended while a start was retaining its sandbox: {early:?}"
+    );
+    go.notify_one();
+    let (client, started) = starter.await.unwrap();
+    let end = ender.await.unwrap();
+    assert!(end.destroyed.is_empty(), "{end:?}");
+    let done = wait_terminal(
+        &client,
+        &id,
+        started["task_id"].as_str().unwrap(),
+        Duration::from_secs(10),
+    )
+    .await;
+    assert_eq!(done["stdout"], "kept\n");
+    ok(&client, "kill_sandbox", json!({"sandbox_id": id})).await;
     client.cancel().await.unwrap();
 }

@@ -412,6 +412,8 @@ pub struct Recorder {
     pub inner: Option<Arc<dyn Provider>>,
     pub calls: Mutex<Vec<String>>,
     pub break_exec_matching: Option<String>,
+    /// When set, retain signals the first and then waits for the second.
+    pub retain_gate: Option<(Arc<tokio::sync::Notify>, Arc<tokio::sync::Notify>)>,
 }
 
 impl Recorder {
@@ -420,6 +422,7 @@ impl Recorder {
             inner,
             calls: Mutex::default(),
             break_exec_matching: None,
+            retain_gate: None,
         })
     }
 
@@ -428,6 +431,21 @@ impl Recorder {
             inner: Some(inner),
             calls: Mutex::default(),
             break_exec_matching: Some(matching.to_owned()),
+            retain_gate: None,
+        })
+    }
+
+    /// Retain pauses: it notifies `entered`, then waits for `go`.
+    pub fn gating_retain(
+        inner: Arc<dyn Provider>,
+        entered: Arc<tokio::sync::Notify>,
+        go: Arc<tokio::sync::Notify>,
+    ) -> Arc<Self> {
+        Arc::new(Self {
+            inner: Some(inner),
+            calls: Mutex::default(),
+            break_exec_matching: None,
+            retain_gate: Some((entered, go)),
         })
     }
 
@@ -494,7 +512,12 @@ impl Provider for Recorder {
         self.note(format!("renew {id}"))?.renew(id).await
     }
     async fn retain(&self, id: &SandboxId) -> PResult<()> {
-        self.note(format!("retain {id}"))?.retain(id).await
+        let inner = self.note(format!("retain {id}"))?;
+        if let Some((entered, go)) = &self.retain_gate {
+            entered.notify_one();
+            go.notified().await;
+        }
+        inner.retain(id).await
     }
     async fn task_helper(&self, id: &SandboxId) -> PResult<String> {
         self.note(format!("task_helper {id}"))?
