@@ -17,6 +17,8 @@ mod status;
 mod supervisor;
 mod taskdir;
 
+use std::io::Write;
+
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
@@ -84,7 +86,6 @@ fn reply<T: Serialize>(result: Result<T, HelperError>) -> i32 {
     };
     let mut line = json.expect("replies always encode");
     line.push('\n');
-    use std::io::Write;
     let mut out = std::io::stdout().lock();
     // A caller that closed our stdout gets nothing; there is no one to tell.
     let _ = out.write_all(line.as_bytes()).and_then(|()| out.flush());

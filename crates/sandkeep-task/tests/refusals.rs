@@ -120,6 +120,9 @@ fn bad_requests_are_refused_before_anything_is_created() {
     user.refused(&["start", "{not json"], ErrorKind::BadRequest);
     user.refused(&["start"], ErrorKind::BadRequest);
     user.refused(&["frobnicate"], ErrorKind::BadRequest);
+    user.ok::<ListReply>(&["list", "{}"]);
+    user.refused(&["list", r#"{"all":true}"#], ErrorKind::BadRequest);
+    user.refused(&["list", "{}", "more"], ErrorKind::BadRequest);
     user.refused(&[], ErrorKind::BadRequest);
     assert_eq!(task_dirs(&user), 0, "nothing was created");
 
