@@ -18,7 +18,14 @@ fn raw_send(socket: &std::path::Path, bytes: &[u8]) -> Vec<u8> {
     let mut control = SendAncillaryBuffer::default();
     // An oversized packet may be refused by the sender's buffer: that is
     // as good as the fork server dropping it.
-    if rustix::net::sendmsg(&fd, &[IoSlice::new(bytes)], &mut control, SendFlags::NOSIGNAL).is_err() {
+    if rustix::net::sendmsg(
+        &fd,
+        &[IoSlice::new(bytes)],
+        &mut control,
+        SendFlags::NOSIGNAL,
+    )
+    .is_err()
+    {
         return Vec::new();
     }
     let mut buf = vec![0u8; 4096];
@@ -35,7 +42,11 @@ async fn fork_server_survives_malformed_requests() {
     let socket = sandbox_dir(home.path(), &info.sandbox_id).join("sock");
     let reply = String::from_utf8_lossy(&raw_send(&socket, b"{not json")).into_owned();
     assert!(reply.contains("malformed request"), "{reply}");
-    let reply = String::from_utf8_lossy(&raw_send(&socket, br#"{"op":"exec","command":"true","cwd":null}"#)).into_owned();
+    let reply = String::from_utf8_lossy(&raw_send(
+        &socket,
+        br#"{"op":"exec","command":"true","cwd":null}"#,
+    ))
+    .into_owned();
     assert!(reply.contains("three descriptors"), "{reply}");
     let huge = vec![b'x'; 600 * 1024];
     raw_send(&socket, &huge);
@@ -76,17 +87,30 @@ async fn timeout_kills_the_process_group_and_background_output_does_not_block() 
     r.timeout = Duration::from_millis(500);
     let out = p.exec(id, r).await.unwrap();
     assert!(out.timed_out && out.stdout.is_empty(), "{out:?}");
-    until(Duration::from_secs(3), "the timed-out group to die", || async {
-        host_pids_with("1000.313").is_empty()
-    })
+    until(
+        Duration::from_secs(3),
+        "the timed-out group to die",
+        || async { host_pids_with("1000.313").is_empty() },
+    )
     .await;
 
     // A daemon that keeps stdout open must not hold the call.
     let t = Instant::now();
     let out = sh(&p, id, "setsid sleep 1000.3133 & echo done").await;
-    assert_eq!((text(&out.stdout).as_str(), out.exit_code), ("done\n", Some(0)));
-    assert!(t.elapsed() < Duration::from_secs(3), "exec waited {:?} for a background process", t.elapsed());
-    assert_eq!(host_pids_with("1000.3133").len(), 1, "the background process belongs to the sandbox and lives on");
+    assert_eq!(
+        (text(&out.stdout).as_str(), out.exit_code),
+        ("done\n", Some(0))
+    );
+    assert!(
+        t.elapsed() < Duration::from_secs(3),
+        "exec waited {:?} for a background process",
+        t.elapsed()
+    );
+    assert_eq!(
+        host_pids_with("1000.3133").len(),
+        1,
+        "the background process belongs to the sandbox and lives on"
+    );
 
     // A flood keeps only the tail, within bounded time.
     let mut r = request("head -c 50000000 /dev/zero; echo; echo TAIL");
@@ -103,11 +127,25 @@ async fn doctor_reports_the_level_and_why() {
     let p = provider(home.path());
     let report = p.doctor().await.unwrap();
     assert_eq!(report.state_dir, home.path());
-    for name in ["user namespace", "mount namespace", "pid namespace", "overlayfs", "cgroups"] {
-        let check = report.checks.iter().find(|c| c.name == name).unwrap_or_else(|| panic!("no {name} check"));
+    for name in [
+        "user namespace",
+        "mount namespace",
+        "pid namespace",
+        "overlayfs",
+        "cgroups",
+    ] {
+        let check = report
+            .checks
+            .iter()
+            .find(|c| c.name == name)
+            .unwrap_or_else(|| panic!("no {name} check"));
         assert!(check.ok, "{name}: {}", check.detail);
     }
-    let expected = if rustix::process::geteuid().is_root() { "userns-idmap" } else { "userns-single" };
+    let expected = if rustix::process::geteuid().is_root() {
+        "userns-idmap"
+    } else {
+        "userns-single"
+    };
     assert_eq!(report.isolation, expected);
     assert!(!report.reason.is_empty());
     // And a sandbox gets the level the doctor announced.

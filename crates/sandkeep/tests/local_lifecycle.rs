@@ -303,11 +303,7 @@ async fn kill_leaves_no_process_mount_or_file() {
     let t = Instant::now();
     assert!(p.kill(&info.sandbox_id).await.unwrap());
     let took = t.elapsed();
-    assert_eq!(
-        host_pids_with("1000.5151"),
-        Vec::<i32>::new(),
-        "processes survived kill"
-    );
+    assert_no_survivors("1000.5151", "kill");
     assert_destroyed(&p, home.path(), &info.sandbox_id).await;
     assert!(took < Duration::from_secs(2), "kill took {took:?}");
 }
@@ -332,11 +328,7 @@ async fn expiry_destroys_everything_within_a_second() {
         late < Duration::from_millis(1200),
         "destroyed {late:?} after expires_at"
     );
-    assert_eq!(
-        host_pids_with("1000.6161"),
-        Vec::<i32>::new(),
-        "processes survived expiry"
-    );
+    assert_no_survivors("1000.6161", "expiry");
     assert_destroyed(&p, home.path(), &info.sandbox_id).await;
     assert!(!p.kill(&info.sandbox_id).await.unwrap());
 }

@@ -26,18 +26,45 @@ fn unprivileged_mode_works_and_holds() {
         // Already unprivileged: run the checks here.
         return inner_checks();
     }
-    if !Command::new("id").arg(USER).stdout(Stdio::null()).stderr(Stdio::null()).status().unwrap().success() {
+    if !Command::new("id")
+        .arg(USER)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .unwrap()
+        .success()
+    {
         let status = Command::new("useradd")
-            .args(["--system", "--no-create-home", "--shell", "/usr/sbin/nologin", USER])
+            .args([
+                "--system",
+                "--no-create-home",
+                "--shell",
+                "/usr/sbin/nologin",
+                USER,
+            ])
             .status()
             .expect("run useradd");
-        assert!(status.success() || status.code() == Some(9), "useradd {USER} failed: {status}");
+        assert!(
+            status.success() || status.code() == Some(9),
+            "useradd {USER} failed: {status}"
+        );
     }
     let (uid, gid) = (id_of("-u"), id_of("-g"));
     let out = Command::new("setpriv")
-        .args([&format!("--reuid={uid}"), &format!("--regid={gid}"), "--init-groups", "--"])
+        .args([
+            &format!("--reuid={uid}"),
+            &format!("--regid={gid}"),
+            "--init-groups",
+            "--",
+        ])
         .arg(std::env::current_exe().unwrap())
-        .args(["--exact", "unprivileged_inner", "--ignored", "--nocapture", "--test-threads=1"])
+        .args([
+            "--exact",
+            "unprivileged_inner",
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
         .env_clear()
         .env("HOME", "/var/tmp")
         .env("PATH", "/usr/local/bin:/usr/bin:/bin")
@@ -62,7 +89,10 @@ fn unprivileged_inner() {
 }
 
 fn inner_checks() {
-    assert!(!rustix::process::geteuid().is_root(), "must run unprivileged");
+    assert!(
+        !rustix::process::geteuid().is_root(),
+        "must run unprivileged"
+    );
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -85,27 +115,49 @@ async fn checks() {
     let s = text(&out.stdout);
     let lines: Vec<&str> = s.lines().collect();
     assert_eq!(lines[0], "0", "{s}");
-    assert_eq!(lines[1].split_whitespace().collect::<Vec<_>>(), ["0", "0", "1"]);
+    assert_eq!(
+        lines[1].split_whitespace().collect::<Vec<_>>(),
+        ["0", "0", "1"]
+    );
     assert_eq!(&lines[2..], ["/root", "/root"]);
     // The keeper's namespace maps root to the invoking user.
     let keeper_map = std::fs::read_to_string(format!(
         "/proc/{}/uid_map",
-        serde_json::from_slice::<serde_json::Value>(&std::fs::read(sandbox_dir(home.path(), id).join("meta.json")).unwrap())
-            .unwrap()["keeper"]["pid"]
+        serde_json::from_slice::<serde_json::Value>(
+            &std::fs::read(sandbox_dir(home.path(), id).join("meta.json")).unwrap()
+        )
+        .unwrap()["keeper"]["pid"]
     ))
     .unwrap();
-    assert_eq!(keeper_map.split_whitespace().collect::<Vec<_>>(), ["0", &me.to_string(), "1"]);
+    assert_eq!(
+        keeper_map.split_whitespace().collect::<Vec<_>>(),
+        ["0", &me.to_string(), "1"]
+    );
 
     // Files and copy-on-write where the user may write.
     assert_eq!(p.write_file(id, "a/b.txt", b"hey").await.unwrap(), 3);
     assert_eq!(p.read_file(id, "a/b.txt", 100).await.unwrap(), b"hey");
     let entries = p.list_files(id, "a").await.unwrap();
-    assert_eq!((entries[0].name.as_str(), entries[0].kind), ("b.txt", FileKind::File));
-    assert!(matches!(p.read_file(id, "missing", 10).await, Err(ProviderError::NoSuchPath { .. })));
+    assert_eq!(
+        (entries[0].name.as_str(), entries[0].kind),
+        ("b.txt", FileKind::File)
+    );
+    assert!(matches!(
+        p.read_file(id, "missing", 10).await,
+        Err(ProviderError::NoSuchPath { .. })
+    ));
     let marker = format!("/var/tmp/sk-unpriv-escape-{id}");
-    let out = sh(&p, id, &format!("echo x > {marker}; echo x > /tmp/inside && cat /tmp/inside")).await;
+    let out = sh(
+        &p,
+        id,
+        &format!("echo x > {marker}; echo x > /tmp/inside && cat /tmp/inside"),
+    )
+    .await;
     assert_eq!(text(&out.stdout), "x\n");
-    assert!(!Path::new(&marker).exists(), "a sandbox write reached the host");
+    assert!(
+        !Path::new(&marker).exists(),
+        "a sandbox write reached the host"
+    );
 
     // Escapes.
     let out = sh(&p, id, "cat /etc/shadow; echo end").await;
@@ -118,13 +170,14 @@ async fn checks() {
     let out = sh(&p, id, &format!("ls -A {state} 2>/dev/null | wc -l")).await;
     assert_eq!(text(&out.stdout), "0\n", "state directory visible");
     let out = sh(&p, id, "grep CapBnd /proc/self/status").await;
-    let bnd = u64::from_str_radix(text(&out.stdout).split_whitespace().nth(1).unwrap(), 16).unwrap();
+    let bnd =
+        u64::from_str_radix(text(&out.stdout).split_whitespace().nth(1).unwrap(), 16).unwrap();
     assert_eq!(bnd & (1 << 21), 0, "CAP_SYS_ADMIN kept: {bnd:x}");
 
     // Destruction, also of escaping processes.
     start_zoo(&p, id, "9191").await;
     assert!(p.kill(id).await.unwrap());
-    assert_eq!(host_pids_with("1000.9191"), Vec::<i32>::new(), "processes survived kill");
+    assert_no_survivors("1000.9191", "kill");
     assert!(!sandbox_dir(home.path(), id).exists(), "files left behind");
     assert!(p.list().await.unwrap().is_empty());
 }

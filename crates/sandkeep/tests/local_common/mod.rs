@@ -92,6 +92,41 @@ pub fn host_pids_with(marker: &str) -> Vec<i32> {
     out
 }
 
+/// PPid, state and pid-namespace path of each pid, for failure messages.
+pub fn describe(pids: &[i32]) -> String {
+    pids.iter()
+        .map(|pid| {
+            let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+            let pick = |key: &str| {
+                status
+                    .lines()
+                    .find(|l| l.starts_with(key))
+                    .unwrap_or("")
+                    .replace('\t', " ")
+            };
+            let ns = std::fs::read_link(format!("/proc/{pid}/ns/pid")).unwrap_or_default();
+            format!(
+                "{pid}: {} {} {} {}",
+                pick("State"),
+                pick("PPid"),
+                pick("NSpid"),
+                ns.display()
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// Asserts that no host process carries `marker` any more.
+pub fn assert_no_survivors(marker: &str, when: &str) {
+    let left = host_pids_with(marker);
+    assert!(
+        left.is_empty(),
+        "processes survived {when}: {}",
+        describe(&left)
+    );
+}
+
 /// Lines of the host's mount table that mention `path`.
 pub fn host_mounts_under(path: &Path) -> Vec<String> {
     let p = path.to_string_lossy().into_owned();

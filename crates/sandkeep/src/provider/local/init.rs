@@ -6,6 +6,8 @@
 //! orphan, and dies with the keeper (`PR_SET_PDEATHSIG`). When it dies the
 //! kernel kills every process of the sandbox. It trusts only requests on its
 //! listening socket, which lives in the 0700 state directory on the host.
+//! In the weaker process-only mode it is a subreaper on the host instead of
+//! a pid 1, and the keeper kills its whole process tree.
 
 use std::collections::BTreeMap;
 use std::ffi::CString;
@@ -38,16 +40,29 @@ const KEPT_CAPS: CapabilitySet = CapabilitySet::CHOWN
     .union(CapabilitySet::AUDIT_WRITE)
     .union(CapabilitySet::SETFCAP);
 
+/// The sandbox user's home inside a namespaced sandbox.
 pub const HOME: &str = "/root";
+
+/// How the sandbox is confined.
+pub enum Mode {
+    /// Fresh pid, mount, uts and ipc namespaces and a user namespace.
+    Namespaces {
+        owner: Owner,
+        /// Root mode: the user namespace (sandbox ids shifted to the uid
+        /// block) to join, also used to idmap the lower layers.
+        userns: Option<OwnedFd>,
+    },
+    /// The kernel refuses namespaces (or the configuration asks for this):
+    /// a subreaper init on the host, writes confined by Landlock, as `uid`
+    /// when given (root must not run sandboxes as itself).
+    ProcessOnly { uid: Option<u32> },
+}
 
 /// What the keeper hands its forked init.
 pub struct InitContext {
     pub spec: Spec,
     pub dir: SandboxDir,
-    pub owner: Owner,
-    /// Root mode: the user namespace (sandbox ids shifted to the uid block)
-    /// to join, also used to idmap the lower layers.
-    pub userns: Option<OwnedFd>,
+    pub mode: Mode,
     pub listener: OwnedFd,
     /// Write end: one JSON [`InitReport`], then closed.
     pub report: OwnedFd,
@@ -56,26 +71,38 @@ pub struct InitContext {
 #[derive(serde::Serialize, serde::Deserialize)]
 pub enum InitReport {
     Ready {
-        idmapped: bool,
+        isolation: String,
         warnings: Vec<String>,
     },
     Failed(String),
 }
 
-/// Runs as pid 1; never returns.
+/// Runs as the sandbox's init; never returns.
 pub fn run(ctx: InitContext) -> ! {
     let InitContext {
         spec,
         dir,
-        owner,
-        userns,
+        mode,
         listener,
         report,
     } = ctx;
     let mut report = std::fs::File::from(report);
-    let setup = setup(&spec, &dir, owner, userns);
+    let home = match &mode {
+        Mode::Namespaces { .. } => std::path::PathBuf::from(HOME),
+        Mode::ProcessOnly { .. } => dir.home(),
+    };
+    let setup = match mode {
+        Mode::Namespaces { owner, userns } => setup(&spec, &dir, owner, userns),
+        Mode::ProcessOnly { uid } => setup_process_only(&dir, uid),
+    };
     let (ok, message) = match setup {
-        Ok((idmapped, warnings)) => (true, InitReport::Ready { idmapped, warnings }),
+        Ok((isolation, warnings)) => (
+            true,
+            InitReport::Ready {
+                isolation,
+                warnings,
+            },
+        ),
         Err(e) => (false, InitReport::Failed(e)),
     };
     let delivered = report
@@ -85,8 +112,8 @@ pub fn run(ctx: InitContext) -> ! {
     if !ok || !delivered {
         sys::exit_now(1);
     }
-    let env = environment(&spec);
-    serve(listener, &env)
+    let env = environment(&spec, &home);
+    serve(listener, &env, &home)
 }
 
 fn setup(
@@ -94,7 +121,7 @@ fn setup(
     dir: &SandboxDir,
     owner: Owner,
     userns: Option<OwnedFd>,
-) -> Result<(bool, Vec<String>), String> {
+) -> Result<(String, Vec<String>), String> {
     sys::set_signal_mask(&[]).map_err(|e| format!("signal mask: {e}"))?;
     // SAFETY: the init is single-threaded; unsharing these namespaces
     // affects only this process.
@@ -117,7 +144,73 @@ fn setup(
     rustix::thread::set_no_new_privs(true).map_err(|e| format!("no_new_privs: {e}"))?;
     rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::NotDumpable)
         .map_err(|e| format!("non-dumpable: {e}"))?;
-    Ok((built.idmapped, built.warnings))
+    let isolation = match (owner, built.idmapped) {
+        (Owner::Shifted { .. }, true) => "userns-idmap",
+        (Owner::Shifted { .. }, false) => "userns-shifted",
+        (Owner::Invoker, _) => "userns-single",
+    };
+    Ok((isolation.to_owned(), built.warnings))
+}
+
+/// The weaker mode: no namespaces. Orphans stay below this subreaper (so
+/// the keeper can find and kill every one), the identity is unprivileged,
+/// and Landlock confines writes to the sandbox's directory and keeps
+/// signals and abstract sockets inside the sandbox where the kernel
+/// supports it.
+fn setup_process_only(dir: &SandboxDir, uid: Option<u32>) -> Result<(String, Vec<String>), String> {
+    sys::set_signal_mask(&[]).map_err(|e| format!("signal mask: {e}"))?;
+    rustix::process::set_child_subreaper(Some(rustix::process::getpid()))
+        .map_err(|e| format!("PR_SET_CHILD_SUBREAPER: {e}"))?;
+    if let Some(uid) = uid {
+        // Bounding set first, while root still may; changing to a non-zero
+        // uid then clears the permitted, effective and ambient sets.
+        sys::drop_bounding_set(CapabilitySet::empty())
+            .map_err(|e| format!("drop capabilities: {e}"))?;
+        sys::become_id(uid, uid, true).map_err(|e| format!("become uid {uid}: {e}"))?;
+    }
+    rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL))
+        .map_err(|e| format!("PR_SET_PDEATHSIG: {e}"))?;
+    rustix::thread::set_no_new_privs(true).map_err(|e| format!("no_new_privs: {e}"))?;
+    rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::NotDumpable)
+        .map_err(|e| format!("non-dumpable: {e}"))?;
+    let mut warnings = Vec::new();
+    let isolation = match landlock_writes(&dir.path) {
+        Ok(true) => "landlock",
+        Ok(false) => {
+            warnings.push(
+                "Landlock is unavailable: sandbox processes can write wherever their user may"
+                    .into(),
+            );
+            "process-only"
+        }
+        Err(e) => return Err(format!("Landlock: {e}")),
+    };
+    Ok((isolation.to_owned(), warnings))
+}
+
+/// Restricts writes to `sandbox` and a few device files; true when the
+/// kernel enforces it.
+fn landlock_writes(sandbox: &std::path::Path) -> Result<bool, landlock::RulesetError> {
+    use landlock::{
+        ABI, AccessFs, Ruleset, RulesetAttr, RulesetCreatedAttr, RulesetStatus, Scope,
+        path_beneath_rules,
+    };
+    let abi = ABI::V6;
+    let writable = [
+        sandbox,
+        std::path::Path::new("/dev/null"),
+        std::path::Path::new("/dev/zero"),
+        std::path::Path::new("/dev/full"),
+        std::path::Path::new("/dev/tty"),
+    ];
+    let status = Ruleset::default()
+        .handle_access(AccessFs::from_write(abi))?
+        .scope(Scope::Signal)?
+        .scope(Scope::AbstractUnixSocket)?
+        .create()?
+        .add_rules(path_beneath_rules(writable, AccessFs::from_write(abi)))?
+        .restrict_self()?;
+    Ok(status.ruleset != RulesetStatus::NotEnforced)
 }
 
 /// Leaves the user namespace that owns the mount namespace, so that no
@@ -151,15 +244,18 @@ fn enter_sandbox_identity(owner: Owner, userns: Option<OwnedFd>) -> Result<(), S
 
 /// The clean environment of every sandbox process: fixed basics, then the
 /// create-time `envs`.
-fn environment(spec: &Spec) -> Vec<CString> {
+fn environment(spec: &Spec, home: &std::path::Path) -> Vec<CString> {
+    let namespaced = home == std::path::Path::new(HOME);
+    let user = if namespaced { "root" } else { "sandbox" };
+    let home = home.to_string_lossy();
     let mut env: BTreeMap<String, String> = [
         (
             "PATH",
             "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
         ),
-        ("HOME", HOME),
-        ("USER", "root"),
-        ("LOGNAME", "root"),
+        ("HOME", home.as_ref()),
+        ("USER", user),
+        ("LOGNAME", user),
         ("SHELL", "/bin/sh"),
         ("LANG", "C.UTF-8"),
         ("TERM", "dumb"),
@@ -167,6 +263,12 @@ fn environment(spec: &Spec) -> Vec<CString> {
     .into_iter()
     .map(|(k, v)| (k.to_owned(), v.to_owned()))
     .collect();
+    if !namespaced {
+        // The host's /tmp is not writable under Landlock; the sandbox has
+        // its own next to its home.
+        let tmp = std::path::Path::new(home.as_ref()).with_file_name("tmp");
+        env.insert("TMPDIR".into(), tmp.to_string_lossy().into_owned());
+    }
     env.extend(spec.envs.clone());
     env.into_iter()
         .filter_map(|(k, v)| CString::new(format!("{k}={v}")).ok())
@@ -179,7 +281,7 @@ struct Conn {
     child: Option<i32>,
 }
 
-fn serve(listener: OwnedFd, env: &[CString]) -> ! {
+fn serve(listener: OwnedFd, env: &[CString], home: &std::path::Path) -> ! {
     let Ok(sigchld) = sys::signalfd(&[libc::SIGCHLD]) else {
         sys::exit_now(1)
     };
@@ -217,7 +319,7 @@ fn serve(listener: OwnedFd, env: &[CString]) -> ! {
         let (accept, reap, conn_ready) = ready;
         for (i, is_ready) in conn_ready {
             if is_ready {
-                on_message(&mut conns[i], &mut buf, env);
+                on_message(&mut conns[i], &mut buf, env, home);
             }
         }
         if reap {
@@ -247,7 +349,7 @@ fn serve(listener: OwnedFd, env: &[CString]) -> ! {
     }
 }
 
-fn on_message(conn: &mut Conn, buf: &mut [u8], env: &[CString]) {
+fn on_message(conn: &mut Conn, buf: &mut [u8], env: &[CString], home: &std::path::Path) {
     let Some(fd) = conn.fd.as_ref() else { return };
     let received = wire::recv(fd, buf);
     if let Some(pid) = conn.child {
@@ -284,7 +386,7 @@ fn on_message(conn: &mut Conn, buf: &mut [u8], env: &[CString]) {
         return fail(conn, "a request needs exactly three descriptors".into());
     };
     match sys::fork() {
-        Ok(sys::Forked::Child) => child(request, [stdin, stdout, stderr], env),
+        Ok(sys::Forked::Child) => child(request, [stdin, stdout, stderr], env, home),
         Ok(sys::Forked::Parent(pid)) => conn.child = Some(pid),
         Err(e) => fail(conn, format!("fork: {e}")),
     }
@@ -299,7 +401,7 @@ fn fail(conn: &mut Conn, message: String) {
 
 /// The forked child: its own session and process group, the caller's
 /// pipes as stdio, nothing else of the init's descriptors.
-fn child(request: Request, stdio: [OwnedFd; 3], env: &[CString]) -> ! {
+fn child(request: Request, stdio: [OwnedFd; 3], env: &[CString], home: &std::path::Path) -> ! {
     let _ = sys::set_signal_mask(&[]);
     let _ = sys::setsid();
     for (fd, target) in stdio.iter().zip(0..) {
@@ -308,7 +410,7 @@ fn child(request: Request, stdio: [OwnedFd; 3], env: &[CString]) -> ! {
         }
     }
     sys::close_fds_except(&[]);
-    if std::env::set_current_dir(HOME).is_err() {
+    if std::env::set_current_dir(home).is_err() {
         sys::exit_now(127);
     }
     match request {

@@ -21,8 +21,8 @@ use rustix::process::{Pid, PidfdFlags, Signal};
 use rustix::thread::UnshareFlags;
 use serde::{Deserialize, Serialize};
 
-use super::init::{self, InitContext, InitReport};
-use super::rootfs::Owner;
+use super::init::{self, InitContext, InitReport, Mode};
+use super::rootfs::{self, Owner};
 use super::state::{self, Home, Lock, Meta, ProcessId, SandboxDir, Spec};
 use super::{doctor, sys, wire};
 use crate::provider::{SandboxId, SandboxInfo};
@@ -102,7 +102,7 @@ fn run(home: Home, id: SandboxId) -> i32 {
                 },
             );
             watch(&dir, &sandbox);
-            destroy(&home, &dir, &sandbox.init_pidfd, sandbox.meta.init.pid);
+            destroy(&home, &dir, &sandbox);
             0
         }
         Err(e) => {
@@ -131,28 +131,65 @@ fn start(home: &Home, dir: &SandboxDir) -> Result<Running, String> {
     let spec: Spec = state::read_json(&dir.spec()).map_err(|e| format!("read spec.json: {e}"))?;
     let keeper = ProcessId::of(std::process::id() as i32).map_err(|e| e.to_string())?;
     let root = rustix::process::geteuid().is_root();
-    let (owner, userns) = if root {
-        let base = allocate_slot(home, &spec.sandbox_id)?;
-        (Owner::Shifted { base }, Some(shifted_userns(base)?))
+    // Root never runs a sandbox as itself: it gets a uid block either way.
+    let base = if root {
+        Some(allocate_slot(home, &spec.sandbox_id)?)
     } else {
-        enter_invoker_userns()?;
-        (Owner::Invoker, None)
+        None
     };
+    let mut warnings = Vec::new();
+    let attempt = if spec.process_only {
+        Err("the configuration asks for process-only sandboxes".to_owned())
+    } else {
+        namespaces(base)
+    };
+    let mode = attempt.unwrap_or_else(|why| {
+        warnings.push(format!(
+            "no namespaces ({why}): sandbox processes share the host's process table, network and \
+             read view of the filesystem; run `sandkeep doctor`"
+        ));
+        Mode::ProcessOnly { uid: base }
+    });
+    let process_only = matches!(mode, Mode::ProcessOnly { .. });
     for d in [
         dir.rootfs(),
         dir.upper(),
         dir.work(),
         dir.lower(),
         dir.home(),
+        dir.tmp(),
     ] {
         fs::create_dir_all(&d).map_err(|e| format!("mkdir {}: {e}", d.display()))?;
     }
     fs::set_permissions(dir.home(), fs::Permissions::from_mode(0o700))
         .map_err(|e| format!("chmod home: {e}"))?;
-    if let Owner::Shifted { base } = owner {
-        std::os::unix::fs::chown(dir.home(), Some(base), Some(base))
-            .map_err(|e| format!("chown home: {e}"))?;
+    if let Some(base) = base {
+        for d in [dir.home(), dir.tmp()] {
+            std::os::unix::fs::chown(&d, Some(base), Some(base))
+                .map_err(|e| format!("chown {}: {e}", d.display()))?;
+        }
+        if process_only {
+            // The sandbox's uid must reach its own directory on the host.
+            for d in [
+                home.root().to_path_buf(),
+                home.sandboxes(),
+                dir.path.clone(),
+            ] {
+                fs::set_permissions(&d, fs::Permissions::from_mode(0o711))
+                    .map_err(|e| format!("chmod {}: {e}", d.display()))?;
+            }
+        }
     }
+    let helper = if process_only {
+        let bin = dir.path.join("bin");
+        fs::create_dir_all(&bin).map_err(|e| format!("mkdir {}: {e}", bin.display()))?;
+        let link = bin.join(rootfs::HELPER_NAME);
+        std::os::unix::fs::symlink(&spec.exe, &link)
+            .map_err(|e| format!("link the task helper: {e}"))?;
+        link.to_string_lossy().into_owned()
+    } else {
+        format!("/{}/{}", rootfs::HELPER_DIR, rootfs::HELPER_NAME)
+    };
     let _ = fs::remove_file(dir.socket());
     let listener =
         wire::listen(&dir.socket()).map_err(|e| format!("listen on the sandbox socket: {e}"))?;
@@ -160,17 +197,27 @@ fn start(home: &Home, dir: &SandboxDir) -> Result<Running, String> {
         .map_err(|e| format!("chmod socket: {e}"))?;
     let (report_r, report_w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
         .map_err(|e| format!("pipe: {e}"))?;
+    if process_only {
+        // Orphans of the sandbox stay below the keeper even should the
+        // init die first, so destroy() can find every one.
+        rustix::process::set_child_subreaper(Some(rustix::process::getpid()))
+            .map_err(|e| format!("PR_SET_CHILD_SUBREAPER: {e}"))?;
+    }
 
-    // SAFETY: the keeper is single-threaded; only children enter the new
-    // pid namespace.
-    unsafe { rustix::thread::unshare_unsafe(UnshareFlags::NEWPID) }
-        .map_err(|e| format!("unshare the pid namespace: {e}"))?;
+    let mut info = SandboxInfo {
+        sandbox_id: spec.sandbox_id.clone(),
+        template: spec.template.clone(),
+        created_at: spec.created_at,
+        expires_at: spec.created_at + spec.timeout,
+        timeout: spec.timeout,
+        retained: false,
+        isolation: String::new(),
+    };
     let init_pid = match sys::fork().map_err(|e| format!("fork the init: {e}"))? {
         sys::Forked::Child => init::run(InitContext {
             spec,
             dir: dir.clone(),
-            owner,
-            userns,
+            mode,
             listener,
             report: report_w,
         }),
@@ -178,7 +225,7 @@ fn start(home: &Home, dir: &SandboxDir) -> Result<Running, String> {
     };
     drop(report_w);
     drop(listener);
-    drop(userns);
+    drop(mode);
     let init_pidfd = rustix::process::pidfd_open(
         Pid::from_raw(init_pid).expect("fork returns a positive pid"),
         PidfdFlags::empty(),
@@ -191,31 +238,26 @@ fn start(home: &Home, dir: &SandboxDir) -> Result<Running, String> {
         let _ = sys::wait_for(init_pid);
         Err(message)
     };
-    let (idmapped, warnings) = match serde_json::from_slice::<InitReport>(&buf) {
-        Ok(InitReport::Ready { idmapped, warnings }) => (idmapped, warnings),
+    info.isolation = match serde_json::from_slice::<InitReport>(&buf) {
+        Ok(InitReport::Ready {
+            isolation,
+            warnings: more,
+        }) => {
+            warnings.extend(more);
+            isolation
+        }
         Ok(InitReport::Failed(e)) => return fail(format!("building the sandbox failed: {e}")),
         Err(_) => return fail("the sandbox init died during setup".into()),
     };
     let init = ProcessId::of(init_pid).map_err(|e| e.to_string())?;
-    let isolation = match (owner, idmapped) {
-        (Owner::Shifted { .. }, true) => "userns-idmap",
-        (Owner::Shifted { .. }, false) => "userns-shifted",
-        (Owner::Invoker, _) => "userns-single",
-    };
     let signals = sys::signalfd(&[libc::SIGTERM, libc::SIGINT, libc::SIGHUP])
         .map_err(|e| format!("signalfd: {e}"))?;
     let meta = Meta {
-        info: SandboxInfo {
-            sandbox_id: spec.sandbox_id.clone(),
-            template: spec.template.clone(),
-            created_at: spec.created_at,
-            expires_at: spec.created_at + spec.timeout,
-            timeout: spec.timeout,
-            retained: false,
-            isolation: isolation.to_owned(),
-        },
+        info,
         keeper,
         init,
+        helper,
+        process_only,
     };
     state::write_json(&dir.meta(), &meta).map_err(|e| format!("write meta.json: {e}"))?;
     Ok(Running {
@@ -224,6 +266,30 @@ fn start(home: &Home, dir: &SandboxDir) -> Result<Running, String> {
         init_pidfd,
         signals,
     })
+}
+
+/// Prepares the namespaced mode: root gets a user namespace shifted to its
+/// uid block, an ordinary user moves the keeper into one where it is root;
+/// then the pid namespace that the init will be pid 1 of.
+fn namespaces(base: Option<u32>) -> Result<Mode, String> {
+    let mode = match base {
+        Some(base) => Mode::Namespaces {
+            owner: Owner::Shifted { base },
+            userns: Some(shifted_userns(base)?),
+        },
+        None => {
+            enter_invoker_userns()?;
+            Mode::Namespaces {
+                owner: Owner::Invoker,
+                userns: None,
+            }
+        }
+    };
+    // SAFETY: the keeper is single-threaded; only children enter the new
+    // pid namespace.
+    unsafe { rustix::thread::unshare_unsafe(UnshareFlags::NEWPID) }
+        .map_err(|e| format!("unshare(CLONE_NEWPID): {e}"))?;
+    Ok(mode)
 }
 
 /// Waits until the deadline, a kill request or the init's death.
@@ -279,12 +345,16 @@ fn watch(dir: &SandboxDir, sandbox: &Running) {
     }
 }
 
-fn destroy(home: &Home, dir: &SandboxDir, init_pidfd: &OwnedFd, init_pid: i32) {
+fn destroy(home: &Home, dir: &SandboxDir, sandbox: &Running) {
+    if sandbox.meta.process_only {
+        kill_descendants();
+    }
     // Pid 1's death makes the kernel kill every process in the namespace,
     // including those that called setsid or double-forked; the mount
     // namespace and its mounts go with the last of them.
-    let _ = rustix::process::pidfd_send_signal(init_pidfd, Signal::KILL);
-    let _ = sys::wait_for(init_pid);
+    let _ = rustix::process::pidfd_send_signal(&sandbox.init_pidfd, Signal::KILL);
+    let _ = sys::wait_for(sandbox.meta.init.pid);
+    while sys::reap_any().is_some() {}
     // meta.json first: from now on no provider lists the sandbox.
     let _ = fs::remove_file(dir.meta());
     if let Err(e) = state::remove_tree(&dir.path) {
@@ -297,6 +367,68 @@ fn destroy(home: &Home, dir: &SandboxDir, init_pidfd: &OwnedFd, init_pid: i32) {
     {
         release_slot(home, &id);
     }
+}
+
+/// Process-only mode: SIGKILLs every process below the keeper (a
+/// subreaper, so setsid and double forks cannot leave the tree), the init
+/// included, until none is left. Killed processes cannot fork any more, so the
+/// loop ends.
+fn kill_descendants() {
+    let me = std::process::id() as i32;
+    for _ in 0..1000 {
+        let victims = descendants(me);
+        if victims.is_empty() {
+            return;
+        }
+        for pid in victims {
+            // SAFETY: plain kill(2); the pid is below this subreaper and
+            // not yet reaped, so it cannot have been reused.
+            unsafe {
+                libc::kill(pid, libc::SIGKILL);
+            }
+        }
+        while sys::reap_any().is_some() {}
+        std::thread::yield_now();
+    }
+}
+
+/// Live (non-zombie) processes whose ancestry leads to `root`.
+fn descendants(root: i32) -> Vec<i32> {
+    let mut parent_of = Vec::new();
+    if let Ok(entries) = fs::read_dir("/proc") {
+        for e in entries.flatten() {
+            let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
+                continue;
+            };
+            let Ok(stat) = fs::read_to_string(format!("/proc/{pid}/stat")) else {
+                continue;
+            };
+            let Some(rest) = stat.rfind(')').map(|i| &stat[i + 2..]) else {
+                continue;
+            };
+            let mut f = rest.split(' ');
+            let state = f.next().unwrap_or("");
+            let ppid = f.next().and_then(|p| p.parse::<i32>().ok()).unwrap_or(0);
+            parent_of.push((pid, ppid, state == "Z"));
+        }
+    }
+    let mut found = vec![root];
+    let mut i = 0;
+    while i < found.len() {
+        let p = found[i];
+        found.extend(
+            parent_of
+                .iter()
+                .filter(|(_, pp, _)| *pp == p)
+                .map(|(c, _, _)| *c),
+        );
+        i += 1;
+    }
+    found
+        .into_iter()
+        .skip(1)
+        .filter(|pid| parent_of.iter().any(|(c, _, z)| c == pid && !z))
+        .collect()
 }
 
 /// Claims a free uid block for the sandbox: a slot file naming the sandbox,

@@ -7,8 +7,11 @@
 //! and ipc namespaces, in a user namespace) that doubles as a fork server.
 //! Exec and file operations are requests to that fork server over a unix
 //! socket in the state directory; create, kill, list, renew and retain work
-//! on the state directory and the keeper's process identity. This module is
-//! the `Provider` face of it; it never enters a namespace itself.
+//! on the state directory and the keeper's process identity. Where the
+//! kernel refuses namespaces, sandboxes fall back to a reported weaker level
+//! (`landlock`, else `process-only`): a subreaper init on the host whose
+//! whole process tree the keeper kills. This module is the `Provider` face
+//! of it; it never enters a namespace itself.
 
 mod client;
 pub mod doctor;
@@ -60,8 +63,6 @@ const KILL_TIMEOUT: Duration = Duration::from_secs(10);
 const CREATING_GRACE_SECS: u64 = 120;
 /// Room for a file operation's answer or error report.
 const FILE_OP_REPORT: usize = 64 * 1024;
-/// Where the task helper is inside every sandbox.
-const HELPER_PATH: &str = "/.sandkeep/sandkeep-task";
 /// Isolation levels that are the full design for their mode; anything else
 /// is logged as weaker at create time.
 const FULL_ISOLATION: &str = "userns-idmap";
@@ -74,6 +75,10 @@ pub struct LocalConfig {
     /// The `sandkeep` executable: spawned as keeper and bound into every
     /// sandbox as the task helper.
     pub exe: PathBuf,
+    /// Skip namespaces even where the kernel offers them: the weaker
+    /// `landlock` / `process-only` level, reported as such. Hosts that
+    /// refuse namespaces get it automatically, with a warning.
+    pub process_only: bool,
 }
 
 impl LocalConfig {
@@ -81,6 +86,14 @@ impl LocalConfig {
         Self {
             home: home.into(),
             exe: exe.into(),
+            process_only: false,
+        }
+    }
+
+    pub fn with_process_only(self, process_only: bool) -> Self {
+        Self {
+            process_only,
+            ..self
         }
     }
 
@@ -139,7 +152,11 @@ impl LocalProvider {
         let exe =
             std::path::absolute(&config.exe).map_err(io_err("resolve the sandkeep executable"))?;
         Ok(Self {
-            config: LocalConfig { home: abs, exe },
+            config: LocalConfig {
+                home: abs,
+                exe,
+                ..config
+            },
             home,
         })
     }
@@ -308,7 +325,14 @@ fn inspect(dir: &SandboxDir) -> Presence {
             clean_stale(dir, Some(&meta));
             Presence::Gone
         }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+        // No record yet (being created), or an unreadable one: only age
+        // tells a crashed creation from one in progress.
+        Err(e)
+            if matches!(
+                e.kind(),
+                std::io::ErrorKind::NotFound | std::io::ErrorKind::InvalidData
+            ) =>
+        {
             if !dir.path.exists() {
                 return Presence::Gone;
             }
@@ -409,6 +433,7 @@ impl Provider for LocalProvider {
             created_at: state::now_secs(),
             exe: self.config.exe.clone(),
             home: self.home.root().to_path_buf(),
+            process_only: self.config.process_only,
         };
         state::write_json(&dir.spec(), &record).map_err(io_err("write spec.json"))?;
         let log = std::fs::File::create(dir.log()).map_err(io_err("create keeper.log"))?;
@@ -593,7 +618,6 @@ impl Provider for LocalProvider {
     }
 
     async fn task_helper(&self, id: &SandboxId) -> Result<String> {
-        self.live(id).await?;
-        Ok(HELPER_PATH.to_owned())
+        Ok(self.live(id).await?.helper)
     }
 }

@@ -96,6 +96,10 @@ impl SandboxDir {
     pub fn lower(&self) -> PathBuf {
         self.path.join("lower")
     }
+    /// The process-only mode's temporary directory (`TMPDIR`).
+    pub fn tmp(&self) -> PathBuf {
+        self.path.join("tmp")
+    }
 }
 
 /// What the provider asks the keeper to build.
@@ -110,6 +114,9 @@ pub struct Spec {
     pub exe: PathBuf,
     /// The state directory, masked inside the sandbox.
     pub home: PathBuf,
+    /// Skip namespaces: the weaker subreaper + Landlock mode.
+    #[serde(default)]
+    pub process_only: bool,
 }
 
 /// A process identity that survives pid reuse: pid plus the kernel's start
@@ -162,6 +169,20 @@ pub struct Meta {
     pub info: SandboxInfo,
     pub keeper: ProcessId,
     pub init: ProcessId,
+    /// The task helper's path as the sandbox sees it.
+    #[serde(default = "namespaced_helper")]
+    pub helper: String,
+    /// No namespaces: destruction must kill the init's whole tree.
+    #[serde(default)]
+    pub process_only: bool,
+}
+
+fn namespaced_helper() -> String {
+    format!(
+        "/{}/{}",
+        super::rootfs::HELPER_DIR,
+        super::rootfs::HELPER_NAME
+    )
 }
 
 pub fn now_secs() -> u64 {

@@ -213,9 +213,9 @@ pub fn execve(path: &CString, argv: &[CString], envp: &[CString]) -> io::Error {
     io::Error::last_os_error()
 }
 
-/// Keeps only `keep` (raw capability numbers) in the bounding, permitted,
-/// effective and inheritable sets, and clears the ambient set.
-pub fn restrict_capabilities(keep: rustix::thread::CapabilitySet) -> io::Result<()> {
+/// Removes every capability not in `keep` from the bounding set, so no
+/// exec can ever regain it (needs CAP_SETPCAP: call before dropping it).
+pub fn drop_bounding_set(keep: rustix::thread::CapabilitySet) -> io::Result<()> {
     for cap in 0..64u32 {
         if keep.bits() & (1u64 << cap) != 0 {
             continue;
@@ -227,6 +227,13 @@ pub fn restrict_capabilities(keep: rustix::thread::CapabilitySet) -> io::Result<
             return Err(io::Error::last_os_error());
         }
     }
+    Ok(())
+}
+
+/// Keeps only `keep` in the bounding, permitted and effective sets, and
+/// clears the inheritable and ambient sets.
+pub fn restrict_capabilities(keep: rustix::thread::CapabilitySet) -> io::Result<()> {
+    drop_bounding_set(keep)?;
     rustix::thread::clear_ambient_capability_set()?;
     rustix::thread::set_capabilities(
         None,

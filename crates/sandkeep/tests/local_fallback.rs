@@ -1,0 +1,84 @@
+//! The weaker level used where the kernel refuses namespaces, forced here
+//! through the configuration: reported as such, commands, files and the
+//! task helper work, writes outside the sandbox are refused (Landlock), and
+//! kill and expiry still end every process, escaped daemons included.
+
+mod local_common;
+
+use std::path::Path;
+use std::time::Duration;
+
+use local_common::*;
+use sandkeep::provider::Provider;
+use sandkeep::provider::local::{LocalConfig, LocalProvider};
+
+fn weak_provider(home: &Path) -> LocalProvider {
+    LocalProvider::new(LocalConfig::new(home, EXE).with_process_only(true)).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn process_only_fallback_is_reported_and_still_destroys_everything() {
+    let home = state_dir();
+    let p = weak_provider(home.path());
+    let info = create(&p, 60).await;
+    let id = &info.sandbox_id;
+    assert_eq!(info.isolation, "landlock", "this kernel has Landlock");
+
+    let out = sh(
+        &p,
+        id,
+        "echo \"$HOME\"; pwd; id -u; echo hi > note && cat note",
+    )
+    .await;
+    let s = text(&out.stdout);
+    let lines: Vec<&str> = s.lines().collect();
+    let sandbox_home = sandbox_dir(home.path(), id).join("home");
+    assert_eq!(lines[..2], [sandbox_home.to_str().unwrap(); 2], "{s}");
+    if rustix::process::geteuid().is_root() {
+        assert!(
+            lines[2].parse::<u32>().unwrap() >= 1 << 30,
+            "root fallback runs as host root: {s}"
+        );
+    }
+    assert_eq!(lines[3], "hi");
+    assert_eq!(p.read_file(id, "note", 100).await.unwrap(), b"hi\n");
+    assert_eq!(p.write_file(id, "d/e", b"x").await.unwrap(), 1);
+
+    // Writes outside the sandbox directory are refused.
+    let marker = format!("/var/tmp/sk-fallback-escape-{id}");
+    let out = sh(&p, id, &format!("echo x > {marker} 2>/dev/null || echo DENIED; echo y > /tmp/sk-fallback-{id} 2>/dev/null || echo DENIED")).await;
+    assert_eq!(text(&out.stdout), "DENIED\nDENIED\n");
+    assert!(!Path::new(&marker).exists());
+    let out = sh(&p, id, "echo t > \"$TMPDIR/t\" && cat \"$TMPDIR/t\"").await;
+    assert_eq!(text(&out.stdout), "t\n", "{}", text(&out.stderr));
+
+    // The task helper works here too.
+    let helper = p.task_helper(id).await.unwrap();
+    assert!(helper.ends_with("/sandkeep-task"));
+    let out = sh(&p, id, &format!("{helper} list")).await;
+    assert_eq!(
+        out.exit_code,
+        Some(0),
+        "{} {}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+
+    // Kill ends every process, escaped ones included.
+    start_zoo(&p, id, "2727").await;
+    assert!(p.kill(id).await.unwrap());
+    assert_no_survivors("1000.2727", "kill");
+    assert!(!sandbox_dir(home.path(), id).exists());
+
+    // And so does expiry.
+    let info = create(&p, 1).await;
+    start_zoo(&p, &info.sandbox_id, "2828").await;
+    until(
+        Duration::from_secs(4),
+        "the expired process-only sandbox to go",
+        || async { !sandbox_dir(home.path(), &info.sandbox_id).exists() },
+    )
+    .await;
+    assert_no_survivors("1000.2828", "expiry");
+    assert!(p.list().await.unwrap().is_empty());
+}
