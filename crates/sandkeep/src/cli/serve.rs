@@ -82,16 +82,10 @@ fn resolve(text: &str) -> Result<SocketAddr, String> {
         })
 }
 
-/// The server's own secret configuration values, masked in every output
-/// page: the auth token, and secret-named variables of sandkeep's and its
-/// providers' configuration.
+/// The server's own secrets, masked in every output page: the configured
+/// ones and the HTTP auth token. The CLI masks the same.
 pub(super) fn secrets(auth_token: Option<&str>) -> Vec<String> {
-    let configured = std::env::vars().filter(|(name, _)| {
-        (name.starts_with("SANDKEEP_") || name.starts_with("E2B_"))
-            && sandkeep_proto::limits::is_secret_name(name)
-    });
-    configured
-        .map(|(_, value)| value)
-        .chain(auth_token.map(str::to_owned))
-        .collect()
+    let mut all = crate::service::configured_secrets();
+    all.extend(auth_token.map(str::to_owned));
+    all
 }

@@ -5,6 +5,20 @@
 use aho_corasick::{AhoCorasick, MatchKind};
 use sandkeep_proto::limits::{REDACT_MIN_LEN, REDACTED};
 
+/// The values of sandkeep's own secret configuration in this process's
+/// environment: `SANDKEEP_*` and `E2B_*` variables whose names mark a secret
+/// (KEY, TOKEN, SECRET, PASSWORD). Front ends pass these (plus any secret
+/// given on their command line) to [`super::Service::new`].
+pub fn configured_secrets() -> Vec<String> {
+    std::env::vars()
+        .filter(|(name, _)| {
+            (name.starts_with("SANDKEEP_") || name.starts_with("E2B_"))
+                && sandkeep_proto::limits::is_secret_name(name)
+        })
+        .map(|(_, value)| value)
+        .collect()
+}
+
 pub(super) struct Masker {
     matcher: Option<AhoCorasick>,
 }

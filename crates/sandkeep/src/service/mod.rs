@@ -52,6 +52,7 @@ pub use session::Session;
 pub use types::*;
 
 use mask::Masker;
+pub use mask::configured_secrets;
 
 /// The handlers of every tool. Cheap to share: wrap it in an `Arc`.
 pub struct Service {
