@@ -133,6 +133,7 @@ async fn doctor_reports_the_level_and_why() {
         "pid namespace",
         "overlayfs",
         "cgroups",
+        "landlock",
     ] {
         let check = report
             .checks

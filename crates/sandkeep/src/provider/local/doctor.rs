@@ -23,7 +23,7 @@ pub struct Check {
 /// What `sandkeep doctor` prints for the local provider.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct DoctorReport {
-    /// The level sandboxes get here, or `unavailable`.
+    /// The level sandboxes get here.
     pub isolation: String,
     /// Why that level.
     pub reason: String,
@@ -167,8 +167,20 @@ pub fn probe_main() -> i32 {
             },
         },
     ];
-    let all_ok = checks.iter().all(|c| c.ok);
-    let (isolation, reason, remediation) = match (all_ok, root) {
+    let landlock = check(
+        "landlock",
+        in_child(|| match super::init::landlock_writes(Path::new("/tmp")) {
+            Ok(true) => Ok(()),
+            Ok(false) => Err("not enforced by this kernel".into()),
+            Err(e) => Err(e.to_string()),
+        }),
+        "writes can be confined (used only by the fallback level)",
+    );
+    let namespaces_ok = checks.iter().take(4).all(|c| c.ok);
+    let fallback = if landlock.ok { "landlock" } else { "process-only" };
+    let mut checks = checks;
+    checks.push(landlock);
+    let (isolation, reason, remediation) = match (namespaces_ok, root) {
         (true, true) => (
             "userns-idmap",
             "running as root: private pid/mount/uts/ipc namespaces, sandbox root is an unprivileged \
@@ -183,8 +195,11 @@ pub fn probe_main() -> i32 {
             vec!["run sandkeep as root for copy-on-write over every system directory and a separate uid block per sandbox".into()],
         ),
         (false, _) => (
-            "unavailable",
-            "the kernel refuses a namespace sandkeep needs (see the failed checks); creating sandboxes will fail",
+            fallback,
+            "the kernel refuses a namespace sandkeep needs (see the failed checks): sandboxes fall back to \
+             a weaker level without namespaces. Their processes share the host's process table, network and \
+             read view of the filesystem; writes are confined to the sandbox's directory only where Landlock \
+             works; kill and expiry still end every process",
             vec![
                 "allow unprivileged user namespaces: `sysctl -w kernel.unprivileged_userns_clone=1` (Debian) or `sysctl -w user.max_user_namespaces=15000`".into(),
                 "on Ubuntu 24.04+ (AppArmor): add a profile granting `userns,` to the sandkeep executable, or `sysctl -w kernel.apparmor_restrict_unprivileged_userns=0`".into(),

@@ -190,7 +190,7 @@ fn setup_process_only(dir: &SandboxDir, uid: Option<u32>) -> Result<(String, Vec
 
 /// Restricts writes to `sandbox` and a few device files; true when the
 /// kernel enforces it.
-fn landlock_writes(sandbox: &std::path::Path) -> Result<bool, landlock::RulesetError> {
+pub(super) fn landlock_writes(sandbox: &std::path::Path) -> Result<bool, landlock::RulesetError> {
     use landlock::{
         ABI, AccessFs, Ruleset, RulesetAttr, RulesetCreatedAttr, RulesetStatus, Scope,
         path_beneath_rules,
