@@ -1,7 +1,7 @@
 //! Faults at the MCP surface, end to end against `sandkeep serve` children:
 //! malformed protocol input, an output flood read back page by page, the
-//! 129th task, many concurrent calls on one connection, and the stdio
-//! session rules under the 2026-07-28 protocol.
+//! 129th task, many concurrent calls on one connection, the stdio session
+//! rules under the 2026-07-28 protocol, and which tools renew a deadline.
 
 mod mcp_common;
 
@@ -231,5 +231,65 @@ async fn a_2026_07_28_stdio_client_gets_the_same_session_rules() {
         "retained kept, {other} destroyed"
     );
     ok(&s.client, "kill_sandbox", json!({"sandbox_id": scratch})).await;
+    assert!(s.close().await.success());
+}
+
+fn now_secs() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+}
+
+async fn expires_at(client: &Client, id: &str) -> u64 {
+    let v = ok(client, "list_sandboxes", json!({})).await;
+    v["sandboxes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["sandbox_id"] == id)
+        .and_then(|s| s["expires_at"].as_u64())
+        .expect("listed")
+}
+
+/// Waits until the wall clock is past `t` (deadlines have 1 s resolution).
+async fn clock_past(t: u64) {
+    until(Duration::from_secs(5), "the clock to move on", || {
+        std::future::ready(now_secs() > t)
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn task_tools_never_renew_the_deadline_and_commands_and_files_do() {
+    let home = Home::new();
+    let s = StdioServer::start(&home).await;
+    let c = &s.client;
+    let sb = ok(c, "create_sandbox", json!({"timeout": 100})).await;
+    let id = sb["sandbox_id"].as_str().unwrap().to_owned();
+    let e0 = sb["expires_at"].as_u64().unwrap();
+    assert_eq!(e0, sb["created_at"].as_u64().unwrap() + 100);
+
+    clock_past(e0 - 100).await;
+    let t = ok(c, "start_task", json!({"command": "sleep 30"})).await;
+    let handle = json!({"sandbox_id": id, "task_id": t["task_id"]});
+    ok(c, "get_task", handle.clone()).await;
+    ok(c, "cancel_task", handle).await;
+    assert_eq!(expires_at(c, &id).await, e0, "task tools must not renew");
+
+    for (tool, args) in [
+        ("run_command", json!({"command": "true"})),
+        ("write_file", json!({"path": "f.txt", "content": "x"})),
+        ("read_file", json!({"path": "f.txt"})),
+        ("list_files", json!({"path": "."})),
+    ] {
+        let before = expires_at(c, &id).await;
+        clock_past(before - 100).await;
+        ok(c, tool, args).await;
+        let after = expires_at(c, &id).await;
+        assert!(after > before, "{tool} must renew: {before} -> {after}");
+        assert!(after >= now_secs() + 99, "{tool} renews to now + timeout");
+    }
+    ok(c, "kill_sandbox", json!({"sandbox_id": id})).await;
     assert!(s.close().await.success());
 }
