@@ -62,8 +62,9 @@ async fn escape_attempts_fail() {
     );
 
     // Host processes are invisible and unreachable by pid.
+    let marker8 = tag("8181");
     let mut host = Command::new("sleep")
-        .arg("1000.8181")
+        .arg(format!("1000.{marker8}"))
         .stdin(Stdio::null())
         .spawn()
         .unwrap();
@@ -71,7 +72,7 @@ async fn escape_attempts_fail() {
     let out = sh(&p, id, &format!("kill -0 {pid} 2>&1 && echo SIGNALLED; cat /proc/{pid}/cmdline 2>&1; ls /proc | grep -c '^[0-9]'")).await;
     let seen = text(&out.stdout);
     assert!(
-        !seen.contains("SIGNALLED") && !seen.contains("1000.8181"),
+        !seen.contains("SIGNALLED") && !seen.contains(&format!("1000.{marker8}")),
         "host process reachable: {seen}"
     );
     let visible: u32 = seen.lines().last().unwrap().trim().parse().unwrap();

@@ -65,20 +65,22 @@ async fn process_only_fallback_is_reported_and_still_destroys_everything() {
     );
 
     // Kill ends every process, escaped ones included.
-    start_zoo(&p, id, "2727").await;
+    let m = tag("2727");
+    start_zoo(&p, id, &m).await;
     assert!(p.kill(id).await.unwrap());
-    assert_no_survivors("1000.2727", "kill");
+    assert_no_survivors(&format!("1000.{m}"), "kill");
     assert!(!sandbox_dir(home.path(), id).exists());
 
     // And so does expiry.
     let info = create(&p, 1).await;
-    start_zoo(&p, &info.sandbox_id, "2828").await;
+    let m = tag("2828");
+    start_zoo(&p, &info.sandbox_id, &m).await;
     until(
         Duration::from_secs(4),
         "the expired process-only sandbox to go",
         || async { !sandbox_dir(home.path(), &info.sandbox_id).exists() },
     )
     .await;
-    assert_no_survivors("1000.2828", "expiry");
+    assert_no_survivors(&format!("1000.{m}"), "expiry");
     assert!(p.list().await.unwrap().is_empty());
 }

@@ -83,20 +83,21 @@ async fn timeout_kills_the_process_group_and_background_output_does_not_block() 
     let p = provider(home.path());
     let info = create(&p, 60).await;
     let id = &info.sandbox_id;
-    let mut r = request("sleep 1000.3131 & sleep 1000.3132; echo never");
+    let m = tag("313");
+    let mut r = request(&format!("sleep 1000.{m}1 & sleep 1000.{m}2; echo never"));
     r.timeout = Duration::from_millis(500);
     let out = p.exec(id, r).await.unwrap();
     assert!(out.timed_out && out.stdout.is_empty(), "{out:?}");
     until(
         Duration::from_secs(3),
         "the timed-out group to die",
-        || async { host_pids_with("1000.313").is_empty() },
+        || async { host_pids_with(&format!("1000.{m}")).is_empty() },
     )
     .await;
 
     // A daemon that keeps stdout open must not hold the call.
     let t = Instant::now();
-    let out = sh(&p, id, "setsid sleep 1000.3133 & echo done").await;
+    let out = sh(&p, id, &format!("setsid sleep 1000.{m}3 & echo done")).await;
     assert_eq!(
         (text(&out.stdout).as_str(), out.exit_code),
         ("done\n", Some(0))
@@ -107,7 +108,7 @@ async fn timeout_kills_the_process_group_and_background_output_does_not_block() 
         t.elapsed()
     );
     assert_eq!(
-        host_pids_with("1000.3133").len(),
+        host_pids_with(&format!("1000.{m}3")).len(),
         1,
         "the background process belongs to the sandbox and lives on"
     );
@@ -118,7 +119,7 @@ async fn timeout_kills_the_process_group_and_background_output_does_not_block() 
     let out = p.exec(id, r).await.unwrap();
     assert!(out.stdout_truncated && out.stdout.len() == 65536 && out.stdout.ends_with(b"\nTAIL\n"));
     assert!(p.kill(id).await.unwrap());
-    assert!(host_pids_with("1000.3133").is_empty());
+    assert!(host_pids_with(&format!("1000.{m}3")).is_empty());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -235,7 +235,10 @@ async fn second_provider_sees_uses_and_kills() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "helper process of sigkill_of_the_creator_changes_nothing"]
 async fn creator_process() {
-    let Ok(home) = std::env::var("SK_CREATOR_HOME") else {
+    let (Ok(home), Ok(m)) = (
+        std::env::var("SK_CREATOR_HOME"),
+        std::env::var("SK_CREATOR_TAG"),
+    ) else {
         return;
     };
     let p = provider(std::path::Path::new(&home));
@@ -243,7 +246,7 @@ async fn creator_process() {
     let out = sh(
         &p,
         &info.sandbox_id,
-        "sleep 1000.424242 </dev/null >/dev/null 2>&1 & echo ok",
+        &format!("sleep 1000.{m} </dev/null >/dev/null 2>&1 & echo ok"),
     )
     .await;
     assert_eq!(text(&out.stdout), "ok\n");
@@ -254,6 +257,7 @@ async fn creator_process() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_of_the_creator_changes_nothing() {
     let home = state_dir();
+    let m = tag("4242");
     let mut child = Command::new(std::env::current_exe().unwrap())
         .args([
             "--exact",
@@ -263,6 +267,7 @@ async fn sigkill_of_the_creator_changes_nothing() {
             "--test-threads=1",
         ])
         .env("SK_CREATOR_HOME", home.path())
+        .env("SK_CREATOR_TAG", &m)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
@@ -283,14 +288,14 @@ async fn sigkill_of_the_creator_changes_nothing() {
     let p = provider(home.path());
     assert!(p.list().await.unwrap().iter().any(|s| s.sandbox_id == id));
     assert_eq!(
-        host_pids_with("1000.424242").len(),
+        host_pids_with(&format!("1000.{m}")).len(),
         1,
         "the background process died with its creator"
     );
     let out = sh(&p, &id, "echo alive").await;
     assert_eq!(text(&out.stdout), "alive\n");
     assert!(p.kill(&id).await.unwrap());
-    assert!(host_pids_with("1000.424242").is_empty());
+    assert!(host_pids_with(&format!("1000.{m}")).is_empty());
     assert_destroyed(&p, home.path(), &id).await;
 }
 
@@ -299,11 +304,12 @@ async fn kill_leaves_no_process_mount_or_file() {
     let home = state_dir();
     let p = provider(home.path());
     let info = create(&p, 60).await;
-    start_zoo(&p, &info.sandbox_id, "5151").await;
+    let m = tag("5151");
+    start_zoo(&p, &info.sandbox_id, &m).await;
     let t = Instant::now();
     assert!(p.kill(&info.sandbox_id).await.unwrap());
     let took = t.elapsed();
-    assert_no_survivors("1000.5151", "kill");
+    assert_no_survivors(&format!("1000.{m}"), "kill");
     assert_destroyed(&p, home.path(), &info.sandbox_id).await;
     assert!(took < Duration::from_secs(2), "kill took {took:?}");
 }
@@ -313,7 +319,8 @@ async fn expiry_destroys_everything_within_a_second() {
     let home = state_dir();
     let p = provider(home.path());
     let info = create(&p, 2).await;
-    start_zoo(&p, &info.sandbox_id, "6161").await;
+    let m = tag("6161");
+    start_zoo(&p, &info.sandbox_id, &m).await;
     let deadline = std::time::UNIX_EPOCH + Duration::from_secs(info.expires_at);
     until(
         Duration::from_secs(6),
@@ -328,7 +335,7 @@ async fn expiry_destroys_everything_within_a_second() {
         late < Duration::from_millis(1200),
         "destroyed {late:?} after expires_at"
     );
-    assert_no_survivors("1000.6161", "expiry");
+    assert_no_survivors(&format!("1000.{m}"), "expiry");
     assert_destroyed(&p, home.path(), &info.sandbox_id).await;
     assert!(!p.kill(&info.sandbox_id).await.unwrap());
 }
@@ -369,7 +376,8 @@ async fn stale_state_is_cleaned_never_listed() {
     let home = state_dir();
     let p = provider(home.path());
     let info = create(&p, 60).await;
-    start_zoo(&p, &info.sandbox_id, "7171").await;
+    let m = tag("7171");
+    start_zoo(&p, &info.sandbox_id, &m).await;
     // A crashed keeper: its init follows it (PDEATHSIG), and the record is
     // stale from then on.
     let meta: serde_json::Value = serde_json::from_slice(
@@ -385,7 +393,7 @@ async fn stale_state_is_cleaned_never_listed() {
     until(
         Duration::from_secs(5),
         "the sandbox's processes to die with its keeper",
-        || async { host_pids_with("1000.7171").is_empty() },
+        || async { host_pids_with(&format!("1000.{m}")).is_empty() },
     )
     .await;
     assert!(p.list().await.unwrap().is_empty());

@@ -175,9 +175,10 @@ async fn checks() {
     assert_eq!(bnd & (1 << 21), 0, "CAP_SYS_ADMIN kept: {bnd:x}");
 
     // Destruction, also of escaping processes.
-    start_zoo(&p, id, "9191").await;
+    let m = tag("9191");
+    start_zoo(&p, id, &m).await;
     assert!(p.kill(id).await.unwrap());
-    assert_no_survivors("1000.9191", "kill");
+    assert_no_survivors(&format!("1000.{m}"), "kill");
     assert!(!sandbox_dir(home.path(), id).exists(), "files left behind");
     assert!(p.list().await.unwrap().is_empty());
 }

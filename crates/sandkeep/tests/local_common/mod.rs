@@ -75,6 +75,12 @@ where
     }
 }
 
+/// A marker (digits, usable in `sleep 1000.MARKER`) unique to this test
+/// process: other runs of the suite may be searching the same host.
+pub fn tag(base: &str) -> String {
+    format!("{base}{}", std::process::id())
+}
+
 /// Host pids whose command line contains `marker`.
 pub fn host_pids_with(marker: &str) -> Vec<i32> {
     let mut out = Vec::new();
