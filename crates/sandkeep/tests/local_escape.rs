@@ -105,6 +105,22 @@ async fn escape_attempts_fail() {
         );
     }
 
+    // No nested user namespace (it would hold a full capability set), and
+    // no kernel surface such as keyrings or bpf.
+    let out = sh(
+        &p,
+        id,
+        "unshare -Ur true 2>/dev/null && echo NESTED; unshare -U true 2>/dev/null && echo NESTED2; \
+         grep -E '^Seccomp(_filters)?:' /proc/self/status",
+    )
+    .await;
+    let s = text(&out.stdout);
+    assert!(!s.contains("NESTED"), "nested user namespace allowed: {s}");
+    assert!(
+        s.contains("Seccomp:\t2") && s.contains("Seccomp_filters:\t2"),
+        "no seccomp filter: {s}"
+    );
+
     // sandkeep's own state (here under /var/tmp, inside an overlaid tree).
     let state = home.path().display().to_string();
     let out = sh(

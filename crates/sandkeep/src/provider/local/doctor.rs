@@ -177,7 +177,11 @@ pub fn probe_main() -> i32 {
         "writes can be confined (used only by the fallback level)",
     );
     let namespaces_ok = checks.iter().take(4).all(|c| c.ok);
-    let fallback = if landlock.ok { "landlock" } else { "process-only" };
+    let fallback = if landlock.ok {
+        "landlock"
+    } else {
+        "process-only"
+    };
     let mut checks = checks;
     checks.push(landlock);
     let (isolation, reason, remediation) = match (namespaces_ok, root) {

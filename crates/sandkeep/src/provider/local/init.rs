@@ -19,6 +19,7 @@ use rustix::thread::{CapabilitySet, UnshareFlags};
 
 use super::fileops;
 use super::rootfs::{self, Owner};
+use super::seccomp;
 use super::state::{SandboxDir, Spec};
 use super::sys;
 use super::wire::{self, Reply, Request};
@@ -144,6 +145,7 @@ fn setup(
     rustix::thread::set_no_new_privs(true).map_err(|e| format!("no_new_privs: {e}"))?;
     rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::NotDumpable)
         .map_err(|e| format!("non-dumpable: {e}"))?;
+    seccomp::install()?;
     let isolation = match (owner, built.idmapped) {
         (Owner::Shifted { .. }, true) => "userns-idmap",
         (Owner::Shifted { .. }, false) => "userns-shifted",
@@ -185,6 +187,7 @@ fn setup_process_only(dir: &SandboxDir, uid: Option<u32>) -> Result<(String, Vec
         }
         Err(e) => return Err(format!("Landlock: {e}")),
     };
+    seccomp::install()?;
     Ok((isolation.to_owned(), warnings))
 }
 

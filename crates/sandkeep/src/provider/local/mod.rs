@@ -19,6 +19,7 @@ mod fileops;
 mod init;
 mod keeper;
 mod rootfs;
+mod seccomp;
 mod state;
 mod sys;
 mod wire;
