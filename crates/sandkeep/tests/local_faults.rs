@@ -155,3 +155,55 @@ async fn doctor_reports_the_level_and_why() {
     assert_eq!(info.isolation, report.isolation);
     assert!(p.kill(&info.sandbox_id).await.unwrap());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn parallel_creates_get_distinct_uid_blocks() {
+    let home = state_dir();
+    let p = provider(home.path());
+    let mut handles = Vec::new();
+    for _ in 0..6 {
+        let p = p.clone();
+        handles.push(tokio::spawn(async move { create(&p, 60).await }));
+    }
+    let mut maps = std::collections::BTreeSet::new();
+    let mut ids = Vec::new();
+    for h in handles {
+        let info = h.await.unwrap();
+        let out = sh(&p, &info.sandbox_id, "cat /proc/self/uid_map").await;
+        maps.insert(text(&out.stdout));
+        ids.push(info.sandbox_id);
+    }
+    assert_eq!(
+        maps.len(),
+        6,
+        "uid blocks shared between sandboxes: {maps:?}"
+    );
+    assert_eq!(p.list().await.unwrap().len(), 6);
+    for id in &ids {
+        assert!(p.kill(id).await.unwrap());
+    }
+    assert!(p.list().await.unwrap().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_command_cut_off_by_kill_is_unconfirmed() {
+    let home = state_dir();
+    let p = provider(home.path());
+    let info = create(&p, 60).await;
+    let m = tag("4545");
+    let runner = {
+        let p = p.clone();
+        let id = info.sandbox_id.clone();
+        let cmd = format!("sleep 1000.{m}");
+        tokio::spawn(async move { p.exec(&id, request(&cmd)).await })
+    };
+    until(Duration::from_secs(5), "the command to start", || async {
+        !host_pids_with(&format!("1000.{m}")).is_empty()
+    })
+    .await;
+    assert!(p.kill(&info.sandbox_id).await.unwrap());
+    match runner.await.unwrap() {
+        Err(sandkeep::provider::ProviderError::Unconfirmed { .. }) => {}
+        other => panic!("expected Unconfirmed, got {other:?}"),
+    }
+}
