@@ -102,6 +102,43 @@ fn main() {
         (median(creates), median(kills), median(execs), isolation)
     });
 
+    // The weaker level used where namespaces are refused, for comparison.
+    let weak = LocalProvider::new(
+        LocalConfig::new(home.path(), env!("CARGO_BIN_EXE_sandkeep")).with_process_only(true),
+    )
+    .expect("local provider");
+    let (weak_create, weak_exec, weak_isolation) = rt.block_on(async {
+        let mut creates = Vec::new();
+        for _ in 0..SANDBOXES {
+            let t = Instant::now();
+            let info = weak.create(spec()).await.expect("create");
+            creates.push(t.elapsed());
+            weak.kill(&info.sandbox_id).await.expect("kill");
+        }
+        let info = weak.create(spec()).await.expect("create");
+        let mut execs = Vec::new();
+        for _ in 0..EXECS {
+            let t = Instant::now();
+            let out = weak
+                .exec(
+                    &info.sandbox_id,
+                    ExecRequest {
+                        command: "true".into(),
+                        cwd: None,
+                        timeout: Duration::from_secs(10),
+                        stdin: None,
+                        output_limit: 65536,
+                    },
+                )
+                .await
+                .expect("exec");
+            assert_eq!(out.exit_code, Some(0));
+            execs.push(t.elapsed());
+        }
+        weak.kill(&info.sandbox_id).await.expect("kill");
+        (median(creates), median(execs), info.isolation)
+    });
+
     println!("local provider benchmark (isolation {isolation}, medians)");
     println!(
         "  baseline fork+exec of /bin/true : {:8.3} ms  ({EXECS} runs)",
@@ -119,5 +156,11 @@ fn main() {
     println!(
         "  kill_sandbox                     : {:8.3} ms  ({SANDBOXES} runs, target <= 50 ms)",
         ms(kill)
+    );
+    println!(
+        "  fallback ({weak_isolation}) create : {:8.3} ms, exec of `true`: {:.3} ms (ratio {:.2})",
+        ms(weak_create),
+        ms(weak_exec),
+        weak_exec.as_secs_f64() / baseline.as_secs_f64()
     );
 }

@@ -24,6 +24,7 @@ mod state;
 mod sys;
 mod wire;
 
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
@@ -426,6 +427,8 @@ impl Provider for LocalProvider {
         let id = Self::new_id()?;
         let dir = self.home.sandbox(&id);
         std::fs::create_dir(&dir.path).map_err(io_err(format!("create {}", dir.path.display())))?;
+        std::fs::set_permissions(&dir.path, std::fs::Permissions::from_mode(0o700))
+            .map_err(io_err(format!("chmod {}", dir.path.display())))?;
         let record = Spec {
             sandbox_id: id.clone(),
             template: spec.template,

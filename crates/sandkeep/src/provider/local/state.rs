@@ -51,11 +51,18 @@ impl Home {
         self.root.join("uids")
     }
 
-    /// Creates the home (0700: it holds every sandbox's files).
+    /// Creates the home, 0700 (it holds every sandbox's files). An
+    /// existing home keeps its mode: process-only sandboxes run by root
+    /// need it traversable (0711).
     pub fn ensure(&self) -> io::Result<()> {
+        let fresh = !self.root.exists();
         fs::create_dir_all(self.sandboxes())?;
         fs::create_dir_all(self.uid_slots())?;
-        fs::set_permissions(&self.root, fs::Permissions::from_mode(0o700))
+        if fresh {
+            fs::set_permissions(&self.root, fs::Permissions::from_mode(0o700))?;
+            fs::set_permissions(self.sandboxes(), fs::Permissions::from_mode(0o700))?;
+        }
+        Ok(())
     }
 }
 
