@@ -92,6 +92,10 @@ fn run(home: Home, id: SandboxId) -> i32 {
         }
     }
     let _ = sys::setsid();
+    // Nothing of the server's process state that could pin or skew things:
+    // not its working directory (a mount it keeps busy), not its umask.
+    let _ = std::env::set_current_dir("/");
+    rustix::process::umask(rustix::fs::Mode::from_raw_mode(0o022));
     match start(&home, &dir) {
         Ok(sandbox) => {
             report(

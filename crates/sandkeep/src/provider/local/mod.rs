@@ -373,12 +373,20 @@ fn clean_stale(dir: &SandboxDir, meta: Option<&Meta>) {
 
 /// Polls a pidfd until the process exits or `timeout` passes.
 fn wait_exit(fd: &impl rustix::fd::AsFd, timeout: Duration) -> bool {
-    let ts = rustix::event::Timespec {
-        tv_sec: timeout.as_secs() as i64,
-        tv_nsec: i64::from(timeout.subsec_nanos()),
-    };
-    let mut fds = [PollFd::new(fd, PollFlags::IN)];
-    matches!(rustix::event::poll(&mut fds, Some(&ts)), Ok(n) if n > 0)
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        let ts = rustix::event::Timespec {
+            tv_sec: left.as_secs() as i64,
+            tv_nsec: i64::from(left.subsec_nanos()),
+        };
+        let mut fds = [PollFd::new(fd, PollFlags::IN)];
+        match rustix::event::poll(&mut fds, Some(&ts)) {
+            Ok(n) => return n > 0,
+            Err(rustix::io::Errno::INTR) if !left.is_zero() => {}
+            Err(_) => return false,
+        }
+    }
 }
 
 /// Asks a keeper to destroy its sandbox and waits until it has.
@@ -399,7 +407,12 @@ fn terminate(dir: &SandboxDir, meta: &Meta) -> Result<()> {
         return Ok(());
     }
     let _ = rustix::process::pidfd_send_signal(&fd, Signal::TERM);
-    if !wait_exit(&fd, KILL_TIMEOUT) {
+    if wait_exit(&fd, KILL_TIMEOUT) {
+        // A keeper killed meanwhile (SIGKILL, OOM) leaves its files behind.
+        if dir.path.exists() {
+            clean_stale(dir, Some(meta));
+        }
+    } else {
         let _ = rustix::process::pidfd_send_signal(&fd, Signal::KILL);
         clean_stale(dir, Some(meta));
         return Err(ProviderError::Unavailable(format!(
