@@ -468,3 +468,30 @@ async fn task_helper_runs_tasks_end_to_end() {
     );
     assert!(p.kill(id).await.unwrap());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn death_of_the_init_destroys_the_sandbox() {
+    let home = state_dir();
+    let p = provider(home.path());
+    let info = create(&p, 60).await;
+    let m = tag("3838");
+    start_zoo(&p, &info.sandbox_id, &m).await;
+    let meta: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(sandbox_dir(home.path(), &info.sandbox_id).join("meta.json")).unwrap(),
+    )
+    .unwrap();
+    let init = meta["init"]["pid"].as_i64().unwrap() as i32;
+    rustix::process::kill_process(
+        rustix::process::Pid::from_raw(init).unwrap(),
+        rustix::process::Signal::KILL,
+    )
+    .unwrap();
+    until(
+        Duration::from_secs(5),
+        "the keeper to clean up after its init",
+        || async { !sandbox_dir(home.path(), &info.sandbox_id).exists() },
+    )
+    .await;
+    assert_no_survivors(&format!("1000.{m}"), "the init's death");
+    assert_destroyed(&p, home.path(), &info.sandbox_id).await;
+}
