@@ -72,11 +72,11 @@ async fn process_only_fallback_is_reported_and_still_destroys_everything() {
     assert!(!sandbox_dir(home.path(), id).exists());
 
     // And so does expiry.
-    let info = create(&p, 1).await;
+    let info = create(&p, 3).await;
     let m = tag("2828");
     start_zoo(&p, &info.sandbox_id, &m).await;
     until(
-        Duration::from_secs(4),
+        Duration::from_secs(6),
         "the expired process-only sandbox to go",
         || async { !sandbox_dir(home.path(), &info.sandbox_id).exists() },
     )

@@ -318,7 +318,7 @@ async fn kill_leaves_no_process_mount_or_file() {
 async fn expiry_destroys_everything_within_a_second() {
     let home = state_dir();
     let p = provider(home.path());
-    let info = create(&p, 2).await;
+    let info = create(&p, 3).await;
     let m = tag("6161");
     start_zoo(&p, &info.sandbox_id, &m).await;
     let deadline = std::time::UNIX_EPOCH + Duration::from_secs(info.expires_at);
@@ -494,4 +494,72 @@ async fn death_of_the_init_destroys_the_sandbox() {
     .await;
     assert_no_survivors(&format!("1000.{m}"), "the init's death");
     assert_destroyed(&p, home.path(), &info.sandbox_id).await;
+}
+
+/// Copies `/bin/sh` and the libraries it loads into `root`: the smallest
+/// root filesystem that runs commands.
+fn minimal_rootfs(root: &std::path::Path) {
+    let sh = std::fs::canonicalize("/bin/sh").unwrap();
+    let ldd = Command::new("ldd").arg(&sh).output().unwrap();
+    let mut files = vec![(sh, std::path::PathBuf::from("/bin/sh"))];
+    for line in String::from_utf8_lossy(&ldd.stdout).lines() {
+        let path = line
+            .split_whitespace()
+            .find(|w| w.starts_with('/'))
+            .map(std::path::PathBuf::from);
+        if let Some(p) = path {
+            files.push((std::fs::canonicalize(&p).unwrap(), p));
+        }
+    }
+    for (src, dst) in files {
+        let dst = root.join(dst.strip_prefix("/").unwrap());
+        std::fs::create_dir_all(dst.parent().unwrap()).unwrap();
+        std::fs::copy(&src, &dst).unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_root_filesystem_directory_is_a_template() {
+    let home = state_dir();
+    let p = provider(home.path());
+    minimal_rootfs(&home.path().join("templates/mini"));
+    assert_eq!(p.templates(), ["base", "mini"]);
+    let info = p
+        .create(CreateSpec {
+            template: "mini".into(),
+            ..spec(60)
+        })
+        .await
+        .unwrap();
+    assert_eq!(info.template, "mini");
+    let out = sh(
+        &p,
+        &info.sandbox_id,
+        "echo in-template; echo changed > /bin/new; test -e /usr || echo no-usr",
+    )
+    .await;
+    assert_eq!(
+        text(&out.stdout),
+        "in-template\nno-usr\n",
+        "{}",
+        text(&out.stderr)
+    );
+    assert!(
+        !home.path().join("templates/mini/bin/new").exists(),
+        "the template was modified"
+    );
+    assert_eq!(p.write_file(&info.sandbox_id, "f", b"x").await.unwrap(), 1);
+    assert!(p.kill(&info.sandbox_id).await.unwrap());
+    match p
+        .create(CreateSpec {
+            template: "nope".into(),
+            ..spec(10)
+        })
+        .await
+    {
+        Err(e @ ProviderError::UnknownTemplate { .. }) => {
+            assert!(e.to_string().contains("base, mini"), "{e}");
+        }
+        other => panic!("expected UnknownTemplate, got {other:?}"),
+    }
 }

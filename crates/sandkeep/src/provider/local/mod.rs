@@ -53,8 +53,9 @@ pub fn keeper_main(args: Vec<String>) -> i32 {
     keeper::main(args)
 }
 
-/// Templates this provider knows.
-pub const TEMPLATES: &[&str] = &["base"];
+/// The built-in template: the host's own system seen through the sandbox.
+/// Others are root filesystem directories under `SANDKEEP_HOME/templates/`.
+pub const BASE_TEMPLATE: &str = "base";
 
 /// How long create waits for a keeper to report.
 const CREATE_TIMEOUT: Duration = Duration::from_secs(30);
@@ -191,6 +192,23 @@ impl LocalProvider {
         })?;
         report.state_dir = self.home.root().to_path_buf();
         Ok(report)
+    }
+
+    /// `base`, then every directory under `SANDKEEP_HOME/templates/` whose
+    /// name is a valid id (it is used in paths).
+    pub fn templates(&self) -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(self.home.templates())
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|e| e.path().is_dir())
+            .filter_map(|e| SandboxId::parse(&e.file_name().to_string_lossy()).ok())
+            .map(String::from)
+            .filter(|n| n != BASE_TEMPLATE)
+            .collect();
+        names.sort();
+        names.insert(0, BASE_TEMPLATE.to_owned());
+        names
     }
 
     fn new_id() -> Result<SandboxId> {
@@ -431,12 +449,18 @@ impl Provider for LocalProvider {
     }
 
     async fn create(&self, spec: CreateSpec) -> Result<SandboxInfo> {
-        if !TEMPLATES.contains(&spec.template.as_str()) {
-            return Err(ProviderError::UnknownTemplate {
-                name: spec.template,
-                available: TEMPLATES.iter().map(|s| s.to_string()).collect(),
-            });
-        }
+        let template_dir = if spec.template == BASE_TEMPLATE {
+            None
+        } else {
+            let available = self.templates();
+            if !available.contains(&spec.template) {
+                return Err(ProviderError::UnknownTemplate {
+                    name: spec.template,
+                    available,
+                });
+            }
+            Some(self.home.templates().join(&spec.template))
+        };
         let id = Self::new_id()?;
         let dir = self.home.sandbox(&id);
         std::fs::create_dir(&dir.path).map_err(io_err(format!("create {}", dir.path.display())))?;
@@ -451,6 +475,7 @@ impl Provider for LocalProvider {
             exe: self.config.exe.clone(),
             home: self.home.root().to_path_buf(),
             process_only: self.config.process_only,
+            template_dir,
         };
         state::write_json(&dir.spec(), &record).map_err(io_err("write spec.json"))?;
         let log = std::fs::File::create(dir.log()).map_err(io_err("create keeper.log"))?;

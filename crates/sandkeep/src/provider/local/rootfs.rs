@@ -127,30 +127,28 @@ pub fn build(
     .map_err(ctx("make / private"))?;
     let root = dir.rootfs();
     let nosuid = MountFlags::NOSUID | MountFlags::NODEV;
-    mount_tmpfs(&root, &format!("mode=0755{}", owner_opts(owner)), nosuid)?;
-
     let mut built = Built {
         idmapped: idmap.is_some(),
         warnings: Vec::new(),
     };
     let mut idmap = idmap;
-    for name in ALLOWED {
-        let host = Path::new("/").join(name);
-        let Ok(md) = fs::symlink_metadata(&host) else {
-            continue;
-        };
-        let target = root.join(name);
-        if md.file_type().is_symlink() {
-            let link = fs::read_link(&host).map_err(ctx(format!("read {}", host.display())))?;
-            symlink(&link, &target).map_err(ctx(format!("symlink {}", target.display())))?;
-            continue;
+    match &spec.template_dir {
+        // A template is a whole root filesystem: one overlay over it.
+        Some(template) => overlay(
+            dir,
+            "@template",
+            template,
+            &root,
+            owner,
+            &mut idmap,
+            &mut built,
+        )?,
+        None => {
+            mount_tmpfs(&root, &format!("mode=0755{}", owner_opts(owner)), nosuid)?;
+            for name in ALLOWED {
+                host_entry(dir, &root, name, owner, &mut idmap, &mut built)?;
+            }
         }
-        if !md.is_dir() {
-            continue;
-        }
-        fs::create_dir(&target).map_err(ctx(format!("mkdir {}", target.display())))?;
-        chown(&target, owner, 0, 0)?;
-        overlay(dir, name, &host, &target, owner, &mut idmap, &mut built)?;
     }
 
     for (name, mode) in [
@@ -165,7 +163,11 @@ pub fn build(
         (HELPER_DIR, 0o755),
     ] {
         let p = root.join(name);
-        fs::create_dir(&p).map_err(ctx(format!("mkdir {}", p.display())))?;
+        match fs::create_dir(&p) {
+            // A template's own directories stay as the template has them.
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            other => other.map_err(ctx(format!("mkdir {}", p.display())))?,
+        }
         fs::set_permissions(&p, fs::Permissions::from_mode(mode))
             .map_err(ctx(format!("chmod {}", p.display())))?;
         chown(&p, owner, 0, 0)?;
@@ -201,6 +203,33 @@ pub fn build(
     // The tmpfs root itself stays writable: it belongs to the sandbox.
     pivot(&root)?;
     Ok(built)
+}
+
+/// One allowed top-level entry of the host: the same symlink, or an
+/// overlay of the directory.
+fn host_entry(
+    dir: &SandboxDir,
+    root: &Path,
+    name: &str,
+    owner: Owner,
+    idmap: &mut Option<BorrowedFd<'_>>,
+    built: &mut Built,
+) -> Result<(), String> {
+    let host = Path::new("/").join(name);
+    let Ok(md) = fs::symlink_metadata(&host) else {
+        return Ok(());
+    };
+    let target = root.join(name);
+    if md.file_type().is_symlink() {
+        let link = fs::read_link(&host).map_err(ctx(format!("read {}", host.display())))?;
+        return symlink(&link, &target).map_err(ctx(format!("symlink {}", target.display())));
+    }
+    if !md.is_dir() {
+        return Ok(());
+    }
+    fs::create_dir(&target).map_err(ctx(format!("mkdir {}", target.display())))?;
+    chown(&target, owner, 0, 0)?;
+    overlay(dir, name, &host, &target, owner, idmap, built)
 }
 
 fn overlay(

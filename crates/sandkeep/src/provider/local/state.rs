@@ -46,6 +46,11 @@ impl Home {
         }
     }
 
+    /// Root filesystems usable as templates, one directory each.
+    pub fn templates(&self) -> PathBuf {
+        self.root.join("templates")
+    }
+
     /// Files naming which uid block each root-mode sandbox owns.
     pub fn uid_slots(&self) -> PathBuf {
         self.root.join("uids")
@@ -121,6 +126,10 @@ pub struct Spec {
     pub exe: PathBuf,
     /// The state directory, masked inside the sandbox.
     pub home: PathBuf,
+    /// A template's root filesystem; `None` for `base` (the host's own
+    /// system directories).
+    #[serde(default)]
+    pub template_dir: Option<PathBuf>,
     /// Skip namespaces: the weaker subreaper + Landlock mode.
     #[serde(default)]
     pub process_only: bool,
