@@ -2,11 +2,13 @@
 //!
 //! Started by a provider, it detaches (fork + setsid, so no server's exit
 //! or SIGKILL reaches it), prepares identity and state, forks the init into
-//! fresh namespaces, reports readiness on its stdout, and then waits for one
+//! fresh namespaces (or, where the kernel refuses them, as a subreaper on
+//! the host), reports readiness on its stdout, and then waits for one
 //! of: the deadline in `meta.json` (re-read whenever it fires, so renewals
 //! need no signal), SIGTERM (kill_sandbox), or the init's death. Then it
 //! kills the init (the kernel ends every process of the pid namespace and
-//! its mounts), removes the sandbox's files and exits. It is single-threaded
+//! its mounts; without namespaces the keeper kills the whole process tree
+//! itself), removes the sandbox's files and exits. It is single-threaded
 //! and runs no async runtime; it never executes sandbox code itself.
 
 use std::fs;
