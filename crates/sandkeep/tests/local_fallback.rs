@@ -6,6 +6,7 @@
 mod local_common;
 
 use std::path::Path;
+use std::process::Command;
 use std::time::Duration;
 
 use local_common::*;
@@ -83,4 +84,109 @@ async fn process_only_fallback_is_reported_and_still_destroys_everything() {
     .await;
     assert_no_survivors(&format!("1000.{m}"), "expiry");
     assert!(p.list().await.unwrap().is_empty());
+}
+
+/// A kernel that refuses namespaces, simulated for this process and its
+/// descendants (the provider's keepers) with a seccomp filter.
+fn refuse_namespaces() {
+    use seccompiler::{
+        SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter,
+        SeccompRule, TargetArch,
+    };
+    let mut rules = std::collections::BTreeMap::new();
+    rules.insert(libc::SYS_unshare, vec![]);
+    for flag in [libc::CLONE_NEWUSER, libc::CLONE_NEWPID, libc::CLONE_NEWNS] {
+        let rule = SeccompRule::new(vec![
+            SeccompCondition::new(
+                0,
+                SeccompCmpArgLen::Qword,
+                SeccompCmpOp::MaskedEq(flag as u64),
+                flag as u64,
+            )
+            .unwrap(),
+        ])
+        .unwrap();
+        rules
+            .entry(libc::SYS_clone)
+            .or_insert_with(Vec::new)
+            .push(rule);
+    }
+    let filter: seccompiler::BpfProgram = SeccompFilter::new(
+        rules,
+        SeccompAction::Allow,
+        SeccompAction::Errno(libc::EPERM as u32),
+        TargetArch::x86_64,
+    )
+    .unwrap()
+    .try_into()
+    .unwrap();
+    // clone3's flags are out of a filter's reach: ENOSYS makes libc use
+    // clone, which the filter above checks.
+    let no_clone3: seccompiler::BpfProgram = SeccompFilter::new(
+        [(libc::SYS_clone3, vec![])].into_iter().collect(),
+        SeccompAction::Allow,
+        SeccompAction::Errno(libc::ENOSYS as u32),
+        TargetArch::x86_64,
+    )
+    .unwrap()
+    .try_into()
+    .unwrap();
+    rustix::thread::set_no_new_privs(true).unwrap();
+    seccompiler::apply_filter(&filter).unwrap();
+    seccompiler::apply_filter(&no_clone3).unwrap();
+}
+
+/// Run by `refused_namespaces_fall_back_visibly` in a child process.
+#[test]
+#[ignore = "helper process of refused_namespaces_fall_back_visibly"]
+fn refused_namespaces_inner() {
+    if std::env::var_os("SK_REFUSE_NAMESPACES").is_none() {
+        return;
+    }
+    refuse_namespaces();
+    let out = Command::new("unshare")
+        .args(["-U", "true"])
+        .status()
+        .unwrap();
+    assert!(!out.success(), "the simulation must refuse user namespaces");
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let home = state_dir();
+        let p = provider(home.path());
+        let info = create(&p, 60).await;
+        println!("ISOLATION {}", info.isolation);
+        let out = sh(&p, &info.sandbox_id, "echo works").await;
+        assert_eq!(text(&out.stdout), "works\n");
+        assert!(p.kill(&info.sandbox_id).await.unwrap());
+        let report = p.doctor().await.unwrap();
+        println!("DOCTOR {}", report.isolation);
+        assert!(!report.remediation.is_empty());
+    });
+}
+
+#[test]
+fn refused_namespaces_fall_back_visibly() {
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "refused_namespaces_inner",
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("SK_REFUSE_NAMESPACES", "1")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("1 passed"),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("ISOLATION landlock"), "{stdout}");
+    assert!(stdout.contains("DOCTOR landlock"), "{stdout}");
 }
