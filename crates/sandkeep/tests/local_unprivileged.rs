@@ -181,4 +181,23 @@ async fn checks() {
     assert_no_survivors(&format!("1000.{m}"), "kill");
     assert!(!sandbox_dir(home.path(), id).exists(), "files left behind");
     assert!(p.list().await.unwrap().is_empty());
+
+    // The weaker level works for an ordinary user too.
+    let weak = sandkeep::provider::local::LocalProvider::new(
+        sandkeep::provider::local::LocalConfig::new(home.path(), EXE).with_process_only(true),
+    )
+    .unwrap();
+    let info = weak.create(spec(60)).await.unwrap();
+    assert_eq!(info.isolation, "landlock");
+    let m = tag("9292");
+    start_zoo(&weak, &info.sandbox_id, &m).await;
+    let out = sh(
+        &weak,
+        &info.sandbox_id,
+        &format!("touch {marker}-weak 2>/dev/null || echo DENIED"),
+    )
+    .await;
+    assert_eq!(text(&out.stdout), "DENIED\n");
+    assert!(weak.kill(&info.sandbox_id).await.unwrap());
+    assert_no_survivors(&format!("1000.{m}"), "kill");
 }
