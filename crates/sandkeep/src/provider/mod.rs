@@ -24,7 +24,8 @@ impl SandboxId {
     pub fn parse(s: &str) -> Result<Self, String> {
         let ok = !s.is_empty()
             && s.len() <= 64
-            && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+            && s.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
             && !s.starts_with('-');
         if ok {
             Ok(Self(s.to_owned()))
@@ -148,7 +149,10 @@ pub enum ProviderError {
     )]
     NoSuchSandbox(SandboxId),
     #[error("unknown template {name:?}: available templates are {}", available.join(", "))]
-    UnknownTemplate { name: String, available: Vec<String> },
+    UnknownTemplate {
+        name: String,
+        available: Vec<String>,
+    },
     #[error("{path}: no such file or directory in the sandbox")]
     NoSuchPath { path: String },
     #[error("{path} is {size} bytes, over the {limit}-byte limit")]
