@@ -10,7 +10,7 @@ mod cancel;
 mod capture;
 mod error;
 mod nullio;
-mod procfs;
+pub mod procfs;
 mod redact;
 mod start;
 mod status;

@@ -1,7 +1,8 @@
 //! What the helper learns from `/proc`: a process's identity across pid
 //! reuse, whether it is alive, and who is left in a process group.
 //!
-//! Read-only; it never signals anything.
+//! Read-only; it never signals anything. Public so that the tests inspect
+//! processes exactly the way the helper does.
 
 use std::fs;
 use std::io;
@@ -66,18 +67,15 @@ pub fn is_alive(id: ProcessIdentity) -> bool {
     stat(id.pid).is_ok_and(|s| s.start_time == id.start_time && s.is_running())
 }
 
+/// The pids listed in `/proc` at the moment of reading.
+pub fn pids() -> io::Result<impl Iterator<Item = u32>> {
+    Ok(fs::read_dir("/proc")?.filter_map(|entry| entry.ok()?.file_name().to_str()?.parse().ok()))
+}
+
 /// True when a process other than `except` that has not finished is a
 /// member of process group `pgid`.
 pub fn group_has_members(pgid: u32, except: u32) -> io::Result<bool> {
-    for entry in fs::read_dir("/proc")? {
-        let Ok(entry) = entry else { continue };
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|n| n.parse::<u32>().ok())
-        else {
-            continue;
-        };
+    for pid in pids()? {
         if pid == except {
             continue;
         }

@@ -4,36 +4,23 @@
 //! Run: `cargo bench -p sandkeep --bench local` (as root for the root-mode
 //! figures). Targets: create ≤ 50 ms, exec ≤ 3 ms, kill ≤ 50 ms (medians).
 
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+mod common;
 
-use sandkeep::provider::local::{LocalConfig, LocalProvider};
-use sandkeep::provider::{CreateSpec, ExecRequest, Provider};
+use std::process::{Command, Stdio};
+use std::time::Instant;
+
+use common::{exec_request, local_config, local_provider, median, ms, state_dir};
+use sandkeep::provider::local::LocalProvider;
+use sandkeep::provider::{CreateSpec, Provider};
 
 const SANDBOXES: usize = 30;
 const EXECS: usize = 300;
 const WARMUP: usize = 3;
 
-fn median(mut v: Vec<Duration>) -> Duration {
-    v.sort();
-    v[v.len() / 2]
-}
-
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1000.0
-}
-
 fn main() {
     // `cargo bench` passes --bench; this harness takes no options.
-    let home = tempfile::Builder::new()
-        .prefix("sk-bench-")
-        .tempdir_in("/var/tmp")
-        .expect("state dir");
-    let provider = LocalProvider::new(LocalConfig::new(
-        home.path(),
-        env!("CARGO_BIN_EXE_sandkeep"),
-    ))
-    .expect("local provider");
+    let home = state_dir("sk-bench-");
+    let provider = local_provider(home.path());
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -78,18 +65,11 @@ fn main() {
             isolation = info.isolation;
         }
         let info = provider.create(spec()).await.expect("create");
-        let request = || ExecRequest {
-            command: "true".into(),
-            cwd: None,
-            timeout: Duration::from_secs(10),
-            stdin: None,
-            output_limit: 65536,
-        };
         let mut execs = Vec::new();
         for i in 0..EXECS + WARMUP * 10 {
             let t = Instant::now();
             let out = provider
-                .exec(&info.sandbox_id, request())
+                .exec(&info.sandbox_id, exec_request("true", 65536))
                 .await
                 .expect("exec");
             let e = t.elapsed();
@@ -103,10 +83,8 @@ fn main() {
     });
 
     // The weaker level used where namespaces are refused, for comparison.
-    let weak = LocalProvider::new(
-        LocalConfig::new(home.path(), env!("CARGO_BIN_EXE_sandkeep")).with_process_only(true),
-    )
-    .expect("local provider");
+    let weak = LocalProvider::new(local_config(home.path()).with_process_only(true))
+        .expect("local provider");
     let (weak_create, weak_exec, weak_isolation) = rt.block_on(async {
         let mut creates = Vec::new();
         for _ in 0..SANDBOXES {
@@ -120,16 +98,7 @@ fn main() {
         for _ in 0..EXECS {
             let t = Instant::now();
             let out = weak
-                .exec(
-                    &info.sandbox_id,
-                    ExecRequest {
-                        command: "true".into(),
-                        cwd: None,
-                        timeout: Duration::from_secs(10),
-                        stdin: None,
-                        output_limit: 65536,
-                    },
-                )
+                .exec(&info.sandbox_id, exec_request("true", 65536))
                 .await
                 .expect("exec");
             assert_eq!(out.exit_code, Some(0));

@@ -9,31 +9,24 @@
 //!
 //! Run: `cargo bench -p sandkeep --bench mcp` (prints medians and ratios).
 
+mod common;
+
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
+use common::{EXE, exec_request, local_provider, median, ms, state_dir};
 use rmcp::ServiceExt;
 use rmcp::model::CallToolRequestParams;
-use sandkeep::provider::local::{LocalConfig, LocalProvider};
-use sandkeep::provider::{ExecRequest, Provider, SandboxId};
+use sandkeep::provider::local::LocalProvider;
+use sandkeep::provider::{Provider, SandboxId};
 use sandkeep_proto::TaskId;
 use sandkeep_proto::wire::{self, StartRequest, StatusRequest};
 use serde_json::{Value, json};
 
-const EXE: &str = env!("CARGO_BIN_EXE_sandkeep");
 const GET_SAMPLES: usize = 300;
 /// Both start series together stay well under the 128 tasks per sandbox.
 const START_SAMPLES: usize = 50;
 const LEAK_CALLS: usize = 10_000;
-
-fn median(mut v: Vec<Duration>) -> Duration {
-    v.sort();
-    v[v.len() / 2]
-}
-
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1e3
-}
 
 fn rss_kib(pid: u32) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("server status");
@@ -69,16 +62,7 @@ fn random_task_id() -> TaskId {
 async fn helper_exec(p: &LocalProvider, id: &SandboxId, helper: &str, line: String) -> Duration {
     let t = Instant::now();
     let out = p
-        .exec(
-            id,
-            ExecRequest {
-                command: line,
-                cwd: None,
-                timeout: Duration::from_secs(20),
-                stdin: None,
-                output_limit: 1 << 20,
-            },
-        )
+        .exec(id, exec_request(line, 1 << 20))
         .await
         .expect("helper exec");
     let took = t.elapsed();
@@ -93,10 +77,7 @@ async fn helper_exec(p: &LocalProvider, id: &SandboxId, helper: &str, line: Stri
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
-    let home = tempfile::Builder::new()
-        .prefix("sk-mcp-bench-")
-        .tempdir_in("/var/tmp")
-        .expect("home");
+    let home = state_dir("sk-mcp-bench-");
     let mut child = tokio::process::Command::new(EXE)
         .arg("serve")
         .env("SANDKEEP_HOME", home.path())
@@ -122,7 +103,7 @@ async fn main() {
     .await;
     let task = running["task_id"].as_str().unwrap().to_owned();
 
-    let provider = LocalProvider::new(LocalConfig::new(home.path(), EXE)).expect("provider");
+    let provider = local_provider(home.path());
     let id = SandboxId::parse(&sid).unwrap();
     let helper = provider.task_helper(&id).await.expect("helper path");
     let status = StatusRequest::first_page(TaskId::parse(&task).unwrap());

@@ -2,9 +2,10 @@
 //! names the problem (whether clap or the service refuses them), help texts
 //! and completions. These tests create no sandbox.
 
-mod cli_common;
+mod support;
 
-use cli_common::{Home, describe};
+use support::Home;
+use support::cli::describe;
 
 const TASK: &str = "0123456789abcdef0123456789abcdef";
 
@@ -310,7 +311,7 @@ fn doctor_reports_isolation_state_directory_and_helper() {
     }
     assert!(text.contains(home.path().to_str().unwrap()), "{text}");
     let json = home.run(&["doctor", "--json"]);
-    let report = cli_common::parse_one(&String::from_utf8_lossy(&json.stdout), &["doctor"]);
+    let report = support::cli::parse_one(&String::from_utf8_lossy(&json.stdout), &["doctor"]);
     assert_eq!(
         json.status.code(),
         out.status.code(),

@@ -2,15 +2,17 @@
 //! MCP server sees and the other way round, `task logs --follow` streaming,
 //! exit codes that carry the task's status, and `--json` in the MCP shapes.
 
-mod cli_common;
+mod support;
 
 use std::io::Read;
 use std::process::Stdio;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use cli_common::{Home, McpServer, assert_mcp_shape, assert_schema, describe, parse_one, poll};
 use serde_json::{Value, json};
+use support::cli::{assert_mcp_shape, assert_schema, describe, parse_one};
+use support::mcp::StdioServer;
+use support::{Home, poll};
 
 /// Waits (bounded) until the task has left `running`, through the CLI.
 fn settled(home: &Home, sandbox: &str, task: &str) -> Value {
@@ -26,7 +28,7 @@ async fn cli_and_mcp_server_see_the_same_sandboxes_and_tasks() {
     let sandbox = home.sandbox();
     let from_cli = home.start(&sandbox, "echo from-cli");
 
-    let server = McpServer::start(&home).await;
+    let server = StdioServer::start(&home).await;
     let listed = server.ok("list_sandboxes", json!({})).await;
     let entry = listed["sandboxes"]
         .as_array()
@@ -426,7 +428,7 @@ fn on_a_terminal_a_status_line_shows_on_stderr_and_never_in_the_output() {
         &sandbox,
         "echo FIRST; while [ ! -e go ]; do sleep 0.05; done; echo SECOND",
     );
-    let pty = cli_common::Pty::open();
+    let pty = support::cli::Pty::open();
     let mut child = home
         .command(&["task", "logs", &sandbox, &task, "--follow"])
         .stdout(Stdio::piped())
@@ -445,7 +447,7 @@ fn on_a_terminal_a_status_line_shows_on_stderr_and_never_in_the_output() {
         || pty.text().contains("stdout 6 B · stderr 0 B").then_some(()),
     );
 
-    let waiter_pty = cli_common::Pty::open();
+    let waiter_pty = support::cli::Pty::open();
     let mut waiter = home
         .command(&["task", "wait", &sandbox, &task])
         .stdout(Stdio::piped())

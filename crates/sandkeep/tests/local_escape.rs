@@ -3,12 +3,12 @@
 //! processes, unmasking through mount/umount (also from a nested user
 //! namespace), reaching sandkeep's state directory, regaining host root.
 
-mod local_common;
+mod support;
 
 use std::process::{Command, Stdio};
 
-use local_common::*;
 use sandkeep::provider::Provider;
+use support::local::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn escape_attempts_fail() {

@@ -3,15 +3,16 @@
 //! task helper work, writes outside the sandbox are refused (Landlock), and
 //! kill and expiry still end every process, escaped daemons included.
 
-mod local_common;
+mod support;
 
 use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use local_common::*;
 use sandkeep::provider::Provider;
 use sandkeep::provider::local::{LocalConfig, LocalProvider};
+use support::local::*;
+use support::*;
 
 fn weak_provider(home: &Path) -> LocalProvider {
     LocalProvider::new(LocalConfig::new(home, EXE).with_process_only(true)).unwrap()

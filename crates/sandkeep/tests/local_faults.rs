@@ -3,14 +3,15 @@
 //! killed at the timeout, output held open by background processes,
 //! floods; and the doctor report.
 
-mod local_common;
+mod support;
 
 use std::io::IoSlice;
 use std::time::{Duration, Instant};
 
-use local_common::*;
 use rustix::net::{AddressFamily, SendAncillaryBuffer, SendFlags, SocketAddrUnix, SocketType};
 use sandkeep::provider::Provider;
+use support::local::*;
+use support::*;
 
 fn raw_send(socket: &std::path::Path, bytes: &[u8]) -> Vec<u8> {
     let fd = rustix::net::socket(AddressFamily::UNIX, SocketType::SEQPACKET, None).unwrap();

@@ -3,7 +3,7 @@
 //! process, expiry, stale state, the task helper end to end, and that
 //! nothing survives destruction.
 
-mod local_common;
+mod support;
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
@@ -11,8 +11,9 @@ use std::os::unix::fs::MetadataExt;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use local_common::*;
 use sandkeep::provider::{CreateSpec, FileKind, Provider, ProviderError, SandboxId};
+use support::local::*;
+use support::*;
 
 async fn assert_destroyed(
     p: &sandkeep::provider::local::LocalProvider,

@@ -4,14 +4,15 @@
 //! user (`setpriv`), running the ignored `unprivileged_inner` test; an
 //! unprivileged CI runs the inner test's checks directly.
 
-mod local_common;
+mod support;
 
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Instant;
 
-use local_common::*;
 use sandkeep::provider::{FileKind, Provider, ProviderError};
+use support::local::*;
+use support::*;
 
 const USER: &str = "sktest";
 

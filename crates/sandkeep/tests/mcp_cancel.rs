@@ -4,29 +4,18 @@
 //! observed state; once the supervisor runs again the cancel completes.
 //! End to end: rmcp client, `sandkeep serve` child, real local sandbox.
 
-mod mcp_common;
+mod support;
 
 use std::time::{Duration, Instant};
 
-use mcp_common::*;
 use rustix::process::{Pid, Signal, kill_process};
 use serde_json::json;
+use support::mcp::*;
+use support::*;
 
 /// Host pids of the supervisor of `task_id`.
 fn supervisor_pids(task_id: &str) -> Vec<i32> {
-    let mut out = Vec::new();
-    for e in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
-            continue;
-        };
-        if let Ok(cmd) = std::fs::read(format!("/proc/{pid}/cmdline")) {
-            let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
-            if cmd.contains("__supervise") && cmd.contains(task_id) {
-                out.push(pid);
-            }
-        }
-    }
-    out
+    host_pids_where(|cmd| cmd.contains("__supervise") && cmd.contains(task_id))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -3,27 +3,21 @@
 //! 129th task, many concurrent calls on one connection, the stdio session
 //! rules under the 2026-07-28 protocol, and which tools renew a deadline.
 
-mod mcp_common;
+mod support;
 
 use std::time::Duration;
 
-use mcp_common::*;
 use rmcp::model::ProtocolVersion;
 use rmcp::service::{ClientLifecycleMode, ClientServiceExt};
 use serde_json::{Value, json};
+use support::mcp::*;
+use support::*;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
 #[tokio::test]
 async fn malformed_lines_are_answered_or_ignored_and_the_session_goes_on() {
     let home = Home::new();
-    let mut child = home
-        .command()
-        .arg("serve")
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child = home.spawn_serve(std::process::Stdio::null());
     let mut stdin = child.stdin.take().unwrap();
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     let mut send = async |line: &str| {
@@ -182,14 +176,7 @@ async fn futures_join_all<F: std::future::Future>(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_2026_07_28_stdio_client_gets_the_same_session_rules() {
     let home = Home::new();
-    let mut child = home
-        .command()
-        .arg("serve")
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child = home.spawn_serve(std::process::Stdio::null());
     let (stdout, stdin) = (child.stdout.take().unwrap(), child.stdin.take().unwrap());
     let client = ()
         .serve_with_lifecycle(

@@ -3,13 +3,14 @@
 //! child processes on the real local provider; raw requests for the HTTP
 //! edge (token, Origin).
 
-mod mcp_common;
+mod support;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use mcp_common::*;
 use serde_json::json;
+use support::mcp::*;
+use support::*;
 
 fn sid(v: &serde_json::Value) -> String {
     v["sandbox_id"].as_str().unwrap().to_owned()
@@ -152,7 +153,7 @@ async fn shutdown_ends_live_http_sessions() {
 async fn non_loopback_address_needs_a_token() {
     let home = Home::new();
     let out = home
-        .command()
+        .async_command()
         .args(["serve", "--http", "0.0.0.0:0"])
         .env_remove("SANDKEEP_AUTH_TOKEN")
         .output()

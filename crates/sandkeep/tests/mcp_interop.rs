@@ -7,11 +7,12 @@
 //! a virtualenv with the pinned `mcp` and sets it). Without it the test is
 //! skipped with a printed reason, except under `CI=true`, where it fails.
 
-mod mcp_common;
+mod support;
 
 use std::time::Duration;
 
-use mcp_common::*;
+use support::mcp::*;
+use support::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn official_python_sdk_walks_the_acceptance_path() {

@@ -3,12 +3,13 @@
 //! with a SIGKILL of the server mid-task, the session rules of §6, and the
 //! stdio edge cases (notification first, EOF first, signals).
 
-mod mcp_common;
+mod support;
 
 use std::time::{Duration, Instant};
 
-use mcp_common::*;
 use serde_json::json;
+use support::mcp::*;
+use support::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 fn sid(v: &serde_json::Value) -> String {
@@ -259,14 +260,7 @@ async fn sigterm_and_sigint_end_the_session_promptly() {
 
 /// A raw child process: what a client that is not rmcp might do.
 async fn raw_server(home: &Home, input: &[u8]) -> (std::process::ExitStatus, String, String) {
-    let mut child = home
-        .command()
-        .arg("serve")
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = home.spawn_serve(std::process::Stdio::piped());
     let mut stdin = child.stdin.take().unwrap();
     stdin.write_all(input).await.unwrap();
     drop(stdin);
@@ -344,14 +338,7 @@ async fn no_sandbox_process_holds_the_clients_stdout_pipe() {
         r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"create_sandbox","arguments":{"timeout":60}}}"#,
         "\n",
     );
-    let mut child = home
-        .command()
-        .arg("serve")
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child = home.spawn_serve(std::process::Stdio::null());
     let mut stdin = child.stdin.take().unwrap();
     let mut stdout = tokio::io::BufReader::new(child.stdout.take().unwrap());
     stdin.write_all(input.as_bytes()).await.unwrap();

@@ -7,13 +7,14 @@
 //! The same wrapper pauses a retention to show that a session end waits
 //! for it.
 
-mod mcp_common;
+mod support;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use mcp_common::*;
 use serde_json::json;
+use support::mcp::*;
+use support::*;
 use tokio::sync::Notify;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -4,10 +4,10 @@
 //! (nothing ran). The server runs in-process over a pipe with a provider
 //! that records calls; no sandbox is needed, since none may be touched.
 
-mod mcp_common;
+mod support;
 
-use mcp_common::*;
 use serde_json::{Value, json};
+use support::mcp::*;
 
 const SB: &str = "sb-1";
 const TASK: &str = "0123456789abcdef0123456789abcdef";

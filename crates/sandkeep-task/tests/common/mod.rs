@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use sandkeep_proto::StateRecord;
 use sandkeep_proto::TaskId;
 use sandkeep_proto::TaskState;
+use sandkeep_task::procfs;
 use sandkeep_proto::wire::{CancelReply, ErrorKind, ErrorReply, TaskStatus, TaskSummary};
 use serde_json::json;
 
@@ -202,29 +203,10 @@ impl Drop for User {
 
 /// Pids of processes that are not zombies and satisfy `pick`.
 pub fn live_pids(pick: impl Fn(u32) -> bool) -> Vec<u32> {
-    let mut pids = Vec::new();
-    for entry in fs::read_dir("/proc").expect("listing /proc").flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|n| n.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        let Ok(stat) = fs::read_to_string(format!("/proc/{pid}/stat")) else {
-            continue;
-        };
-        let state = stat
-            .rfind(')')
-            .and_then(|i| stat[i + 1..].split_whitespace().next());
-        if state == Some("Z") || state == Some("X") {
-            continue;
-        }
-        if pick(pid) {
-            pids.push(pid);
-        }
-    }
-    pids
+    procfs::pids()
+        .expect("listing /proc")
+        .filter(|&pid| procfs::stat(pid).is_ok_and(|s| s.is_running()) && pick(pid))
+        .collect()
 }
 
 /// Live processes whose command line is exactly `argv`.

@@ -1,14 +1,14 @@
-//! Shared helpers of the local provider's integration tests: a provider on a
-//! throwaway state directory, exec shorthands, bounded polling and host-side
-//! process and mount inspection.
-#![allow(dead_code)]
+//! Local provider test support: a provider on a throwaway state directory,
+//! exec shorthands, and the escape-resistant process zoo.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use sandkeep::provider::local::{LocalConfig, LocalProvider};
 use sandkeep::provider::{CreateSpec, ExecOutput, ExecRequest, Provider, SandboxId, SandboxInfo};
+
+use super::{host_pids_with, until};
 
 pub const EXE: &str = env!("CARGO_BIN_EXE_sandkeep");
 
@@ -56,92 +56,15 @@ pub fn text(out: &[u8]) -> String {
     String::from_utf8_lossy(out).into_owned()
 }
 
-/// Polls `f` until it is true or `limit` passes; panics with `what`.
-pub async fn until<F, Fut>(limit: Duration, what: &str, mut f: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let start = Instant::now();
-    loop {
-        if f().await {
-            return;
-        }
-        assert!(
-            start.elapsed() < limit,
-            "timed out after {limit:?} waiting for: {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
 /// A marker (digits, usable in `sleep 1000.MARKER`) unique to this test
 /// process: other runs of the suite may be searching the same host.
 pub fn tag(base: &str) -> String {
     format!("{base}{}", std::process::id())
 }
 
-/// Host pids whose command line contains `marker`.
-pub fn host_pids_with(marker: &str) -> Vec<i32> {
-    let mut out = Vec::new();
-    for e in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
-            continue;
-        };
-        if let Ok(cmd) = std::fs::read(format!("/proc/{pid}/cmdline")) {
-            let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
-            if cmd.contains(marker) && !cmd.contains("sandkeep") {
-                out.push(pid);
-            }
-        }
-    }
-    out
-}
-
-/// PPid, state and pid-namespace path of each pid, for failure messages.
-pub fn describe(pids: &[i32]) -> String {
-    pids.iter()
-        .map(|pid| {
-            let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-            let pick = |key: &str| {
-                status
-                    .lines()
-                    .find(|l| l.starts_with(key))
-                    .unwrap_or("")
-                    .replace('\t', " ")
-            };
-            let ns = std::fs::read_link(format!("/proc/{pid}/ns/pid")).unwrap_or_default();
-            format!(
-                "{pid}: {} {} {} {}",
-                pick("State"),
-                pick("PPid"),
-                pick("NSpid"),
-                ns.display()
-            )
-        })
-        .collect::<Vec<_>>()
-        .join("; ")
-}
-
-/// Asserts that no host process carries `marker` any more.
-pub fn assert_no_survivors(marker: &str, when: &str) {
-    let left = host_pids_with(marker);
-    assert!(
-        left.is_empty(),
-        "processes survived {when}: {}",
-        describe(&left)
-    );
-}
-
 /// Lines of the host's mount table that mention `path`.
 pub fn host_mounts_under(path: &Path) -> Vec<String> {
-    let p = path.to_string_lossy().into_owned();
-    std::fs::read_to_string("/proc/self/mountinfo")
-        .unwrap()
-        .lines()
-        .filter(|l| l.contains(&p))
-        .map(str::to_owned)
-        .collect()
+    super::host_mounts_with(&path.to_string_lossy())
 }
 
 pub fn sandbox_dir(home: &Path, id: &SandboxId) -> PathBuf {

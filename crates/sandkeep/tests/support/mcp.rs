@@ -1,7 +1,6 @@
-//! Shared pieces of the MCP tests: real `sandkeep serve` child processes,
-//! an in-process server over a duplex pipe, a provider wrapper that records
-//! (or breaks) calls, and small result helpers.
-#![allow(dead_code)] // each test crate uses a different subset
+//! MCP test support: real `sandkeep serve` child processes (stdio and
+//! HTTP) with rmcp clients, an in-process server over a duplex pipe, a
+//! provider wrapper that records (or breaks) calls, and small result helpers.
 
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
@@ -23,66 +22,11 @@ use sandkeep::provider::{
 use sandkeep::service::{Service, Session};
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::{Child, Command};
+use tokio::process::Child;
+
+use super::{Home, bin, until, wait_exit};
 
 pub type Client = RunningService<RoleClient, ()>;
-
-pub fn bin() -> &'static str {
-    env!("CARGO_BIN_EXE_sandkeep")
-}
-
-/// A private SANDKEEP_HOME, removed (after killing what is left) on drop.
-pub struct Home {
-    pub dir: tempfile::TempDir,
-}
-
-impl Home {
-    pub fn new() -> Self {
-        Self {
-            dir: tempfile::Builder::new()
-                .prefix("sandkeep-mcp-test")
-                .tempdir()
-                .expect("tempdir"),
-        }
-    }
-
-    pub fn path(&self) -> &std::path::Path {
-        self.dir.path()
-    }
-
-    /// A `sandkeep` command with this home and a clean logging setup.
-    pub fn command(&self) -> Command {
-        let mut c = Command::new(bin());
-        c.env("SANDKEEP_HOME", self.path())
-            .env("SANDKEEP_LOG", "sandkeep=debug,rmcp=warn")
-            .kill_on_drop(true);
-        c
-    }
-}
-
-impl Drop for Home {
-    fn drop(&mut self) {
-        // Whatever a failed test left running is destroyed through the CLI.
-        let cli = |args: &[&str]| {
-            std::process::Command::new(bin())
-                .env("SANDKEEP_HOME", self.path())
-                .args(args)
-                .stderr(Stdio::null())
-                .output()
-        };
-        let Ok(out) = cli(&["sandbox", "list", "--json"]) else {
-            return;
-        };
-        let Ok(list) = serde_json::from_slice::<Value>(&out.stdout) else {
-            return;
-        };
-        for s in list["sandboxes"].as_array().into_iter().flatten() {
-            if let Some(id) = s["sandbox_id"].as_str() {
-                let _ = cli(&["sandbox", "kill", id]);
-            }
-        }
-    }
-}
 
 /// A `sandkeep serve` child process with an rmcp client on its stdio.
 pub struct StdioServer {
@@ -93,14 +37,7 @@ pub struct StdioServer {
 
 impl StdioServer {
     pub async fn start(home: &Home) -> Self {
-        let mut child = home
-            .command()
-            .arg("serve")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn sandkeep serve");
+        let mut child = home.spawn_serve(Stdio::piped());
         let stdout = child.stdout.take().unwrap();
         let stdin = child.stdin.take().unwrap();
         let stderr = collect(child.stderr.take().unwrap());
@@ -114,6 +51,11 @@ impl StdioServer {
 
     pub fn pid(&self) -> i32 {
         self.child.id().expect("running") as i32
+    }
+
+    /// Calls a tool that must succeed (see [`ok`]).
+    pub async fn ok(&self, tool: &str, args: Value) -> Value {
+        ok(&self.client, tool, args).await
     }
 
     /// Closes stdin (the session ends) and waits for the exit.
@@ -136,13 +78,6 @@ pub fn collect(stderr: tokio::process::ChildStderr) -> Arc<Mutex<String>> {
         }
     });
     text
-}
-
-pub async fn wait_exit(child: &mut Child, within: Duration) -> std::process::ExitStatus {
-    match tokio::time::timeout(within, child.wait()).await {
-        Ok(status) => status.expect("wait"),
-        Err(_) => panic!("the server did not exit within {within:?}"),
-    }
 }
 
 /// Calls a tool with JSON arguments.
@@ -248,55 +183,6 @@ pub fn local_provider(home: &Home) -> Arc<dyn Provider> {
     )
 }
 
-/// Host pids whose command line contains `marker` (sandkeep's own
-/// processes excluded).
-pub fn host_pids_with(marker: &str) -> Vec<i32> {
-    let mut out = Vec::new();
-    for e in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
-            continue;
-        };
-        if let Ok(cmd) = std::fs::read(format!("/proc/{pid}/cmdline")) {
-            let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
-            if cmd.contains(marker) && !cmd.contains("sandkeep") {
-                out.push(pid);
-            }
-        }
-    }
-    out
-}
-
-/// Lines of the host's mount table that mention `text`.
-pub fn host_mounts_with(text: &str) -> Vec<String> {
-    std::fs::read_to_string("/proc/self/mountinfo")
-        .unwrap()
-        .lines()
-        .filter(|l| l.contains(text))
-        .map(str::to_owned)
-        .collect()
-}
-
-/// Polls `f` until true, failing with `what` after `limit`.
-pub async fn until<F, Fut>(limit: Duration, what: &str, mut f: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let start = Instant::now();
-    while !f().await {
-        assert!(
-            start.elapsed() < limit,
-            "timed out after {limit:?} waiting for: {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-}
-
-/// True while the process exists (not yet reaped counts as existing).
-pub fn process_exists(pid: i32) -> bool {
-    std::path::Path::new(&format!("/proc/{pid}")).exists()
-}
-
 // ---- HTTP server ---------------------------------------------------------
 
 /// A `sandkeep serve --http` child process.
@@ -309,7 +195,7 @@ pub struct HttpServer {
 impl HttpServer {
     pub async fn start(home: &Home, args: &[&str]) -> Self {
         let mut child = home
-            .command()
+            .async_command()
             .arg("serve")
             .args(args)
             .stdin(std::process::Stdio::null())

@@ -1,49 +1,18 @@
-//! Shared pieces of the CLI tests: a private SANDKEEP_HOME per test, the
-//! real `sandkeep` binary, JSON helpers, the MCP output schemas, and a real
-//! `sandkeep serve` child with an rmcp client.
-#![allow(dead_code)] // each test crate uses a different subset
+//! CLI test support: running `sandkeep` commands on a [`Home`], reading
+//! their JSON, checking it against the MCP output schemas, and a
+//! pseudo-terminal for the interactive output.
 
 use std::process::{Output, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use rmcp::model::CallToolRequestParams;
-use rmcp::service::RunningService;
-use rmcp::{RoleClient, ServiceExt};
 use serde_json::Value;
 
-pub fn bin() -> &'static str {
-    env!("CARGO_BIN_EXE_sandkeep")
-}
+use super::{Home, bin};
 
 /// How long one CLI command may take before the test fails.
 pub const COMMAND_DEADLINE: Duration = Duration::from_secs(30);
 
-/// A private SANDKEEP_HOME; whatever a test left running is killed on drop.
-pub struct Home {
-    pub dir: tempfile::TempDir,
-}
-
 impl Home {
-    pub fn new() -> Self {
-        Self {
-            dir: tempfile::Builder::new()
-                .prefix("sandkeep-cli-test")
-                .tempdir()
-                .expect("tempdir"),
-        }
-    }
-
-    pub fn path(&self) -> &std::path::Path {
-        self.dir.path()
-    }
-
-    /// `sandkeep ARGS` with this home, not yet run.
-    pub fn command(&self, args: &[&str]) -> std::process::Command {
-        let mut c = std::process::Command::new(bin());
-        c.env("SANDKEEP_HOME", self.path()).args(args);
-        c
-    }
-
     /// Runs `sandkeep ARGS` to its end (bounded by [`COMMAND_DEADLINE`]).
     pub fn run(&self, args: &[&str]) -> Output {
         assert_cmd::Command::new(bin())
@@ -93,36 +62,6 @@ impl Home {
             command,
         ]);
         started["task_id"].as_str().expect("task_id").to_owned()
-    }
-}
-
-impl Default for Home {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl Drop for Home {
-    fn drop(&mut self) {
-        let Ok(out) = self
-            .command(&["sandbox", "list", "--json"])
-            .stderr(Stdio::null())
-            .output()
-        else {
-            return;
-        };
-        let Ok(list) = serde_json::from_slice::<Value>(&out.stdout) else {
-            return;
-        };
-        for s in list["sandboxes"].as_array().into_iter().flatten() {
-            if let Some(id) = s["sandbox_id"].as_str() {
-                let _ = self
-                    .command(&["sandbox", "kill", id])
-                    .stdout(Stdio::null())
-                    .stderr(Stdio::null())
-                    .status();
-            }
-        }
     }
 }
 
@@ -237,78 +176,6 @@ fn check(what: &str, root: &Value, schema: &Value, value: &Value) -> Result<(), 
         }
     }
     Ok(())
-}
-
-pub type Client = RunningService<RoleClient, ()>;
-
-/// A `sandkeep serve` child process on `home` with an rmcp client on its
-/// stdio.
-pub struct McpServer {
-    pub child: tokio::process::Child,
-    pub client: Client,
-}
-
-impl McpServer {
-    pub async fn start(home: &Home) -> Self {
-        let mut child = tokio::process::Command::new(bin())
-            .env("SANDKEEP_HOME", home.path())
-            .arg("serve")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("spawn sandkeep serve");
-        let stdout = child.stdout.take().unwrap();
-        let stdin = child.stdin.take().unwrap();
-        let client = ().serve((stdout, stdin)).await.expect("MCP handshake with sandkeep serve");
-        Self { child, client }
-    }
-
-    /// Calls a tool that must succeed; returns its structuredContent.
-    pub async fn ok(&self, tool: &str, args: Value) -> Value {
-        let mut params = CallToolRequestParams::new(tool.to_owned());
-        if let Value::Object(map) = args.clone() {
-            params = params.with_arguments(map);
-        }
-        let r = self
-            .client
-            .call_tool(params)
-            .await
-            .unwrap_or_else(|e| panic!("{tool}: protocol error {e}"));
-        assert_ne!(
-            r.is_error,
-            Some(true),
-            "{tool} {args} failed: {:?}",
-            r.content
-        );
-        r.structured_content.expect("structuredContent")
-    }
-
-    /// Ends the session (stdin closed) and waits for the server to exit.
-    pub async fn close(mut self) {
-        let _ = self.client.cancel().await;
-        tokio::time::timeout(Duration::from_secs(15), self.child.wait())
-            .await
-            .expect("sandkeep serve did not exit after its stdin closed")
-            .expect("wait");
-    }
-}
-
-/// Polls `probe` until it returns `Some`, failing with `what` after
-/// `within`.
-pub fn poll<T>(within: Duration, what: &str, mut probe: impl FnMut() -> Option<T>) -> T {
-    let start = Instant::now();
-    loop {
-        if let Some(v) = probe() {
-            return v;
-        }
-        assert!(
-            start.elapsed() < within,
-            "{what} did not happen within {within:?}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 /// A pseudo-terminal: the child gets the terminal side, the test reads
