@@ -1,0 +1,219 @@
+//! Shared support of every sandkeep integration test: the real `sandkeep`
+//! binary, a private SANDKEEP_HOME cleaned up on drop, bounded polling, and
+//! host-side inspection of processes and mounts through /proc. The
+//! submodules add what one surface needs: `cli` (commands, JSON and schema
+//! checks, a pty), `mcp` (served children, rmcp clients, a recording
+//! provider) and `local` (the local provider in-process). Nothing here
+//! asserts product behaviour; the tests do.
+#![allow(dead_code)] // each test crate uses a different subset
+
+pub mod cli;
+pub mod local;
+pub mod mcp;
+
+use std::path::Path;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+pub fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_sandkeep")
+}
+
+/// A private SANDKEEP_HOME; whatever a test left running is killed on drop.
+pub struct Home {
+    pub dir: tempfile::TempDir,
+}
+
+impl Home {
+    pub fn new() -> Self {
+        Self {
+            dir: tempfile::Builder::new()
+                .prefix("sandkeep-test")
+                .tempdir()
+                .expect("tempdir"),
+        }
+    }
+
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// `sandkeep ARGS` with this home, not yet run.
+    pub fn command(&self, args: &[&str]) -> std::process::Command {
+        let mut c = std::process::Command::new(bin());
+        c.env("SANDKEEP_HOME", self.path()).args(args);
+        c
+    }
+
+    /// An async `sandkeep` command with this home and debug logging of
+    /// sandkeep on stderr, killed when dropped.
+    pub fn async_command(&self) -> tokio::process::Command {
+        let mut c = tokio::process::Command::new(bin());
+        c.env("SANDKEEP_HOME", self.path())
+            .env("SANDKEEP_LOG", "sandkeep=debug,rmcp=warn")
+            .kill_on_drop(true);
+        c
+    }
+
+    /// A `sandkeep serve` child speaking MCP on piped stdin and stdout, for
+    /// tests that write the protocol themselves.
+    pub fn spawn_serve(&self, stderr: Stdio) -> tokio::process::Child {
+        self.async_command()
+            .arg("serve")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(stderr)
+            .spawn()
+            .expect("spawn sandkeep serve")
+    }
+}
+
+impl Default for Home {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Drop for Home {
+    fn drop(&mut self) {
+        // Whatever a failed test left running is destroyed through the CLI.
+        let Ok(out) = self
+            .command(&["sandbox", "list", "--json"])
+            .stderr(Stdio::null())
+            .output()
+        else {
+            return;
+        };
+        let Ok(list) = serde_json::from_slice::<Value>(&out.stdout) else {
+            return;
+        };
+        for s in list["sandboxes"].as_array().into_iter().flatten() {
+            if let Some(id) = s["sandbox_id"].as_str() {
+                let _ = self
+                    .command(&["sandbox", "kill", id])
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null())
+                    .status();
+            }
+        }
+    }
+}
+
+/// Polls `probe` until it returns `Some`, failing with `what` after
+/// `within`.
+pub fn poll<T>(within: Duration, what: &str, mut probe: impl FnMut() -> Option<T>) -> T {
+    let start = Instant::now();
+    loop {
+        if let Some(v) = probe() {
+            return v;
+        }
+        assert!(
+            start.elapsed() < within,
+            "{what} did not happen within {within:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Polls `f` until it is true or `limit` passes; panics with `what`.
+pub async fn until<F, Fut>(limit: Duration, what: &str, mut f: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let start = Instant::now();
+    while !f().await {
+        assert!(
+            start.elapsed() < limit,
+            "timed out after {limit:?} waiting for: {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Waits for `child` to exit, failing after `within`.
+pub async fn wait_exit(
+    child: &mut tokio::process::Child,
+    within: Duration,
+) -> std::process::ExitStatus {
+    match tokio::time::timeout(within, child.wait()).await {
+        Ok(status) => status.expect("wait"),
+        Err(_) => panic!("the server did not exit within {within:?}"),
+    }
+}
+
+/// Host pids whose command line (arguments joined by spaces) satisfies
+/// `matches`.
+pub fn host_pids_where(matches: impl Fn(&str) -> bool) -> Vec<i32> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        if let Ok(cmd) = std::fs::read(format!("/proc/{pid}/cmdline")) {
+            let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+            if matches(&cmd) {
+                out.push(pid);
+            }
+        }
+    }
+    out
+}
+
+/// Host pids whose command line contains `marker` (sandkeep's own
+/// processes excluded).
+pub fn host_pids_with(marker: &str) -> Vec<i32> {
+    host_pids_where(|cmd| cmd.contains(marker) && !cmd.contains("sandkeep"))
+}
+
+/// PPid, state and pid-namespace path of each pid, for failure messages.
+pub fn describe_pids(pids: &[i32]) -> String {
+    pids.iter()
+        .map(|pid| {
+            let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+            let pick = |key: &str| {
+                status
+                    .lines()
+                    .find(|l| l.starts_with(key))
+                    .unwrap_or("")
+                    .replace('\t', " ")
+            };
+            let ns = std::fs::read_link(format!("/proc/{pid}/ns/pid")).unwrap_or_default();
+            format!(
+                "{pid}: {} {} {} {}",
+                pick("State"),
+                pick("PPid"),
+                pick("NSpid"),
+                ns.display()
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// Asserts that no host process carries `marker` any more.
+pub fn assert_no_survivors(marker: &str, when: &str) {
+    let left = host_pids_with(marker);
+    assert!(
+        left.is_empty(),
+        "processes survived {when}: {}",
+        describe_pids(&left)
+    );
+}
+
+/// True while the process exists (not yet reaped counts as existing).
+pub fn process_exists(pid: i32) -> bool {
+    Path::new(&format!("/proc/{pid}")).exists()
+}
+
+/// Lines of the host's mount table that mention `text`.
+pub fn host_mounts_with(text: &str) -> Vec<String> {
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap()
+        .lines()
+        .filter(|l| l.contains(text))
+        .map(str::to_owned)
+        .collect()
+}
