@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 use sandkeep_proto::StateRecord;
 use sandkeep_proto::TaskId;
 use sandkeep_proto::TaskState;
-use sandkeep_task::procfs;
 use sandkeep_proto::wire::{CancelReply, ErrorKind, ErrorReply, TaskStatus, TaskSummary};
+use sandkeep_task::procfs;
 use serde_json::json;
 
 pub const HELPER: &str = env!("CARGO_BIN_EXE_sandkeep-task");
