@@ -5,7 +5,7 @@
 mod support;
 
 use std::io::Read;
-use std::process::Stdio;
+use std::process::{Child, ExitStatus, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -20,6 +20,46 @@ fn settled(home: &Home, sandbox: &str, task: &str) -> Value {
         let v = home.json(&["task", "get", sandbox, task, "--json"]);
         (v["state"] != "running").then_some(v)
     })
+}
+
+/// A task that prints FIRST, then waits inside the sandbox for the file
+/// `go` (see [`open_gate`]) before it prints SECOND and runs `then`.
+fn start_gated(home: &Home, sandbox: &str, then: &str) -> String {
+    home.start(
+        sandbox,
+        &format!("echo FIRST; while [ ! -e go ]; do sleep 0.05; done; echo SECOND{then}"),
+    )
+}
+
+/// Lets a [`start_gated`] task go on.
+fn open_gate(home: &Home, sandbox: &str) {
+    home.ok(&["exec", "--sandbox", sandbox, "--", "touch go"]);
+}
+
+/// `task logs --follow` with piped stdout and `stderr`.
+fn spawn_follow(home: &Home, sandbox: &str, task: &str, stderr: Stdio) -> Child {
+    home.command(&["task", "logs", sandbox, task, "--follow"])
+        .stdout(Stdio::piped())
+        .stderr(stderr)
+        .spawn()
+        .expect("spawn task logs --follow")
+}
+
+/// Waits (bounded) until `child` has exited, described as `what`.
+fn exited(child: &mut Child, what: &str) -> ExitStatus {
+    poll(Duration::from_secs(30), what, || child.try_wait().unwrap())
+}
+
+/// Everything `child` wrote to its piped stderr.
+fn stderr_of(child: &mut Child) -> String {
+    let mut stderr = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    stderr
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -113,16 +153,8 @@ fn logs_follow_streams_output_as_it_is_saved_and_exits_with_the_tasks_code() {
     let sandbox = home.sandbox();
     // The task waits inside the sandbox for a file the test creates only
     // after it has seen FIRST arrive through `--follow`.
-    let task = home.start(
-        &sandbox,
-        "echo FIRST; while [ ! -e go ]; do sleep 0.05; done; echo SECOND; echo late-err >&2; exit 3",
-    );
-    let mut child = home
-        .command(&["task", "logs", &sandbox, &task, "--follow"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn task logs --follow");
+    let task = start_gated(&home, &sandbox, "; echo late-err >&2; exit 3");
+    let mut child = spawn_follow(&home, &sandbox, &task, Stdio::piped());
     let mut stdout = child.stdout.take().unwrap();
     let (tx, rx) = mpsc::channel::<Vec<u8>>();
     let reader = std::thread::spawn(move || {
@@ -159,12 +191,8 @@ fn logs_follow_streams_output_as_it_is_saved_and_exits_with_the_tasks_code() {
     let task_now = home.json(&["task", "get", &sandbox, &task, "--json"]);
     assert_eq!(task_now["state"], "running", "{task_now}");
 
-    home.ok(&["exec", "--sandbox", &sandbox, "--", "touch go"]);
-    let status = poll(
-        Duration::from_secs(30),
-        "task logs --follow exiting",
-        || child.try_wait().unwrap(),
-    );
+    open_gate(&home, &sandbox);
+    let status = exited(&mut child, "task logs --follow exiting");
     reader.join().unwrap();
     seen.extend(rx.try_iter().flatten());
     assert_eq!(String::from_utf8_lossy(&seen), "FIRST\nSECOND\n");
@@ -173,13 +201,7 @@ fn logs_follow_streams_output_as_it_is_saved_and_exits_with_the_tasks_code() {
         Some(3),
         "--follow exits with the task's status"
     );
-    let mut stderr = String::new();
-    child
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut stderr)
-        .unwrap();
+    let stderr = stderr_of(&mut child);
     assert!(
         stderr.is_empty(),
         "no status line when stderr is not a terminal: {stderr:?}"
@@ -424,17 +446,9 @@ fn every_json_output_has_the_mcp_result_shape() {
 fn on_a_terminal_a_status_line_shows_on_stderr_and_never_in_the_output() {
     let home = Home::new();
     let sandbox = home.sandbox();
-    let task = home.start(
-        &sandbox,
-        "echo FIRST; while [ ! -e go ]; do sleep 0.05; done; echo SECOND",
-    );
+    let task = start_gated(&home, &sandbox, "");
     let pty = support::cli::Pty::open();
-    let mut child = home
-        .command(&["task", "logs", &sandbox, &task, "--follow"])
-        .stdout(Stdio::piped())
-        .stderr(pty.stdio())
-        .spawn()
-        .expect("spawn task logs --follow");
+    let mut child = spawn_follow(&home, &sandbox, &task, pty.stdio());
     // Redrawn at every poll, it comes to count FIRST's 6 saved bytes.
     poll(
         Duration::from_secs(30),
@@ -460,10 +474,8 @@ fn on_a_terminal_a_status_line_shows_on_stderr_and_never_in_the_output() {
         || waiter_pty.text().contains("running · ").then_some(()),
     );
 
-    home.ok(&["exec", "--sandbox", &sandbox, "--", "touch go"]);
-    let code = poll(Duration::from_secs(30), "--follow exiting", || {
-        child.try_wait().unwrap()
-    });
+    open_gate(&home, &sandbox);
+    let code = exited(&mut child, "--follow exiting");
     assert_eq!(code.code(), Some(0));
     let mut out = Vec::new();
     child.stdout.take().unwrap().read_to_end(&mut out).unwrap();
@@ -478,9 +490,7 @@ fn on_a_terminal_a_status_line_shows_on_stderr_and_never_in_the_output() {
         pty.text()
     );
 
-    let code = poll(Duration::from_secs(30), "task wait exiting", || {
-        waiter.try_wait().unwrap()
-    });
+    let code = exited(&mut waiter, "task wait exiting");
     assert_eq!(code.code(), Some(0));
     let mut out = Vec::new();
     waiter.stdout.take().unwrap().read_to_end(&mut out).unwrap();
@@ -511,9 +521,7 @@ fn ctrl_c_ends_the_session_and_destroys_execs_fresh_sandbox() {
         rustix::process::Signal::INT,
     )
     .expect("SIGINT");
-    let code = poll(Duration::from_secs(30), "exec exiting after SIGINT", || {
-        child.try_wait().unwrap()
-    });
+    let code = exited(&mut child, "exec exiting after SIGINT");
     assert_eq!(code.code(), Some(130), "Ctrl-C exits 130");
     let listed = home.json(&["sandbox", "list", "--json"]);
     assert_eq!(
@@ -548,16 +556,8 @@ fn logs_mask_the_configuration_secrets_serve_would_mask() {
 fn follow_stops_when_its_reader_goes_away() {
     let home = Home::new();
     let sandbox = home.sandbox();
-    let task = home.start(
-        &sandbox,
-        "echo FIRST; while [ ! -e go ]; do sleep 0.05; done; echo SECOND; sleep 60",
-    );
-    let mut child = home
-        .command(&["task", "logs", &sandbox, &task, "--follow"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn task logs --follow");
+    let task = start_gated(&home, &sandbox, "; sleep 60");
+    let mut child = spawn_follow(&home, &sandbox, &task, Stdio::piped());
     let mut stdout = child.stdout.take().unwrap();
     let mut first = [0u8; 6];
     stdout
@@ -565,20 +565,10 @@ fn follow_stops_when_its_reader_goes_away() {
         .expect("FIRST through --follow");
     assert_eq!(&first, b"FIRST\n");
     drop(stdout);
-    home.ok(&["exec", "--sandbox", &sandbox, "--", "touch go"]);
-    let status = poll(
-        Duration::from_secs(30),
-        "--follow noticing its reader is gone",
-        || child.try_wait().unwrap(),
-    );
+    open_gate(&home, &sandbox);
+    let status = exited(&mut child, "--follow noticing its reader is gone");
     assert_eq!(status.code(), Some(141), "as a process ended by SIGPIPE");
-    let mut stderr = String::new();
-    child
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut stderr)
-        .unwrap();
+    let stderr = stderr_of(&mut child);
     assert!(!stderr.contains("panicked"), "{stderr}");
     let still = home.json(&["task", "get", &sandbox, &task, "--json"]);
     assert_eq!(still["state"], "running", "the task is untouched: {still}");
