@@ -120,15 +120,8 @@ impl SessionEnder {
 /// Checks the bind rule, then serves until SIGTERM/SIGINT; returns the exit
 /// code.
 pub fn run(service: Arc<Service>, options: HttpOptions) -> i32 {
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("sandkeep serve: cannot start the async runtime: {e}");
-            return 1;
-        }
+    let Some(runtime) = super::serve_runtime() else {
+        return 1;
     };
     let result = runtime.block_on(async {
         let shutdown = CancellationToken::new();

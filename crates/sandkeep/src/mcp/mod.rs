@@ -50,6 +50,16 @@ static TOOLS: LazyLock<Vec<Tool>> = LazyLock::new(|| {
         .collect()
 });
 
+/// The multi-thread runtime both transports serve on; `None` after telling
+/// the user on stderr why it could not start.
+fn serve_runtime() -> Option<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .inspect_err(|e| eprintln!("sandkeep serve: cannot start the async runtime: {e}"))
+        .ok()
+}
+
 /// How a handler maps calls to sessions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum SessionScope {

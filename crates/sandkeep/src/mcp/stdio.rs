@@ -25,15 +25,8 @@ type Writer = Box<dyn AsyncWrite + Send + Unpin>;
 /// Serves MCP on stdin/stdout until the session ends; returns the exit
 /// code.
 pub fn run(service: Arc<Service>) -> i32 {
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("sandkeep serve: cannot start the async runtime: {e}");
-            return 1;
-        }
+    let Some(runtime) = super::serve_runtime() else {
+        return 1;
     };
     let code = runtime.block_on(serve(service));
     // A blocking stdin read may still be pending; do not wait for it.
