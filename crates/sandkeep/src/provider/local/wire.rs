@@ -61,25 +61,25 @@ pub enum FileOpError {
 
 pub const FILE_OP_FAILED: i32 = 3;
 
-pub fn listen(path: &Path) -> io::Result<OwnedFd> {
-    let fd = rustix::net::socket_with(
+/// A close-on-exec unix seqpacket socket, the only kind this protocol uses.
+fn seqpacket_socket() -> io::Result<OwnedFd> {
+    Ok(rustix::net::socket_with(
         AddressFamily::UNIX,
         SocketType::SEQPACKET,
         SocketFlags::CLOEXEC,
         None,
-    )?;
+    )?)
+}
+
+pub fn listen(path: &Path) -> io::Result<OwnedFd> {
+    let fd = seqpacket_socket()?;
     rustix::net::bind(&fd, &SocketAddrUnix::new(path)?)?;
     rustix::net::listen(&fd, 64)?;
     Ok(fd)
 }
 
 pub fn connect(path: &Path) -> io::Result<OwnedFd> {
-    let fd = rustix::net::socket_with(
-        AddressFamily::UNIX,
-        SocketType::SEQPACKET,
-        SocketFlags::CLOEXEC,
-        None,
-    )?;
+    let fd = seqpacket_socket()?;
     rustix::net::connect(&fd, &SocketAddrUnix::new(path)?)?;
     Ok(fd)
 }
