@@ -24,8 +24,8 @@ async fn malformed_lines_are_answered_or_ignored_and_the_session_goes_on() {
         stdin.write_all(line.as_bytes()).await.unwrap();
         stdin.write_all(b"\n").await.unwrap();
     };
-    send(r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"0"}}}"#).await;
-    send(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#).await;
+    send(RAW_INITIALIZE).await;
+    send(RAW_INITIALIZED).await;
     send("this is not json").await;
     send(r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"list_sandboxes","arguments":"oops"}}"#)
         .await;

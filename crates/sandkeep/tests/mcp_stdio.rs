@@ -298,16 +298,10 @@ async fn eof_or_notification_before_handshake_exits_cleanly() {
 #[tokio::test]
 async fn stdout_carries_only_protocol_messages() {
     let home = Home::new();
-    let input = concat!(
-        r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"0"}}}"#,
-        "\n",
-        r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
-        "\n",
+    let input = raw_session(&[
         r#"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#,
-        "\n",
         r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"get_task","arguments":{"sandbox_id":"nope","task_id":"0123456789abcdef0123456789abcdef"}}}"#,
-        "\n",
-    );
+    ]);
     let (status, stdout, stderr) = raw_server(&home, input.as_bytes()).await;
     assert!(status.success(), "{stderr}");
     let lines: Vec<_> = stdout.lines().collect();
@@ -330,14 +324,9 @@ async fn no_sandbox_process_holds_the_clients_stdout_pipe() {
     // server. If any of them held the server's stdout, the client would
     // never see EOF after the server exits.
     let home = Home::new();
-    let input = concat!(
-        r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"0"}}}"#,
-        "\n",
-        r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
-        "\n",
+    let input = raw_session(&[
         r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"create_sandbox","arguments":{"timeout":60}}}"#,
-        "\n",
-    );
+    ]);
     let mut child = home.spawn_serve(std::process::Stdio::null());
     let mut stdin = child.stdin.take().unwrap();
     let mut stdout = tokio::io::BufReader::new(child.stdout.take().unwrap());

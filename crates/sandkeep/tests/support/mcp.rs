@@ -80,6 +80,21 @@ pub fn collect(stderr: tokio::process::ChildStderr) -> Arc<Mutex<String>> {
     text
 }
 
+/// A raw client's `initialize` request (id 1, protocol 2025-11-25).
+pub const RAW_INITIALIZE: &str = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"0"}}}"#;
+/// A raw client's `initialized` notification.
+pub const RAW_INITIALIZED: &str = r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#;
+
+/// What a raw client writes: the handshake, then `messages`, each line
+/// ended by a newline.
+pub fn raw_session(messages: &[&str]) -> String {
+    [RAW_INITIALIZE, RAW_INITIALIZED]
+        .iter()
+        .chain(messages)
+        .map(|m| format!("{m}\n"))
+        .collect()
+}
+
 /// Calls a tool with JSON arguments.
 pub async fn call(client: &Client, tool: &str, args: Value) -> CallToolResult {
     let mut params = CallToolRequestParams::new(tool.to_owned());
