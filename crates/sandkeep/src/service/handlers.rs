@@ -42,6 +42,18 @@ impl Service {
         }
     }
 
+    /// The sandbox a tool call works in, renewed (and so known to exist)
+    /// before the work starts.
+    async fn resolve_and_renew(
+        &self,
+        session: &Session,
+        sandbox_id: Option<&str>,
+    ) -> Result<SandboxId, ToolError> {
+        let id = self.resolve(session, sandbox_id)?;
+        self.renew(session, &id).await?;
+        Ok(id)
+    }
+
     pub async fn create_sandbox(
         &self,
         session: &Session,
@@ -111,13 +123,11 @@ impl Service {
         session: &Session,
         args: RunCommandArgs,
     ) -> Result<RunCommandResult, ToolError> {
-        validate::command(&args.command)?;
-        if let Some(cwd) = &args.cwd {
-            validate::path("cwd", cwd)?;
-        }
+        validate::command_and_cwd(&args.command, args.cwd.as_deref())?;
         let timeout = validate::run_timeout(args.timeout)?;
-        let id = self.resolve(session, args.sandbox_id.as_deref())?;
-        self.renew(session, &id).await?;
+        let id = self
+            .resolve_and_renew(session, args.sandbox_id.as_deref())
+            .await?;
         let out = self
             .provider
             .exec(
@@ -154,8 +164,9 @@ impl Service {
         args: ReadFileArgs,
     ) -> Result<ReadFileResult, ToolError> {
         validate::path("path", &args.path)?;
-        let id = self.resolve(session, args.sandbox_id.as_deref())?;
-        self.renew(session, &id).await?;
+        let id = self
+            .resolve_and_renew(session, args.sandbox_id.as_deref())
+            .await?;
         let bytes = self
             .provider
             .read_file(&id, &args.path, READ_FILE_MAX_BYTES)
@@ -173,8 +184,9 @@ impl Service {
         args: WriteFileArgs,
     ) -> Result<WriteFileResult, ToolError> {
         validate::path("path", &args.path)?;
-        let id = self.resolve(session, args.sandbox_id.as_deref())?;
-        self.renew(session, &id).await?;
+        let id = self
+            .resolve_and_renew(session, args.sandbox_id.as_deref())
+            .await?;
         let bytes_written = self
             .provider
             .write_file(&id, &args.path, args.content.as_bytes())
@@ -191,8 +203,9 @@ impl Service {
         args: ListFilesArgs,
     ) -> Result<ListFilesResult, ToolError> {
         validate::path("path", &args.path)?;
-        let id = self.resolve(session, args.sandbox_id.as_deref())?;
-        self.renew(session, &id).await?;
+        let id = self
+            .resolve_and_renew(session, args.sandbox_id.as_deref())
+            .await?;
         let entries = self
             .provider
             .list_files(&id, &args.path)
@@ -221,10 +234,7 @@ impl Service {
         session: &Session,
         args: StartTaskArgs,
     ) -> Result<StartTaskResult, ToolError> {
-        validate::command(&args.command)?;
-        if let Some(cwd) = &args.cwd {
-            validate::path("cwd", cwd)?;
-        }
+        validate::command_and_cwd(&args.command, args.cwd.as_deref())?;
         let timeout = validate::task_timeout(args.timeout)?;
         let id = self.resolve(session, args.sandbox_id.as_deref())?;
         let request = StartRequest {

@@ -120,6 +120,16 @@ pub(super) fn command(v: &str) -> Result<(), ToolError> {
     Ok(())
 }
 
+/// A shell command and its optional working directory, the way
+/// run_command and start_task both take them.
+pub(super) fn command_and_cwd(command: &str, cwd: Option<&str>) -> Result<(), ToolError> {
+    self::command(command)?;
+    if let Some(cwd) = cwd {
+        path("cwd", cwd)?;
+    }
+    Ok(())
+}
+
 pub(super) fn sandbox_id(v: &str) -> Result<SandboxId, ToolError> {
     SandboxId::parse(v).map_err(|_| {
         ToolError::invalid(
