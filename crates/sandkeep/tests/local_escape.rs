@@ -12,9 +12,7 @@ use support::local::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn escape_attempts_fail() {
-    let home = state_dir();
-    let p = provider(home.path());
-    let info = create(&p, 120).await;
+    let (home, p, info) = fresh_sandbox(120).await;
     let id = &info.sandbox_id;
 
     // Writes land in the sandbox's copy, never on the host.

@@ -37,9 +37,7 @@ fn raw_send(socket: &std::path::Path, bytes: &[u8]) -> Vec<u8> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fork_server_survives_malformed_requests() {
-    let home = state_dir();
-    let p = provider(home.path());
-    let info = create(&p, 60).await;
+    let (home, p, info) = fresh_sandbox(60).await;
     let socket = sandbox_dir(home.path(), &info.sandbox_id).join("sock");
     let reply = String::from_utf8_lossy(&raw_send(&socket, b"{not json")).into_owned();
     assert!(reply.contains("malformed request"), "{reply}");
@@ -59,9 +57,7 @@ async fn fork_server_survives_malformed_requests() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn concurrent_execs_each_get_their_own_output() {
-    let home = state_dir();
-    let p = provider(home.path());
-    let info = create(&p, 60).await;
+    let (_home, p, info) = fresh_sandbox(60).await;
     let mut handles = Vec::new();
     for i in 0..24 {
         let p = p.clone();
@@ -80,9 +76,7 @@ async fn concurrent_execs_each_get_their_own_output() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn timeout_kills_the_process_group_and_background_output_does_not_block() {
-    let home = state_dir();
-    let p = provider(home.path());
-    let info = create(&p, 60).await;
+    let (_home, p, info) = fresh_sandbox(60).await;
     let id = &info.sandbox_id;
     let m = tag("313");
     let mut r = request(&format!("sleep 1000.{m}1 & sleep 1000.{m}2; echo never"));
@@ -188,9 +182,7 @@ async fn parallel_creates_get_distinct_uid_blocks() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_command_cut_off_by_kill_is_unconfirmed() {
-    let home = state_dir();
-    let p = provider(home.path());
-    let info = create(&p, 60).await;
+    let (_home, p, info) = fresh_sandbox(60).await;
     let m = tag("4545");
     let runner = {
         let p = p.clone();

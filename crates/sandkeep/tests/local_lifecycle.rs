@@ -302,9 +302,7 @@ async fn sigkill_of_the_creator_changes_nothing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_leaves_no_process_mount_or_file() {
-    let home = state_dir();
-    let p = provider(home.path());
-    let info = create(&p, 60).await;
+    let (home, p, info) = fresh_sandbox(60).await;
     let m = tag("5151");
     start_zoo(&p, &info.sandbox_id, &m).await;
     let t = Instant::now();
@@ -317,9 +315,7 @@ async fn kill_leaves_no_process_mount_or_file() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn expiry_destroys_everything_within_a_second() {
-    let home = state_dir();
-    let p = provider(home.path());
-    let info = create(&p, 3).await;
+    let (home, p, info) = fresh_sandbox(3).await;
     let m = tag("6161");
     start_zoo(&p, &info.sandbox_id, &m).await;
     let deadline = std::time::UNIX_EPOCH + Duration::from_secs(info.expires_at);
@@ -343,9 +339,7 @@ async fn expiry_destroys_everything_within_a_second() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn renewal_postpones_expiry() {
-    let home = state_dir();
-    let p = provider(home.path());
-    let info = create(&p, 2).await;
+    let (home, p, info) = fresh_sandbox(2).await;
     let renew_at = std::time::UNIX_EPOCH + Duration::from_secs(info.created_at + 1);
     until(Duration::from_secs(3), "one second to pass", || async {
         std::time::SystemTime::now() >= renew_at
@@ -374,9 +368,7 @@ async fn renewal_postpones_expiry() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stale_state_is_cleaned_never_listed() {
-    let home = state_dir();
-    let p = provider(home.path());
-    let info = create(&p, 60).await;
+    let (home, p, info) = fresh_sandbox(60).await;
     let m = tag("7171");
     start_zoo(&p, &info.sandbox_id, &m).await;
     // A crashed keeper: its init follows it (PDEATHSIG), and the record is
@@ -419,9 +411,7 @@ async fn stale_state_is_cleaned_never_listed() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn task_helper_runs_tasks_end_to_end() {
-    let home = state_dir();
-    let p = provider(home.path());
-    let info = create(&p, 120).await;
+    let (_home, p, info) = fresh_sandbox(120).await;
     let id = &info.sandbox_id;
     let helper = p.task_helper(id).await.unwrap();
     let call = |verb: &'static str, json: serde_json::Value| {
@@ -472,9 +462,7 @@ async fn task_helper_runs_tasks_end_to_end() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn death_of_the_init_destroys_the_sandbox() {
-    let home = state_dir();
-    let p = provider(home.path());
-    let info = create(&p, 60).await;
+    let (home, p, info) = fresh_sandbox(60).await;
     let m = tag("3838");
     start_zoo(&p, &info.sandbox_id, &m).await;
     let meta: serde_json::Value = serde_json::from_slice(

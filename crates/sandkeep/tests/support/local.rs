@@ -38,6 +38,15 @@ pub async fn create(p: &LocalProvider, timeout: u64) -> SandboxInfo {
     p.create(spec(timeout)).await.expect("create sandbox")
 }
 
+/// A sandbox of a new provider on a new state directory; the directory
+/// must outlive the provider, so it is returned too.
+pub async fn fresh_sandbox(timeout: u64) -> (tempfile::TempDir, LocalProvider, SandboxInfo) {
+    let home = state_dir();
+    let p = provider(home.path());
+    let info = create(&p, timeout).await;
+    (home, p, info)
+}
+
 pub fn request(command: &str) -> ExecRequest {
     ExecRequest {
         command: command.into(),
