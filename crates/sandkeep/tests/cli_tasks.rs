@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 use support::cli::{assert_mcp_shape, assert_schema, describe, parse_one};
 use support::mcp::StdioServer;
-use support::{Home, poll};
+use support::{Home, poll, send_signal};
 
 /// Waits (bounded) until the task has left `running`, through the CLI.
 fn settled(home: &Home, sandbox: &str, task: &str) -> Value {
@@ -516,11 +516,7 @@ fn ctrl_c_ends_the_session_and_destroys_execs_fresh_sandbox() {
             .map(str::to_owned)
     });
     // The command runs once the sandbox exists; interrupt it mid-run.
-    rustix::process::kill_process(
-        rustix::process::Pid::from_child(&child),
-        rustix::process::Signal::INT,
-    )
-    .expect("SIGINT");
+    send_signal(child.id() as i32, rustix::process::Signal::INT);
     let code = exited(&mut child, "exec exiting after SIGINT");
     assert_eq!(code.code(), Some(130), "Ctrl-C exits 130");
     let listed = home.json(&["sandbox", "list", "--json"]);

@@ -373,16 +373,8 @@ async fn stale_state_is_cleaned_never_listed() {
     start_zoo(&p, &info.sandbox_id, &m).await;
     // A crashed keeper: its init follows it (PDEATHSIG), and the record is
     // stale from then on.
-    let meta: serde_json::Value = serde_json::from_slice(
-        &std::fs::read(sandbox_dir(home.path(), &info.sandbox_id).join("meta.json")).unwrap(),
-    )
-    .unwrap();
-    let keeper = meta["keeper"]["pid"].as_i64().unwrap() as i32;
-    rustix::process::kill_process(
-        rustix::process::Pid::from_raw(keeper).unwrap(),
-        rustix::process::Signal::KILL,
-    )
-    .unwrap();
+    let keeper = recorded_pid(home.path(), &info.sandbox_id, "keeper");
+    send_signal(keeper, rustix::process::Signal::KILL);
     until(
         Duration::from_secs(5),
         "the sandbox's processes to die with its keeper",
@@ -465,16 +457,8 @@ async fn death_of_the_init_destroys_the_sandbox() {
     let (home, p, info) = fresh_sandbox(60).await;
     let m = tag("3838");
     start_zoo(&p, &info.sandbox_id, &m).await;
-    let meta: serde_json::Value = serde_json::from_slice(
-        &std::fs::read(sandbox_dir(home.path(), &info.sandbox_id).join("meta.json")).unwrap(),
-    )
-    .unwrap();
-    let init = meta["init"]["pid"].as_i64().unwrap() as i32;
-    rustix::process::kill_process(
-        rustix::process::Pid::from_raw(init).unwrap(),
-        rustix::process::Signal::KILL,
-    )
-    .unwrap();
+    let init = recorded_pid(home.path(), &info.sandbox_id, "init");
+    send_signal(init, rustix::process::Signal::KILL);
     until(
         Duration::from_secs(5),
         "the keeper to clean up after its init",

@@ -122,14 +122,8 @@ async fn checks() {
     );
     assert_eq!(&lines[2..], ["/root", "/root"]);
     // The keeper's namespace maps root to the invoking user.
-    let keeper_map = std::fs::read_to_string(format!(
-        "/proc/{}/uid_map",
-        serde_json::from_slice::<serde_json::Value>(
-            &std::fs::read(sandbox_dir(home.path(), id).join("meta.json")).unwrap()
-        )
-        .unwrap()["keeper"]["pid"]
-    ))
-    .unwrap();
+    let keeper = recorded_pid(home.path(), id, "keeper");
+    let keeper_map = std::fs::read_to_string(format!("/proc/{keeper}/uid_map")).unwrap();
     assert_eq!(
         keeper_map.split_whitespace().collect::<Vec<_>>(),
         ["0", &me.to_string(), "1"]

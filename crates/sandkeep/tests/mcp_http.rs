@@ -39,11 +39,7 @@ async fn acceptance_path_over_http_with_sigkill_of_the_server() {
     .await;
     let task = started["task_id"].as_str().unwrap().to_owned();
     assert_eq!(started["state"], "running");
-    rustix::process::kill_process(
-        rustix::process::Pid::from_raw(a.child.id().unwrap() as i32).unwrap(),
-        rustix::process::Signal::KILL,
-    )
-    .unwrap();
+    send_signal(a.child.id().unwrap() as i32, rustix::process::Signal::KILL);
     wait_exit(&mut a.child, Duration::from_secs(5)).await;
     drop(client);
 

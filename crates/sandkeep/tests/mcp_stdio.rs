@@ -61,11 +61,7 @@ async fn acceptance_path_survives_sigkill_of_the_server() {
 
     // The server dies without any chance to clean up.
     let pid = a.pid();
-    rustix::process::kill_process(
-        rustix::process::Pid::from_raw(pid).unwrap(),
-        rustix::process::Signal::KILL,
-    )
-    .unwrap();
+    send_signal(pid, rustix::process::Signal::KILL);
     wait_exit(&mut a.child, Duration::from_secs(5)).await;
 
     // A new server process with the same SANDKEEP_HOME reads everything.
@@ -240,8 +236,7 @@ async fn sigterm_and_sigint_end_the_session_promptly() {
         let mut a = StdioServer::start(&home).await;
         let id = sid(&ok(&a.client, "create_sandbox", json!({})).await);
         let t = Instant::now();
-        rustix::process::kill_process(rustix::process::Pid::from_raw(a.pid()).unwrap(), signal)
-            .unwrap();
+        send_signal(a.pid(), signal);
         let status = wait_exit(&mut a.child, Duration::from_secs(10)).await;
         assert!(
             status.success(),

@@ -80,6 +80,18 @@ pub fn sandbox_dir(home: &Path, id: &SandboxId) -> PathBuf {
     home.join("sb").join(id.as_str())
 }
 
+/// The pid the sandbox's record holds for `role` ("keeper" or "init").
+pub fn recorded_pid(home: &Path, id: &SandboxId, role: &str) -> i32 {
+    let path = sandbox_dir(home, id).join("meta.json");
+    let meta: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display())),
+    )
+    .expect("meta.json is JSON");
+    meta[role]["pid"]
+        .as_i64()
+        .unwrap_or_else(|| panic!("no {role} pid in {meta}")) as i32
+}
+
 /// Starts the escape-resistant process zoo: a setsid'd sleeper, a
 /// double-forked daemon and a TERM-ignoring loop, each tagged with
 /// `marker` so the host can find them.

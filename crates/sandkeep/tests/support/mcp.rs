@@ -24,7 +24,7 @@ use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::Child;
 
-use super::{Home, bin, until, wait_exit};
+use super::{Home, bin, send_signal, until, wait_exit};
 
 pub type Client = RunningService<RoleClient, ()>;
 
@@ -274,11 +274,10 @@ impl HttpServer {
     }
 
     pub async fn stop(mut self) {
-        rustix::process::kill_process(
-            rustix::process::Pid::from_raw(self.child.id().unwrap() as i32).unwrap(),
+        send_signal(
+            self.child.id().unwrap() as i32,
             rustix::process::Signal::TERM,
-        )
-        .unwrap();
+        );
         let status = wait_exit(&mut self.child, Duration::from_secs(30)).await;
         assert!(
             status.success(),

@@ -203,6 +203,15 @@ pub fn assert_no_survivors(marker: &str, when: &str) {
     );
 }
 
+/// Sends `signal` to host process `pid`, which must exist.
+pub fn send_signal(pid: i32, signal: rustix::process::Signal) {
+    rustix::process::kill_process(
+        rustix::process::Pid::from_raw(pid).expect("a valid pid"),
+        signal,
+    )
+    .unwrap_or_else(|e| panic!("signal {signal:?} to {pid}: {e}"));
+}
+
 /// True while the process exists (not yet reaped counts as existing).
 pub fn process_exists(pid: i32) -> bool {
     Path::new(&format!("/proc/{pid}")).exists()
