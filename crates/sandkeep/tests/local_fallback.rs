@@ -171,14 +171,7 @@ fn refused_namespaces_inner() {
 
 #[test]
 fn refused_namespaces_fall_back_visibly() {
-    let out = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "refused_namespaces_inner",
-            "--ignored",
-            "--nocapture",
-            "--test-threads=1",
-        ])
+    let out = ignored_test("refused_namespaces_inner")
         .env("SK_REFUSE_NAMESPACES", "1")
         .output()
         .unwrap();

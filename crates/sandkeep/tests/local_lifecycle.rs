@@ -259,14 +259,7 @@ async fn creator_process() {
 async fn sigkill_of_the_creator_changes_nothing() {
     let home = state_dir();
     let m = tag("4242");
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "creator_process",
-            "--ignored",
-            "--nocapture",
-            "--test-threads=1",
-        ])
+    let mut child = ignored_test("creator_process")
         .env("SK_CREATOR_HOME", home.path())
         .env("SK_CREATOR_TAG", &m)
         .stdout(Stdio::piped())

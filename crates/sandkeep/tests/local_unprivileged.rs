@@ -59,13 +59,7 @@ fn unprivileged_mode_works_and_holds() {
             "--",
         ])
         .arg(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "unprivileged_inner",
-            "--ignored",
-            "--nocapture",
-            "--test-threads=1",
-        ])
+        .args(ignored_test_args("unprivileged_inner"))
         .env_clear()
         .env("HOME", "/var/tmp")
         .env("PATH", "/usr/local/bin:/usr/bin:/bin")

@@ -101,6 +101,26 @@ impl Drop for Home {
     }
 }
 
+/// Test-harness arguments that run only the ignored test `name` of this
+/// test binary, printing its output: how a test runs part of itself as a
+/// separate process (another user, environment or lifetime).
+pub fn ignored_test_args(name: &str) -> [&str; 5] {
+    [
+        "--exact",
+        name,
+        "--ignored",
+        "--nocapture",
+        "--test-threads=1",
+    ]
+}
+
+/// This test binary as a command running only the ignored test `name`.
+pub fn ignored_test(name: &str) -> std::process::Command {
+    let mut c = std::process::Command::new(std::env::current_exe().expect("the test binary"));
+    c.args(ignored_test_args(name));
+    c
+}
+
 /// Polls `probe` until it returns `Some`, failing with `what` after
 /// `within`.
 pub fn poll<T>(within: Duration, what: &str, mut probe: impl FnMut() -> Option<T>) -> T {
