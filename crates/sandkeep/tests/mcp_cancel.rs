@@ -23,14 +23,14 @@ async fn unconfirmed_cancel_is_a_tool_error_carrying_the_observed_state() {
     let home = Home::new();
     let server = StdioServer::start(&home).await;
     let sandbox = ok(&server.client, "create_sandbox", json!({"timeout": 120})).await;
-    let id = sandbox["sandbox_id"].as_str().unwrap().to_owned();
+    let id = sid(&sandbox);
     let task = ok(
         &server.client,
         "start_task",
         json!({"command": "echo up; sleep 60"}),
     )
     .await;
-    let task_id = task["task_id"].as_str().unwrap().to_owned();
+    let task_id = tid(&task);
     let pids = supervisor_pids(&task_id);
     assert_eq!(pids.len(), 1, "one supervisor for the task: {pids:?}");
     let supervisor = Pid::from_raw(pids[0]).unwrap();

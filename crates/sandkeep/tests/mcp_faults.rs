@@ -69,14 +69,14 @@ async fn an_output_flood_is_capped_and_read_back_completely_by_pages() {
     let home = Home::new();
     let s = StdioServer::start(&home).await;
     let sb = ok(&s.client, "create_sandbox", json!({"timeout": 120})).await;
-    let id = sb["sandbox_id"].as_str().unwrap().to_owned();
+    let id = sid(&sb);
     let t = ok(
         &s.client,
         "start_task",
         json!({"command": "head -c 3000000 /dev/zero | tr '\\0' x; echo done >&2"}),
     )
     .await;
-    let task = t["task_id"].as_str().unwrap().to_owned();
+    let task = tid(&t);
     let done = wait_terminal(&s.client, &id, &task, Duration::from_secs(30)).await;
     assert_eq!(done["state"], "succeeded", "{done}");
     assert_eq!(done["stdout_bytes"], 1_048_576);
@@ -114,7 +114,7 @@ async fn the_129th_task_is_refused_with_advice_and_concurrent_calls_stay_correct
             json!({"command": format!("echo {n}")}),
         )
         .await;
-        tasks.push(t["task_id"].as_str().unwrap().to_owned());
+        tasks.push(tid(&t));
     }
     let m = err(
         &s.client,
@@ -210,7 +210,7 @@ async fn a_2026_07_28_stdio_client_gets_the_same_session_rules() {
         .as_array()
         .unwrap()
         .iter()
-        .map(|v| v["sandbox_id"].as_str().unwrap().to_owned())
+        .map(sid)
         .collect();
     assert_eq!(
         ids,
@@ -253,7 +253,7 @@ async fn task_tools_never_renew_the_deadline_and_commands_and_files_do() {
     let s = StdioServer::start(&home).await;
     let c = &s.client;
     let sb = ok(c, "create_sandbox", json!({"timeout": 100})).await;
-    let id = sb["sandbox_id"].as_str().unwrap().to_owned();
+    let id = sid(&sb);
     let e0 = sb["expires_at"].as_u64().unwrap();
     assert_eq!(e0, sb["created_at"].as_u64().unwrap() + 100);
 

@@ -12,10 +12,6 @@ use serde_json::json;
 use support::mcp::*;
 use support::*;
 
-fn sid(v: &serde_json::Value) -> String {
-    v["sandbox_id"].as_str().unwrap().to_owned()
-}
-
 async fn sandbox_ids(client: &Client) -> Vec<String> {
     ok(client, "list_sandboxes", json!({})).await["sandboxes"]
         .as_array()
@@ -37,7 +33,7 @@ async fn acceptance_path_over_http_with_sigkill_of_the_server() {
         json!({"command": "printf BEFORE; sleep 10; printf AFTER", "timeout": 120}),
     )
     .await;
-    let task = started["task_id"].as_str().unwrap().to_owned();
+    let task = tid(&started);
     assert_eq!(started["state"], "running");
     send_signal(a.child.id().unwrap() as i32, rustix::process::Signal::KILL);
     wait_exit(&mut a.child, Duration::from_secs(5)).await;
@@ -255,7 +251,7 @@ async fn fifty_concurrent_clients_polling_get_task_get_correct_answers() {
         json!({"sandbox_id": id, "command": "seq 1 2000"}),
     )
     .await;
-    let done_id = done["task_id"].as_str().unwrap().to_owned();
+    let done_id = tid(&done);
     wait_terminal(&setup, &id, &done_id, Duration::from_secs(10)).await;
     let running = ok(
         &setup,
@@ -263,7 +259,7 @@ async fn fifty_concurrent_clients_polling_get_task_get_correct_answers() {
         json!({"sandbox_id": id, "command": "echo live; sleep 300"}),
     )
     .await;
-    let running_id = running["task_id"].as_str().unwrap().to_owned();
+    let running_id = tid(&running);
     let expected: String = (1..=2000).map(|i| format!("{i}\n")).collect();
 
     let mut clients = Vec::new();

@@ -12,10 +12,6 @@ use support::mcp::*;
 use support::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-fn sid(v: &serde_json::Value) -> String {
-    v["sandbox_id"].as_str().unwrap().to_owned()
-}
-
 async fn listed(client: &Client) -> Vec<serde_json::Value> {
     ok(client, "list_sandboxes", json!({})).await["sandboxes"]
         .as_array()
@@ -37,7 +33,7 @@ async fn acceptance_path_survives_sigkill_of_the_server() {
     .await;
     assert_eq!(started["state"], "running", "{started}");
     assert_eq!(started["sandbox_id"], id.as_str());
-    let task = started["task_id"].as_str().unwrap().to_owned();
+    let task = tid(&started);
     assert!(sandkeep_proto::TaskId::parse(&task).is_ok(), "{task}");
     // BEFORE is visible while the task runs.
     let t0 = Instant::now();
@@ -174,7 +170,7 @@ async fn session_end_destroys_unretained_keeps_retained_and_queried() {
     // The default is the latest sandbox; a task retains it.
     let task = ok(&a.client, "start_task", json!({"command": "sleep 60"})).await;
     assert_eq!(task["sandbox_id"], worker.as_str());
-    let task_id = task["task_id"].as_str().unwrap().to_owned();
+    let task_id = tid(&task);
     let t = Instant::now();
     assert!(a.close().await.success(), "stdin EOF is a clean exit");
     assert!(

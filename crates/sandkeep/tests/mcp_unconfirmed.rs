@@ -49,7 +49,7 @@ async fn unconfirmed_start_answers_unknown_with_the_handle_and_retains_the_sandb
     for w in ["Do NOT call start_task again", "get_task", "kill_sandbox"] {
         assert!(error.contains(w), "{error:?} lacks {w:?}");
     }
-    let task = v["task_id"].as_str().unwrap().to_owned();
+    let task = tid(&v);
 
     // The sandbox was retained before the submission went out.
     let calls = recorder.calls();

@@ -95,6 +95,16 @@ pub fn raw_session(messages: &[&str]) -> String {
         .collect()
 }
 
+/// The `sandbox_id` of a tool result.
+pub fn sid(v: &Value) -> String {
+    v["sandbox_id"].as_str().expect("a sandbox_id").to_owned()
+}
+
+/// The `task_id` of a tool result.
+pub fn tid(v: &Value) -> String {
+    v["task_id"].as_str().expect("a task_id").to_owned()
+}
+
 /// Calls a tool with JSON arguments.
 pub async fn call(client: &Client, tool: &str, args: Value) -> CallToolResult {
     let mut params = CallToolRequestParams::new(tool.to_owned());
