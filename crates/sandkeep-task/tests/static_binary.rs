@@ -66,16 +66,24 @@ fn chrooted(root: &std::path::Path, with_proc: bool, args: &[&str]) -> std::proc
         .expect("running unshare")
 }
 
+/// A root directory holding only the helper and the empty directories
+/// `dirs`.
+fn root_with_helper(dirs: &[&str]) -> tempfile::TempDir {
+    let root = tempfile::tempdir().unwrap();
+    fs::copy(HELPER, root.path().join("sandkeep-task")).unwrap();
+    for dir in dirs {
+        fs::create_dir(root.path().join(dir)).unwrap();
+    }
+    root
+}
+
 #[test]
 fn runs_in_an_empty_root_with_only_proc() {
     if !is_root() {
         eprintln!("skipped: chroot and mounting /proc need root");
         return;
     }
-    let root = tempfile::tempdir().unwrap();
-    fs::copy(HELPER, root.path().join("sandkeep-task")).unwrap();
-    fs::create_dir(root.path().join("proc")).unwrap();
-    fs::create_dir(root.path().join("home")).unwrap();
+    let root = root_with_helper(&["proc", "home"]);
     assert_eq!(fs::read_dir(root.path()).unwrap().count(), 3);
 
     let listed: ListReply = serde_json::from_slice(&in_empty_root(root.path(), &["list"])).unwrap();
@@ -114,9 +122,7 @@ fn without_proc_start_fails_cleanly_and_creates_no_task() {
         eprintln!("skipped: chroot needs root");
         return;
     }
-    let root = tempfile::tempdir().unwrap();
-    fs::copy(HELPER, root.path().join("sandkeep-task")).unwrap();
-    fs::create_dir(root.path().join("home")).unwrap();
+    let root = root_with_helper(&["home"]);
     let id = new_id();
     let req = json!({"task_id": id, "command": "true", "timeout": 5}).to_string();
     let out = chrooted(root.path(), false, &["start", &req]);
