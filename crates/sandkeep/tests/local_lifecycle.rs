@@ -1,5 +1,6 @@
 //! The local provider's lifecycle against real sandboxes: create, exec,
-//! files, kill, a second provider on the same home, SIGKILL of the creating
+//! files, kill, a second provider on the same home (and its retain racing a
+//! session end), SIGKILL of the creating
 //! process, expiry, stale state, the task helper end to end, and that
 //! nothing survives destruction.
 
@@ -11,7 +12,7 @@ use std::os::unix::fs::MetadataExt;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use sandkeep::provider::{CreateSpec, FileKind, Provider, ProviderError, SandboxId};
+use sandkeep::provider::{CreateSpec, FileKind, Provider, ProviderError, Release, SandboxId};
 use support::local::*;
 use support::*;
 
@@ -229,6 +230,60 @@ async fn second_provider_sees_uses_and_kills() {
     assert!(second.kill(&info.sandbox_id).await.unwrap());
     assert!(first.list().await.unwrap().is_empty());
     assert_destroyed(&first, home.path(), &info.sandbox_id).await;
+}
+
+/// A session end (`kill_unless_retained`) racing a task start from another
+/// server process (`retain` through a second provider): whichever wins,
+/// a retain that succeeded always finds its sandbox alive afterwards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retain_racing_a_session_end_never_loses_its_sandbox() {
+    let home = state_dir();
+    let ending = std::sync::Arc::new(provider(home.path()));
+    let starting = std::sync::Arc::new(provider(home.path()));
+    let mut outcomes = BTreeMap::new();
+    for round in 0..16 {
+        let id = create(&ending, 60).await.sandbox_id;
+        // Alternate which call is issued first, so both orders are raced.
+        let (end, start) = if round % 2 == 0 {
+            let end = tokio::spawn({
+                let (p, id) = (ending.clone(), id.clone());
+                async move { p.kill_unless_retained(&id).await }
+            });
+            let start = starting.retain(&id).await;
+            (end.await.unwrap().unwrap(), start)
+        } else {
+            let start = tokio::spawn({
+                let (p, id) = (starting.clone(), id.clone());
+                async move { p.retain(&id).await }
+            });
+            let end = ending.kill_unless_retained(&id).await.unwrap();
+            (end, start.await.unwrap())
+        };
+        let alive = ending.info(&id).await.is_ok();
+        match (&start, end) {
+            (Ok(()), Release::Retained) => assert!(alive, "round {round}: retained but gone"),
+            (Err(ProviderError::NoSuchSandbox(_)), Release::Destroyed) => {
+                assert_destroyed(&ending, home.path(), &id).await
+            }
+            _ => panic!("round {round}: retain {start:?} vs session end {end:?} (alive: {alive})"),
+        }
+        *outcomes.entry(format!("{end:?}")).or_insert(0) += 1;
+        if alive {
+            assert!(ending.kill(&id).await.unwrap());
+        }
+    }
+    eprintln!("outcomes over 16 races: {outcomes:?}");
+    let info = create(&ending, 60).await;
+    starting.retain(&info.sandbox_id).await.unwrap();
+    assert_eq!(
+        ending.kill_unless_retained(&info.sandbox_id).await.unwrap(),
+        Release::Retained
+    );
+    assert!(ending.kill(&info.sandbox_id).await.unwrap());
+    assert_eq!(
+        ending.kill_unless_retained(&info.sandbox_id).await.unwrap(),
+        Release::Gone
+    );
 }
 
 /// Not a test by itself: the body of the creator process that

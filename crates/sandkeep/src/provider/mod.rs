@@ -175,6 +175,16 @@ pub enum ProviderError {
 
 pub type Result<T, E = ProviderError> = std::result::Result<T, E>;
 
+/// What [`Provider::kill_unless_retained`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Release {
+    Destroyed,
+    /// A task retains it; it lives to its deadline or an explicit kill.
+    Retained,
+    /// It was already gone (killed, expired).
+    Gone,
+}
+
 /// A place where sandboxes live.
 #[async_trait]
 pub trait Provider: Send + Sync {
@@ -187,6 +197,13 @@ pub trait Provider: Send + Sync {
     /// Destroys a sandbox with everything in it. `Ok(false)` when it was
     /// already gone.
     async fn kill(&self, id: &SandboxId) -> Result<bool>;
+
+    /// Destroys a sandbox unless it is retained: the end of the session
+    /// that created it. Checked and done under the same exclusion as
+    /// [`Provider::retain`], so a task started meanwhile from any server
+    /// process either retains the sandbox first (it is kept) or finds it
+    /// gone (its start fails); it is never destroyed under a started task.
+    async fn kill_unless_retained(&self, id: &SandboxId) -> Result<Release>;
 
     /// Every live sandbox this provider configuration can see.
     async fn list(&self) -> Result<Vec<SandboxInfo>>;

@@ -254,11 +254,8 @@ impl Service {
         }
         // Retain before submitting: once the helper may have the task, no
         // session end may destroy its sandbox.
-        {
-            let _no_end_meanwhile = session.retaining().await;
-            self.provider.retain(&id).await?;
-            session.release(&id);
-        }
+        self.provider.retain(&id).await?;
+        session.release(&id);
         let task_id = request.task_id.clone();
         match helper::call::<_, TaskSummary>(
             self.provider.as_ref(),

@@ -44,7 +44,7 @@ mod validate;
 
 use std::sync::Arc;
 
-use crate::provider::{Provider, SandboxId};
+use crate::provider::{Provider, Release, SandboxId};
 
 pub use error::ToolError;
 pub use list_tasks::{ListTasksArgs, ListTasksResult, TaskEntry};
@@ -92,33 +92,19 @@ impl Service {
     }
 
     /// Ends a session: destroys every sandbox still in its destruction set,
-    /// unless it has been retained meanwhile. Retained sandboxes and
-    /// sandboxes the session only queried are left alone. Calling it twice
-    /// is harmless: the set is emptied by the first call.
+    /// unless a task retains it (started from this session or any other,
+    /// in this server process or another). Sandboxes the session only
+    /// queried are left alone. Calling it twice is harmless: the set is
+    /// emptied by the first call.
     pub async fn end_session(&self, session: &Session) -> SessionEnd {
         let mut end = SessionEnd::default();
-        let _no_retain_meanwhile = session.ending().await;
         for id in session.take_destruction_set() {
-            // Another session may have started a task in this sandbox
-            // (retaining it for everyone); only the provider knows.
-            match self.provider.info(&id).await {
-                Ok(info) if info.retained => {
-                    end.kept.push(id);
-                    continue;
+            match self.provider.kill_unless_retained(&id).await {
+                Ok(Release::Destroyed) => {
+                    self.helpers.forget(&id);
+                    end.destroyed.push(id);
                 }
-                Ok(_) => {}
-                Err(crate::provider::ProviderError::NoSuchSandbox(_)) => {
-                    end.kept.push(id);
-                    continue;
-                }
-                Err(e) => {
-                    end.failed.push((id, e.to_string()));
-                    continue;
-                }
-            }
-            self.helpers.forget(&id);
-            match self.provider.kill(&id).await {
-                Ok(_) => end.destroyed.push(id),
+                Ok(Release::Retained | Release::Gone) => end.kept.push(id),
                 Err(e) => end.failed.push((id, e.to_string())),
             }
         }

@@ -21,10 +21,6 @@ struct State {
 #[derive(Debug)]
 pub struct Session {
     state: Option<Mutex<State>>,
-    /// Held shared while a start retains its sandbox, exclusively while the
-    /// session ends: a sandbox is either retained before the end looks at
-    /// it, or the end has already destroyed it (and the start fails).
-    ending: tokio::sync::RwLock<()>,
 }
 
 impl Default for Session {
@@ -37,15 +33,11 @@ impl Session {
     pub fn new() -> Self {
         Self {
             state: Some(Mutex::new(State::default())),
-            ending: tokio::sync::RwLock::new(()),
         }
     }
 
     pub fn stateless() -> Self {
-        Self {
-            state: None,
-            ending: tokio::sync::RwLock::new(()),
-        }
+        Self { state: None }
     }
 
     pub fn is_stateless(&self) -> bool {
@@ -91,14 +83,6 @@ impl Session {
                 s.default = None;
             }
         });
-    }
-
-    pub(super) async fn retaining(&self) -> tokio::sync::RwLockReadGuard<'_, ()> {
-        self.ending.read().await
-    }
-
-    pub(super) async fn ending(&self) -> tokio::sync::RwLockWriteGuard<'_, ()> {
-        self.ending.write().await
     }
 
     pub(super) fn take_destruction_set(&self) -> Vec<SandboxId> {

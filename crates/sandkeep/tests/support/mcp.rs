@@ -16,8 +16,8 @@ use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig
 use rmcp::{RoleClient, ServiceExt};
 use sandkeep::mcp::SandkeepMcp;
 use sandkeep::provider::{
-    CreateSpec, ExecOutput, ExecRequest, FileEntry, Provider, ProviderError, Result as PResult,
-    SandboxId, SandboxInfo,
+    CreateSpec, ExecOutput, ExecRequest, FileEntry, Provider, ProviderError, Release,
+    Result as PResult, SandboxId, SandboxInfo,
 };
 use sandkeep::service::{Service, Session};
 use serde_json::Value;
@@ -381,6 +381,11 @@ impl Provider for Recorder {
     }
     async fn kill(&self, id: &SandboxId) -> PResult<bool> {
         self.note(format!("kill {id}"))?.kill(id).await
+    }
+    async fn kill_unless_retained(&self, id: &SandboxId) -> PResult<Release> {
+        self.note(format!("kill_unless_retained {id}"))?
+            .kill_unless_retained(id)
+            .await
     }
     async fn list(&self) -> PResult<Vec<SandboxInfo>> {
         self.note("list")?.list().await

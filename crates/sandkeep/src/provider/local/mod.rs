@@ -41,8 +41,8 @@ use self::keeper::Readiness;
 use self::state::{Home, Lock, Meta, SandboxDir, Spec};
 use self::wire::{FileOpError, Request};
 use super::{
-    CreateSpec, ExecOutput, ExecRequest, FileEntry, Provider, ProviderError, Result, SandboxId,
-    SandboxInfo,
+    CreateSpec, ExecOutput, ExecRequest, FileEntry, Provider, ProviderError, Release, Result,
+    SandboxId, SandboxInfo,
 };
 
 /// The first argument that makes the `sandkeep` binary a keeper.
@@ -554,6 +554,23 @@ impl Provider for LocalProvider {
             Err(_) => {
                 inspect(&dir);
                 Ok(false)
+            }
+        })
+        .await?
+    }
+
+    async fn kill_unless_retained(&self, id: &SandboxId) -> Result<Release> {
+        let dir = self.home.sandbox(id);
+        blocking(move || {
+            // The lock `update` takes for `retain`: no retain can land
+            // between the look at `retained` and the end of `terminate`.
+            let Ok(_lock) = Lock::acquire(&dir.lock()) else {
+                return Ok(Release::Gone);
+            };
+            match inspect(&dir) {
+                Presence::Live(meta) if meta.info.retained => Ok(Release::Retained),
+                Presence::Live(meta) => terminate(&dir, &meta).map(|()| Release::Destroyed),
+                Presence::Transient | Presence::Gone => Ok(Release::Gone),
             }
         })
         .await?
