@@ -1,9 +1,10 @@
 //! start_task when the submission cannot be confirmed (SPEC.md §4 rule 5).
 //!
-//! The provider here wraps the real local provider and reports the helper's
-//! `start` exec as broken *after* forwarding it, as a connection lost after
-//! sending looks. This is not an end-to-end test: it checks the service's
-//! answer to that fault, and that the handle it returns is the real one.
+//! The provider here wraps the real local provider and spoils the helper's
+//! `start` exec *after* forwarding it: as a connection lost after sending,
+//! or as an exec that timed out without an answer. This is not an
+//! end-to-end test: it checks the service's answer to those faults, and
+//! that the handle it returns is the real one.
 //! The same wrapper pauses a retention to show what a session end does
 //! meanwhile.
 
@@ -18,9 +19,18 @@ use support::*;
 use tokio::sync::Notify;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn unconfirmed_start_answers_unknown_with_the_handle_and_retains_the_sandbox() {
+async fn a_start_whose_connection_breaks_answers_unknown_and_retains_the_sandbox() {
+    unconfirmed_start(ExecFault::ConnectionLost).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_start_whose_helper_times_out_answers_unknown_and_retains_the_sandbox() {
+    unconfirmed_start(ExecFault::TimedOut).await;
+}
+
+async fn unconfirmed_start(fault: ExecFault) {
     let home = Home::new();
-    let recorder = Recorder::breaking_exec(local_provider(&home), " start ");
+    let recorder = Recorder::breaking_exec(local_provider(&home), " start ", fault);
     let (client, service, session) = in_process(recorder.clone()).await;
     let id = ok(&client, "create_sandbox", json!({"timeout": 120})).await["sandbox_id"]
         .as_str()
@@ -40,13 +50,22 @@ async fn unconfirmed_start_answers_unknown_with_the_handle_and_retains_the_sandb
         text(&r)
     );
     let v = r.structured_content.clone().unwrap();
-    assert_eq!(v["state"], "unknown", "{v}");
+    assert_eq!(v["state"], "unknown", "{fault:?}: {v}");
     assert_eq!(v["sandbox_id"], id.as_str());
     assert_eq!(v["exit_code"], serde_json::Value::Null);
     let error = v["error"]
         .as_str()
         .expect("an error explains the unknown state");
-    for w in ["Do NOT call start_task again", "get_task", "kill_sandbox"] {
+    let cause = match fault {
+        ExecFault::ConnectionLost => "connection reset",
+        ExecFault::TimedOut => "did not answer within",
+    };
+    for w in [
+        "Do NOT call start_task again",
+        "get_task",
+        "kill_sandbox",
+        cause,
+    ] {
         assert!(error.contains(w), "{error:?} lacks {w:?}");
     }
     let task = tid(&v);

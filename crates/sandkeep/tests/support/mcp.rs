@@ -314,14 +314,24 @@ pub async fn in_process(provider: Arc<dyn Provider>) -> (Client, Arc<Service>, A
     (client, service, session)
 }
 
+/// How [`Recorder`] spoils an exec after forwarding it.
+#[derive(Clone, Copy, Debug)]
+pub enum ExecFault {
+    /// Reported as `Unconfirmed`, the way a connection lost after sending
+    /// looks.
+    ConnectionLost,
+    /// Reported as timed out with no status and no output, the way a
+    /// command that has not answered within the exec's timeout looks.
+    TimedOut,
+}
+
 /// A provider that records every call and forwards it to `inner` (or fails
-/// with `Unavailable` without one). With `break_exec_matching`, an exec whose command contains that text is
-/// forwarded and then reported as broken (`Unconfirmed`), the way a
-/// connection lost after sending looks.
+/// with `Unavailable` without one). With `break_exec`, an exec whose
+/// command contains the text is forwarded and then spoiled.
 pub struct Recorder {
     pub inner: Option<Arc<dyn Provider>>,
     pub calls: Mutex<Vec<String>>,
-    pub break_exec_matching: Option<String>,
+    pub break_exec: Option<(String, ExecFault)>,
     /// When set, retain signals the first and then waits for the second.
     pub retain_gate: Option<(Arc<tokio::sync::Notify>, Arc<tokio::sync::Notify>)>,
 }
@@ -331,16 +341,16 @@ impl Recorder {
         Arc::new(Self {
             inner,
             calls: Mutex::default(),
-            break_exec_matching: None,
+            break_exec: None,
             retain_gate: None,
         })
     }
 
-    pub fn breaking_exec(inner: Arc<dyn Provider>, matching: &str) -> Arc<Self> {
+    pub fn breaking_exec(inner: Arc<dyn Provider>, matching: &str, fault: ExecFault) -> Arc<Self> {
         Arc::new(Self {
             inner: Some(inner),
             calls: Mutex::default(),
-            break_exec_matching: Some(matching.to_owned()),
+            break_exec: Some((matching.to_owned(), fault)),
             retain_gate: None,
         })
     }
@@ -354,7 +364,7 @@ impl Recorder {
         Arc::new(Self {
             inner: Some(inner),
             calls: Mutex::default(),
-            break_exec_matching: None,
+            break_exec: None,
             retain_gate: Some((entered, go)),
         })
     }
@@ -395,18 +405,27 @@ impl Provider for Recorder {
     }
     async fn exec(&self, id: &SandboxId, request: ExecRequest) -> PResult<ExecOutput> {
         let inner = self.note(format!("exec {id} {}", request.command))?;
-        let breaks = self
-            .break_exec_matching
+        let fault = self
+            .break_exec
             .as_ref()
-            .is_some_and(|m| request.command.contains(m.as_str()));
+            .filter(|(m, _)| request.command.contains(m.as_str()))
+            .map(|(_, f)| *f);
         let out = inner.exec(id, request).await;
-        if breaks {
-            return Err(ProviderError::Unconfirmed {
+        match fault {
+            None => out,
+            Some(ExecFault::ConnectionLost) => Err(ProviderError::Unconfirmed {
                 sandbox: id.clone(),
                 message: "test: connection reset after the request was sent".into(),
-            });
+            }),
+            Some(ExecFault::TimedOut) => Ok(ExecOutput {
+                exit_code: None,
+                stdout: Vec::new(),
+                stderr: Vec::new(),
+                stdout_truncated: false,
+                stderr_truncated: false,
+                timed_out: true,
+            }),
         }
-        out
     }
     async fn read_file(&self, id: &SandboxId, path: &str, limit: u64) -> PResult<Vec<u8>> {
         self.note(format!("read_file {id} {path}"))?
