@@ -1,7 +1,8 @@
 //! The local provider run by an ordinary user (user namespaces, single id
 //! map, per-directory overlays). CI runs as root, so the outer test creates
-//! a throwaway user `sktest` if missing and re-runs this test binary as that
-//! user (`setpriv`), running the ignored `unprivileged_inner` test; an
+//! a throwaway user `sktest` if missing (and deletes it afterwards) and
+//! re-runs this test binary as that user (`setpriv`), running the ignored
+//! `unprivileged_inner` test; an
 //! unprivileged CI runs the inner test's checks directly.
 
 mod support;
@@ -21,20 +22,24 @@ fn id_of(flag: &str) -> u32 {
     String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
 }
 
-#[test]
-fn unprivileged_mode_works_and_holds() {
-    if !rustix::process::geteuid().is_root() {
-        // Already unprivileged: run the checks here.
-        return inner_checks();
-    }
-    if !Command::new("id")
-        .arg(USER)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .unwrap()
-        .success()
-    {
+/// The user `sktest`, created for the test if missing and then deleted
+/// again (also when the test fails), so the suite leaves no account behind.
+struct ThrowawayUser {
+    created: bool,
+}
+
+impl ThrowawayUser {
+    fn ensure() -> Self {
+        let exists = Command::new("id")
+            .arg(USER)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .unwrap()
+            .success();
+        if exists {
+            return Self { created: false };
+        }
         let status = Command::new("useradd")
             .args([
                 "--system",
@@ -45,11 +50,36 @@ fn unprivileged_mode_works_and_holds() {
             ])
             .status()
             .expect("run useradd");
+        // 9: created meanwhile by a concurrent run, which will delete it.
         assert!(
             status.success() || status.code() == Some(9),
             "useradd {USER} failed: {status}"
         );
+        Self {
+            created: status.success(),
+        }
     }
+}
+
+impl Drop for ThrowawayUser {
+    fn drop(&mut self) {
+        if !self.created {
+            return;
+        }
+        match Command::new("userdel").arg(USER).status() {
+            Ok(s) if s.success() => {}
+            other => eprintln!("warning: userdel {USER} failed ({other:?}); remove it by hand"),
+        }
+    }
+}
+
+#[test]
+fn unprivileged_mode_works_and_holds() {
+    if !rustix::process::geteuid().is_root() {
+        // Already unprivileged: run the checks here.
+        return inner_checks();
+    }
+    let _user = ThrowawayUser::ensure();
     let (uid, gid) = (id_of("-u"), id_of("-g"));
     let out = Command::new("setpriv")
         .args([
