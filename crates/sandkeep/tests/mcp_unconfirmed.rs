@@ -5,8 +5,8 @@
 //! or as an exec that timed out without an answer. This is not an
 //! end-to-end test: it checks the service's answer to those faults, and
 //! that the handle it returns is the real one.
-//! The same wrapper pauses a retention to show what a session end does
-//! meanwhile.
+//! The same wrapper pauses a retention or a creation to show what a
+//! session end does meanwhile.
 
 mod support;
 
@@ -145,8 +145,9 @@ async fn secrets_of_the_server_are_masked_in_returned_output() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_session_end_before_the_retain_fails_the_start_and_runs_nothing() {
     let home = Home::new();
-    let (entered, go) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
-    let recorder = Recorder::gating_retain(local_provider(&home), entered.clone(), go.clone());
+    let gate = Gate::new("retain");
+    let (entered, go) = (gate.entered.clone(), gate.go.clone());
+    let recorder = Recorder::gating(local_provider(&home), gate);
     let (client, service, session) = in_process(recorder.clone()).await;
     let id = ok(&client, "create_sandbox", json!({"timeout": 60})).await["sandbox_id"]
         .as_str()
@@ -176,5 +177,31 @@ async fn a_session_end_before_the_retain_fails_the_start_and_runs_nothing() {
         !calls.iter().any(|c| c.contains(" start ")),
         "the helper was asked to start: {calls:?}"
     );
+    client.cancel().await.unwrap();
+}
+
+/// A sandbox whose creation finishes after its session ended is destroyed
+/// at once (with an error saying so), not left alive to its deadline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sandbox_created_while_its_session_ends_is_destroyed() {
+    let home = Home::new();
+    let gate = Gate::new("create");
+    let (entered, go) = (gate.entered.clone(), gate.go.clone());
+    let recorder = Recorder::gating(local_provider(&home), gate);
+    let (client, service, session) = in_process(recorder.clone()).await;
+    let creator = tokio::spawn(async move {
+        let e = err(&client, "create_sandbox", json!({"timeout": 60})).await;
+        (client, e)
+    });
+    entered.notified().await;
+    let end = tokio::time::timeout(Duration::from_secs(10), service.end_session(&session))
+        .await
+        .expect("the session end waited for a paused create");
+    assert!(end.destroyed.is_empty(), "{end:?}");
+    go.notify_one();
+    let (client, error) = creator.await.unwrap();
+    assert!(error.contains("the session ended while sandbox"), "{error}");
+    let left = recorder.inner.as_ref().unwrap().list().await.unwrap();
+    assert!(left.is_empty(), "left alive: {left:?}");
     client.cancel().await.unwrap();
 }

@@ -34,6 +34,11 @@ pub enum ToolError {
     CancelNotConfirmed(Box<TaskResult>),
     #[error("unknown tool {0:?}: call tools/list for the available tools")]
     UnknownTool(String),
+    #[error(
+        "the session ended while sandbox {0} was being created; it was destroyed with the \
+         session's other sandboxes"
+    )]
+    SessionEnded(String),
 }
 
 impl ToolError {

@@ -72,7 +72,12 @@ impl Service {
                 envs,
             })
             .await?;
-        session.adopt(info.sandbox_id.clone());
+        if !session.adopt(info.sandbox_id.clone()) {
+            // Its session ended while it was being created: destroyed
+            // like the session's other sandboxes, not left to its deadline.
+            self.provider.kill(&info.sandbox_id).await?;
+            return Err(ToolError::SessionEnded(info.sandbox_id.to_string()));
+        }
         Ok(CreateSandboxResult {
             sandbox_id: info.sandbox_id.to_string(),
             template: info.template,

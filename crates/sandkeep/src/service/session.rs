@@ -10,6 +10,8 @@ use crate::provider::SandboxId;
 struct State {
     default: Option<SandboxId>,
     destruction: BTreeSet<SandboxId>,
+    /// The destruction set was taken: the session is over.
+    ended: bool,
 }
 
 /// One MCP session, or none at all.
@@ -61,12 +63,18 @@ impl Session {
     }
 
     /// A sandbox this session created: it becomes the default and joins the
-    /// destruction set.
-    pub(super) fn adopt(&self, id: SandboxId) {
+    /// destruction set. `false` when the session has already ended (the
+    /// create was still running): nobody would destroy the sandbox for it.
+    pub(super) fn adopt(&self, id: SandboxId) -> bool {
         self.with(|s| {
+            if s.ended {
+                return false;
+            }
             s.destruction.insert(id.clone());
             s.default = Some(id);
-        });
+            true
+        })
+        .unwrap_or(true)
     }
 
     /// A task was started in the sandbox: it leaves the destruction set (it
@@ -85,9 +93,13 @@ impl Session {
         });
     }
 
+    /// Ends the session: what it must destroy. Later adoptions are refused.
     pub(super) fn take_destruction_set(&self) -> Vec<SandboxId> {
-        self.with(|s| std::mem::take(&mut s.destruction).into_iter().collect())
-            .unwrap_or_default()
+        self.with(|s| {
+            s.ended = true;
+            std::mem::take(&mut s.destruction).into_iter().collect()
+        })
+        .unwrap_or_default()
     }
 }
 
@@ -112,12 +124,14 @@ mod tests {
         assert_eq!(s.default_sandbox(), None);
         assert_eq!(s.take_destruction_set(), vec![id("a")]);
         assert!(s.take_destruction_set().is_empty());
+        assert!(!s.adopt(id("c")), "adopted after the end");
+        assert!(s.destruction_set().is_empty());
     }
 
     #[test]
     fn stateless_session_remembers_nothing() {
         let s = Session::stateless();
-        s.adopt(id("a"));
+        assert!(s.adopt(id("a")), "lives to its deadline by design");
         assert_eq!(s.default_sandbox(), None);
         assert!(s.destruction_set().is_empty());
         assert!(s.is_stateless());

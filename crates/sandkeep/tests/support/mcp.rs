@@ -314,6 +314,23 @@ pub async fn in_process(provider: Arc<dyn Provider>) -> (Client, Arc<Service>, A
     (client, service, session)
 }
 
+/// A pause in one [`Recorder`] call, to order it against something else.
+pub struct Gate {
+    pub call: &'static str,
+    pub entered: Arc<tokio::sync::Notify>,
+    pub go: Arc<tokio::sync::Notify>,
+}
+
+impl Gate {
+    pub fn new(call: &'static str) -> Self {
+        Self {
+            call,
+            entered: Arc::new(tokio::sync::Notify::new()),
+            go: Arc::new(tokio::sync::Notify::new()),
+        }
+    }
+}
+
 /// How [`Recorder`] spoils an exec after forwarding it.
 #[derive(Clone, Copy, Debug)]
 pub enum ExecFault {
@@ -332,8 +349,9 @@ pub struct Recorder {
     pub inner: Option<Arc<dyn Provider>>,
     pub calls: Mutex<Vec<String>>,
     pub break_exec: Option<(String, ExecFault)>,
-    /// When set, retain signals the first and then waits for the second.
-    pub retain_gate: Option<(Arc<tokio::sync::Notify>, Arc<tokio::sync::Notify>)>,
+    /// When set, the named call signals `entered` and then waits for `go`
+    /// before forwarding.
+    pub gate: Option<Gate>,
 }
 
 impl Recorder {
@@ -342,7 +360,7 @@ impl Recorder {
             inner,
             calls: Mutex::default(),
             break_exec: None,
-            retain_gate: None,
+            gate: None,
         })
     }
 
@@ -351,22 +369,26 @@ impl Recorder {
             inner: Some(inner),
             calls: Mutex::default(),
             break_exec: Some((matching.to_owned(), fault)),
-            retain_gate: None,
+            gate: None,
         })
     }
 
-    /// Retain pauses: it notifies `entered`, then waits for `go`.
-    pub fn gating_retain(
-        inner: Arc<dyn Provider>,
-        entered: Arc<tokio::sync::Notify>,
-        go: Arc<tokio::sync::Notify>,
-    ) -> Arc<Self> {
+    /// The call named `gate.call` pauses: it notifies `gate.entered`, then
+    /// waits for `gate.go`.
+    pub fn gating(inner: Arc<dyn Provider>, gate: Gate) -> Arc<Self> {
         Arc::new(Self {
             inner: Some(inner),
             calls: Mutex::default(),
             break_exec: None,
-            retain_gate: Some((entered, go)),
+            gate: Some(gate),
         })
+    }
+
+    async fn pass_gate(&self, call: &str) {
+        if let Some(gate) = self.gate.as_ref().filter(|g| g.call == call) {
+            gate.entered.notify_one();
+            gate.go.notified().await;
+        }
     }
 
     pub fn calls(&self) -> Vec<String> {
@@ -387,7 +409,9 @@ impl Provider for Recorder {
         "recorder"
     }
     async fn create(&self, spec: CreateSpec) -> PResult<SandboxInfo> {
-        self.note("create")?.create(spec).await
+        let inner = self.note("create")?;
+        self.pass_gate("create").await;
+        inner.create(spec).await
     }
     async fn kill(&self, id: &SandboxId) -> PResult<bool> {
         self.note(format!("kill {id}"))?.kill(id).await
@@ -447,10 +471,7 @@ impl Provider for Recorder {
     }
     async fn retain(&self, id: &SandboxId) -> PResult<()> {
         let inner = self.note(format!("retain {id}"))?;
-        if let Some((entered, go)) = &self.retain_gate {
-            entered.notify_one();
-            go.notified().await;
-        }
+        self.pass_gate("retain").await;
         inner.retain(id).await
     }
     async fn task_helper(&self, id: &SandboxId) -> PResult<String> {
