@@ -10,13 +10,11 @@
 
 mod support;
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::json;
 use support::mcp::*;
 use support::*;
-use tokio::sync::Notify;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_start_whose_connection_breaks_answers_unknown_and_retains_the_sandbox() {
