@@ -130,6 +130,38 @@ impl Bench {
     }
 }
 
+/// The cheapest reader a pipe can have: the producer's stdout is a pipe
+/// that is only spliced into `/dev/null` (no copy, no redaction, no
+/// files). What any pipe capture costs at the least.
+fn into_bare_pipe(producer: &str) -> Duration {
+    let null = fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/null")
+        .unwrap();
+    let t0 = Instant::now();
+    let mut child = Command::new("bash")
+        .arg("-c")
+        .arg(producer)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pipe = child.stdout.take().unwrap();
+    let _ = rustix::pipe::fcntl_setpipe_size(&pipe, 1 << 20);
+    while rustix::pipe::splice(
+        &pipe,
+        None,
+        &null,
+        None,
+        1 << 20,
+        rustix::pipe::SpliceFlags::empty(),
+    )
+    .expect("splicing into /dev/null")
+        > 0
+    {}
+    assert!(child.wait().unwrap().success());
+    t0.elapsed()
+}
+
 fn median(mut v: Vec<Duration>) -> Duration {
     v.sort();
     v[v.len() / 2]
@@ -268,6 +300,7 @@ fn main() {
         let mut captured = Vec::new();
         let mut to_null = Vec::new();
         let mut to_pipe = Vec::new();
+        let mut to_bare_pipe = Vec::new();
         let timed_shell = |script: String| {
             let t0 = Instant::now();
             let st = Command::new("bash")
@@ -282,6 +315,7 @@ fn main() {
         for _ in 0..5 {
             to_null.push(timed_shell(format!("{producer} > /dev/null")));
             to_pipe.push(timed_shell(format!("{producer} | cat > /dev/null")));
+            to_bare_pipe.push(into_bare_pipe(producer));
             let id = new_id();
             let t0 = Instant::now();
             b.start(&id, producer);
@@ -305,6 +339,13 @@ fn main() {
             "none",
             "same command into a pipe drained by cat",
             median(to_pipe),
+        );
+        report(
+            &format!("capture of {label}, start to terminal seen"),
+            captured,
+            "none",
+            "same command into a pipe only spliced to /dev/null",
+            median(to_bare_pipe),
         );
     }
 
