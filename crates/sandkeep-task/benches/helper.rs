@@ -296,6 +296,12 @@ fn main() {
             "yes 'a line of ordinary log output' | head -c 1073741824",
         ),
         ("1.07 GB of numbered lines (seq)", "seq 118500000"),
+        // The producer of pueue's output benchmark (../shared/notes/pueue.md
+        // §4.2, 200 MB there: 2.3x /dev/null), at 1 GiB.
+        (
+            "1 GiB of x (head -c | tr, pueue's producer)",
+            "head -c 1073741824 /dev/zero | tr '\\0' x",
+        ),
     ] {
         let mut captured = Vec::new();
         let mut to_null = Vec::new();
