@@ -6,6 +6,8 @@
 //! logic of paging logs. It must stay free of I/O and of any dependency but
 //! serde, so that the static helper stays small.
 
+#![forbid(unsafe_code)]
+
 pub mod limits;
 pub mod page;
 pub mod record;

@@ -6,6 +6,8 @@
 //! The supervisor is the same executable re-run detached under a hidden
 //! verb. Nothing here knows about MCP or the host.
 
+#![forbid(unsafe_code)]
+
 mod cancel;
 mod capture;
 mod error;
@@ -48,11 +50,34 @@ pub fn main_with_args(args: Vec<String>) -> i32 {
         ))));
     }
     match verb_name {
-        Some(verb::START) => reply(parse(json).and_then(start::start)),
+        Some(verb::START) => {
+            close_inherited_fds();
+            reply(parse(json).and_then(start::start))
+        }
         Some(verb::STATUS) => reply(parse(json).and_then(status::status)),
         Some(verb::CANCEL) => reply(parse(json).and_then(cancel::cancel)),
         Some(verb::LIST) => reply(no_arguments(json).and_then(|()| status::list())),
         _ => reply::<()>(Err(HelperError::BadRequest(USAGE.into()))),
+    }
+}
+
+/// Descriptors this process inherited without close-on-exec (from whoever
+/// ran the helper) must not reach the supervisor: one held open there could
+/// keep the caller waiting for an end-of-file for the task's life. Called
+/// before `start` opens anything, so every descriptor above 2 is foreign.
+/// `nix::unistd::close` takes a raw number, which rustix (and std) only do
+/// in `unsafe` code; this crate forbids `unsafe`.
+fn close_inherited_fds() {
+    let Ok(entries) = std::fs::read_dir("/proc/self/fd") else {
+        return;
+    };
+    let fds: Vec<i32> = entries
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .filter(|&fd| fd > 2)
+        .collect();
+    for fd in fds {
+        // The listing's own descriptor is closed by now: EBADF, ignored.
+        let _ = nix::unistd::close(fd);
     }
 }
 

@@ -6,7 +6,6 @@
 //! command itself: only the supervisor does.
 
 use std::io::{Read, Write};
-use std::os::fd::BorrowedFd;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -89,7 +88,6 @@ fn resolve_cwd(cwd: Option<&str>) -> Result<String, HelperError> {
 /// Starts `sandkeep-task __supervise DIR` from this very executable and
 /// waits for its readiness byte.
 fn launch_supervisor(dir: &TaskDir, order: &StartRequest) -> Result<(), HelperError> {
-    close_inherited_fds_on_exec();
     // By /proc/self/exe, never by name: under the multi-call `sandkeep`
     // binary there may be no `sandkeep-task` file at all.
     let mut child = Command::new("/proc/self/exe")
@@ -122,25 +120,4 @@ fn launch_supervisor(dir: &TaskDir, order: &StartRequest) -> Result<(), HelperEr
     } else {
         format!("the supervisor could not start the task ({message}); nothing was started")
     }))
-}
-
-/// Descriptors this process inherited without close-on-exec (from whoever
-/// ran the helper) must not reach the supervisor: one held open there
-/// could keep the caller waiting for an end-of-file for the task's life.
-fn close_inherited_fds_on_exec() {
-    let Ok(entries) = std::fs::read_dir("/proc/self/fd") else {
-        return;
-    };
-    let fds: Vec<i32> = entries
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
-        .filter(|&fd| fd > 2)
-        .collect();
-    for raw in fds {
-        // SAFETY: `raw` was listed as open just now, this process is
-        // single-threaded, and the borrow lasts for one fcntl call; a
-        // number that was the listing's own (now closed) descriptor only
-        // yields EBADF.
-        let fd = unsafe { BorrowedFd::borrow_raw(raw) };
-        let _ = rustix::io::fcntl_setfd(fd, rustix::io::FdFlags::CLOEXEC);
-    }
 }

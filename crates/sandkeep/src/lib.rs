@@ -7,6 +7,8 @@
 //! - [`mcp`]: rmcp glue for stdio and Streamable HTTP. Decides no policy.
 //! - [`cli`]: the command line for people, on the same service.
 
+#![forbid(unsafe_code)]
+
 pub mod cli;
 pub mod mcp;
 pub mod provider;

@@ -3,6 +3,8 @@
 //! as the `sandkeep-task` executable. `sandkeep __keeper …` is the local
 //! provider's per-sandbox keeper process, started by the provider itself.
 
+#![forbid(unsafe_code)]
+
 fn main() {
     let mut args = std::env::args();
     let argv0 = args.next().unwrap_or_default();

@@ -12,8 +12,7 @@
 use std::future::Future;
 use std::sync::Arc;
 
-use crate::provider::local::LocalProvider;
-use crate::provider::{Provider, ProviderError};
+use crate::provider::{self, Provider, ProviderError};
 use crate::service::{Service, Session, ToolError};
 
 use super::{Outcome, exit};
@@ -63,13 +62,12 @@ impl Context {
     }
 }
 
-/// The local provider of `$SANDKEEP_HOME`.
+/// The provider this environment configures.
 fn open_provider() -> Result<Arc<dyn Provider>, CliError> {
-    let provider = LocalProvider::from_env().map_err(|e| {
+    provider::from_env().map_err(|e| {
         CliError::new(format!("cannot open the local provider: {e}"))
             .hint("set SANDKEEP_HOME to a directory this user can create and write, or run `sandkeep doctor`")
-    })?;
-    Ok(Arc::new(provider))
+    })
 }
 
 /// A failure of sandkeep itself (not of the command it ran), told on

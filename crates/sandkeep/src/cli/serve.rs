@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::mcp;
-use crate::provider::local::LocalProvider;
+use crate::provider;
 use crate::service::Service;
 
 #[derive(Debug, clap::Args)]
@@ -47,7 +47,7 @@ pub fn run(args: ServeArgs) -> i32 {
             return 2;
         }
     };
-    let provider = match LocalProvider::from_env() {
+    let provider = match provider::from_env() {
         Ok(p) => p,
         Err(e) => {
             eprintln!(
@@ -56,10 +56,7 @@ pub fn run(args: ServeArgs) -> i32 {
             return 1;
         }
     };
-    let service = Arc::new(Service::new(
-        Arc::new(provider),
-        secrets(args.auth_token.as_deref()),
-    ));
+    let service = Arc::new(Service::new(provider, secrets(args.auth_token.as_deref())));
     match addr {
         None => mcp::stdio::run(service),
         Some(addr) => mcp::http::run(

@@ -102,7 +102,7 @@ fn reopen_fifo(fd: i32, write: bool) -> Option<OwnedFd> {
     let file = std::fs::OpenOptions::new()
         .read(!write)
         .write(write)
-        .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .custom_flags((rustix::fs::OFlags::NONBLOCK | rustix::fs::OFlags::CLOEXEC).bits() as i32)
         .open(path)
         .ok()?;
     file.metadata()

@@ -15,7 +15,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
-use crate::provider::{SandboxId, SandboxInfo};
+use sandkeep_provider::{SandboxId, SandboxInfo};
 
 /// Where the sandbox's exec/file socket is found, relative to its directory.
 /// Kept short: unix socket paths are limited to 108 bytes.

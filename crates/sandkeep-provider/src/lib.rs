@@ -5,7 +5,7 @@
 //! task helper inside a sandbox. The service never knows which provider it
 //! talks to. Providers know nothing of MCP, sessions or tasks' meaning.
 
-pub mod local;
+#![forbid(unsafe_code)]
 
 use std::collections::BTreeMap;
 use std::fmt;

@@ -9,7 +9,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
 use super::wire::{FILE_OP_FAILED, FileOpError, Request};
-use crate::provider::{FileEntry, FileKind};
+use sandkeep_provider::{FileEntry, FileKind};
 
 /// Runs one operation in the current process; returns the exit status.
 pub fn run(request: Request) -> i32 {

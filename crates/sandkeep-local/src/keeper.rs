@@ -27,7 +27,7 @@ use super::init::{self, InitContext, InitReport, Mode};
 use super::rootfs::{self, Owner};
 use super::state::{self, Home, Lock, Meta, ProcessId, SandboxDir, Spec};
 use super::{doctor, sys, wire};
-use crate::provider::{SandboxId, SandboxInfo};
+use sandkeep_provider::{SandboxId, SandboxInfo};
 
 /// Size of each root-mode sandbox's uid/gid block.
 const BLOCK: u32 = 65536;

@@ -40,7 +40,7 @@ use self::client::{CallError, Outcome};
 use self::keeper::Readiness;
 use self::state::{Home, Lock, Meta, SandboxDir, Spec};
 use self::wire::{FileOpError, Request};
-use super::{
+use sandkeep_provider::{
     CreateSpec, ExecOutput, ExecRequest, FileEntry, Provider, ProviderError, Release, Result,
     SandboxId, SandboxInfo,
 };
