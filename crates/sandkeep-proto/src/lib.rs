@@ -2,15 +2,21 @@
 //! in-sandbox helper (`sandkeep-task`).
 //!
 //! This crate owns the wire format of the helper (its requests and JSON
-//! replies), the task state record (`state.json`), the limits of SPEC.md §8 and the pure
-//! logic of paging logs. It must stay free of I/O and of any dependency but
-//! serde, so that the static helper stays small.
+//! replies), the task state record (`state.json`), the limits of SPEC.md §8,
+//! the pure logic of paging logs, and the rules both sides apply the same
+//! way: process liveness ([`procfs`]), which shell runs a command
+//! ([`shell`]), where a user's state lives ([`shell::state_base`]), 128+N
+//! exit codes ([`record::exit_code_of`]). It does no I/O beyond reading
+//! `/proc/PID/stat` and depends on serde only, so the static helper stays
+//! small.
 
 #![forbid(unsafe_code)]
 
 pub mod limits;
 pub mod page;
+pub mod procfs;
 pub mod record;
+pub mod shell;
 pub mod task;
 pub mod wire;
 

@@ -8,7 +8,6 @@ use sandkeep_proto::wire::{ListReply, StatusRequest, TaskStatus, TaskSummary};
 use sandkeep_proto::{StateRecord, TaskId};
 
 use crate::error::{HelperError, IoContext};
-use crate::procfs;
 use crate::taskdir::{STDERR_LOG, STDOUT_LOG, TaskDir, TaskRoot};
 
 /// A task's record and the state a reader reports for it.
@@ -45,7 +44,7 @@ pub fn observe(dir: &TaskDir) -> Result<Observation, HelperError> {
             state: TaskState::Unknown,
         });
     };
-    if record.outcome.is_some() || procfs::is_alive(record.supervisor) {
+    if record.outcome.is_some() || record.supervisor.is_alive() {
         let state = record.state_given(true);
         return Ok(Observation {
             record: Some(record),

@@ -20,7 +20,10 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use rustix::event::{PollFd, PollFlags, Timespec};
 use rustix::io::Errno;
 use rustix::process::{Pid, PidfdFlags, Signal, WaitId, WaitIdOptions};
-use sandkeep_proto::record::{Ending, Outcome, RECORD_VERSION, StateRecord, exit_code_of};
+use sandkeep_proto::record::{
+    Ending, Outcome, ProcessIdentity, RECORD_VERSION, StateRecord, exit_code_of,
+};
+use sandkeep_proto::shell::SHELLS;
 use sandkeep_proto::wire::StartRequest;
 
 use crate::capture::{Capture, Saved};
@@ -103,7 +106,7 @@ fn unix_now() -> u64 {
 /// process group.
 fn spawn_command(order: &StartRequest) -> io::Result<Child> {
     let mut last_err = None;
-    for shell in ["bash", "sh"] {
+    for shell in SHELLS {
         let mut cmd = Command::new(shell);
         cmd.arg("-c")
             .arg(&order.command)
@@ -231,7 +234,7 @@ impl Supervisor {
         // Do not pin the starter's working directory (or its mount) for
         // the task's lifetime; the command gets its own cwd.
         let _ = std::env::set_current_dir("/");
-        let identity = procfs::own_identity()
+        let identity = ProcessIdentity::own()
             .map_err(|e| format!("reading this process's identity from /proc: {e}"))?;
         let logs = [dir.create_log(STDOUT_LOG), dir.create_log(STDERR_LOG)];
         let [Ok(out_log), Ok(err_log)] = logs else {

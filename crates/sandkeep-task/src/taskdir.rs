@@ -17,6 +17,7 @@ use std::path::{Path, PathBuf};
 use rustix::fs::{FileType, FlockOperation, Mode, OFlags};
 use rustix::io::Errno;
 use sandkeep_proto::page::{ByteOffset, Page, page_range};
+use sandkeep_proto::shell::state_base;
 use sandkeep_proto::{StateRecord, TaskId};
 
 use crate::error::{HelperError, IoContext};
@@ -32,18 +33,13 @@ pub fn root_path_from(
     xdg_state_home: Option<OsString>,
     home: Option<OsString>,
 ) -> Result<PathBuf, HelperError> {
-    let base = match (xdg_state_home, home) {
-        // The XDG spec says a relative value is invalid and to be ignored.
-        (Some(x), _) if Path::new(&x).is_absolute() => PathBuf::from(x),
-        (_, Some(h)) if !h.is_empty() => Path::new(&h).join(".local/state"),
-        _ => {
-            return Err(HelperError::Internal(
-                "neither XDG_STATE_HOME (absolute) nor HOME is set: set HOME so the helper \
-                 knows where this user's task directories live"
-                    .into(),
-            ));
-        }
-    };
+    let base = state_base(xdg_state_home.as_deref(), home.as_deref()).ok_or_else(|| {
+        HelperError::Internal(
+            "neither XDG_STATE_HOME (absolute) nor HOME is set: set HOME so the helper \
+             knows where this user's task directories live"
+                .into(),
+        )
+    })?;
     Ok(base.join("sandkeep").join("tasks"))
 }
 

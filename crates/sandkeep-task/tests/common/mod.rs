@@ -205,7 +205,7 @@ impl Drop for User {
 pub fn live_pids(pick: impl Fn(u32) -> bool) -> Vec<u32> {
     procfs::pids()
         .expect("listing /proc")
-        .filter(|&pid| procfs::stat(pid).is_ok_and(|s| s.is_running()) && pick(pid))
+        .filter(|&pid| sandkeep_proto::procfs::stat(pid).is_ok_and(|s| s.is_running()) && pick(pid))
         .collect()
 }
 

@@ -5,6 +5,7 @@ use std::io::Write;
 
 use clap::Args;
 use sandkeep_proto::TaskState;
+use sandkeep_proto::limits::RUN_TIMEOUT_MAX;
 
 use crate::service::{CreateSandboxArgs, RunCommandArgs, RunCommandResult};
 
@@ -93,7 +94,7 @@ fn print_human(result: &RunCommandResult) {
     if result.timed_out {
         let _ = writeln!(
             stderr,
-            "sandkeep: the command was killed at its timeout; raise --timeout (at most 3600) or use \
+            "sandkeep: the command was killed at its timeout; raise --timeout (at most {RUN_TIMEOUT_MAX}) or use \
              `sandkeep task start`"
         );
     }

@@ -87,7 +87,7 @@ sessions), with their deadlines and whether they are retained by a task.",
         name: "run_command",
         title: "Run a command and wait",
         description: "Run a short shell command (bash -c) in a sandbox and wait for it; returns exit_code \
-and the last 64 KiB of stdout and stderr. At the timeout (default 60 s, at most 3600) the command \
+and the last 64 KiB of stdout and stderr. At the timeout (see the timeout parameter) the command \
 is killed and timed_out is true, and its output is lost if you disconnect. For anything that may \
 take longer than a minute, must survive a disconnect, or produces a lot of output (builds, test \
 suites, servers, downloads), use start_task instead. Renews the sandbox's deadline.",
@@ -185,6 +185,7 @@ of its process group (setsid, daemons) survive; only kill_sandbox stops them.",
 #[cfg(test)]
 mod tests {
     use super::*;
+    use sandkeep_proto::limits::TASK_TIMEOUT_MAX;
 
     #[test]
     fn every_input_schema_is_a_closed_object() {
@@ -200,7 +201,7 @@ mod tests {
     #[test]
     fn ranges_are_in_the_schema() {
         let s = input::<StartTaskArgs>();
-        assert_eq!(s["properties"]["timeout"]["maximum"], 3600);
+        assert_eq!(s["properties"]["timeout"]["maximum"], TASK_TIMEOUT_MAX);
         let s = input::<GetTaskArgs>();
         assert_eq!(s["properties"]["task_id"]["pattern"], "^[0-9a-f]{32}$");
         assert_eq!(s["properties"]["limit"]["minimum"], 1);

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use sandkeep_proto::limits::{RUN_OUTPUT_MAX_BYTES, START_REQUEST_MAX_BYTES};
+use sandkeep_proto::limits::{MAX_TASK_DIRS, RUN_OUTPUT_MAX_BYTES, START_REQUEST_MAX_BYTES};
 use sandkeep_proto::wire::{
     self, CancelReply, ErrorKind, StartRequest, StatusRequest, TaskStatus, TaskSummary,
 };
@@ -390,7 +390,7 @@ fn helper_error(e: HelperError, id: &SandboxId, task_id: &TaskId) -> ToolError {
                     "task {task_id} already exists in sandbox {id}, so it was not run again: query it with get_task"
                 ),
                 ErrorKind::TooManyTasks => format!(
-                    "sandbox {id} already holds the maximum of 128 tasks: use another sandbox (create_sandbox)"
+                    "sandbox {id} already holds the maximum of {MAX_TASK_DIRS} tasks: use another sandbox (create_sandbox)"
                 ),
                 ErrorKind::NoSuchCwd => {
                     "the working directory does not exist: create it first (run_command mkdir -p DIR) or omit cwd; \

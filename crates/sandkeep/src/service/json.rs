@@ -29,7 +29,7 @@ pub(super) fn parse<T: DeserializeOwned>(
         match param {
             Some(p) => ToolError::invalid(
                 &p,
-                validate::rule(tool, &p),
+                &validate::rule(tool, &p),
                 format_args!("{detail}; nothing was run"),
             ),
             // A missing parameter is reported at the root; serde names it

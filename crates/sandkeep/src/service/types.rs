@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 
+use sandkeep_proto::limits::*;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -23,11 +24,11 @@ pub struct CreateSandboxArgs {
     /// Template (base image) of the sandbox. Default "base".
     #[serde(default)]
     pub template: Option<String>,
-    /// Seconds until the sandbox is destroyed, 1-86400, default 300.
-    /// run_command and the file tools push the deadline to now + timeout;
+    /// Seconds until the sandbox is destroyed. run_command and the file tools push the deadline to now + timeout;
     /// the task tools do not.
     #[serde(default)]
-    #[schemars(range(min = 1, max = 86400))]
+    #[schemars(range(min = SANDBOX_TIMEOUT_MIN, max = SANDBOX_TIMEOUT_MAX))]
+    #[schemars(extend("default" = SANDBOX_TIMEOUT_DEFAULT))]
     pub timeout: Option<u64>,
     /// Environment variables for every process in the sandbox. Put secrets
     /// a task needs here: values of variables whose names contain KEY,
@@ -91,9 +92,8 @@ pub struct ListSandboxesResult {
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RunCommandArgs {
-    /// Shell command, run with bash -c (sh -c without bash). 1-65536
-    /// characters.
-    #[schemars(length(min = 1, max = 65536))]
+    /// Shell command, run with bash -c (sh -c without bash).
+    #[schemars(length(min = 1, max = COMMAND_MAX_CHARS))]
     pub command: String,
     /// Sandbox to run in. Default: this session's sandbox from the last
     /// create_sandbox.
@@ -102,11 +102,12 @@ pub struct RunCommandArgs {
     /// Working directory. Default: the sandbox user's home.
     #[serde(default)]
     pub cwd: Option<String>,
-    /// Seconds to wait, 1-3600, default 60. At the timeout the command's
+    /// Seconds to wait. At the timeout the command's
     /// process group is killed and timed_out is true. For anything longer,
     /// use start_task.
     #[serde(default)]
-    #[schemars(range(min = 1, max = 3600))]
+    #[schemars(range(min = RUN_TIMEOUT_MIN, max = RUN_TIMEOUT_MAX))]
+    #[schemars(extend("default" = RUN_TIMEOUT_DEFAULT))]
     pub timeout: Option<u64>,
 }
 
@@ -116,9 +117,9 @@ pub struct RunCommandResult {
     /// Exit status, or 128+N when killed by signal N; null if none was
     /// collected.
     pub exit_code: Option<i32>,
-    /// The last 65536 bytes of stdout.
+    /// The last bytes of stdout (at most 64 KiB).
     pub stdout: String,
-    /// The last 65536 bytes of stderr.
+    /// The last bytes of stderr (at most 64 KiB).
     pub stderr: String,
     /// True when earlier stdout bytes were dropped.
     pub stdout_truncated: bool,
@@ -132,7 +133,7 @@ pub struct RunCommandResult {
 pub struct ReadFileArgs {
     /// File to read; a relative path is taken from the sandbox user's home.
     /// Files over 1 MiB are refused.
-    #[schemars(length(min = 1, max = 4096))]
+    #[schemars(length(min = 1, max = super::validate::PATH_MAX_BYTES))]
     pub path: String,
     /// Default: this session's sandbox.
     #[serde(default)]
@@ -154,7 +155,7 @@ pub struct WriteFileArgs {
     /// File to write; a relative path is taken from the sandbox user's home.
     /// Missing parent directories are created; the file is replaced
     /// atomically.
-    #[schemars(length(min = 1, max = 4096))]
+    #[schemars(length(min = 1, max = super::validate::PATH_MAX_BYTES))]
     pub path: String,
     /// The new content of the file.
     pub content: String,
@@ -174,7 +175,7 @@ pub struct WriteFileResult {
 pub struct ListFilesArgs {
     /// Directory to list; a relative path is taken from the sandbox user's
     /// home ("." is the home itself).
-    #[schemars(length(min = 1, max = 4096))]
+    #[schemars(length(min = 1, max = super::validate::PATH_MAX_BYTES))]
     pub path: String,
     /// Default: this session's sandbox.
     #[serde(default)]
@@ -212,9 +213,8 @@ pub struct ListFilesResult {
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct StartTaskArgs {
-    /// Shell command to run in the background (bash -c), 1-65536
-    /// characters.
-    #[schemars(length(min = 1, max = 65536))]
+    /// Shell command to run in the background (bash -c).
+    #[schemars(length(min = 1, max = COMMAND_MAX_CHARS))]
     pub command: String,
     /// Sandbox to run in. Default: this session's sandbox from the last
     /// create_sandbox. A sandbox is never created implicitly.
@@ -223,10 +223,11 @@ pub struct StartTaskArgs {
     /// Working directory; must exist. Default: the sandbox user's home.
     #[serde(default)]
     pub cwd: Option<String>,
-    /// Seconds before the task is stopped (state timed_out), 1-3600,
-    /// default 300. The sandbox's own deadline still applies.
+    /// Seconds before the task is stopped (state timed_out). The
+    /// sandbox's own deadline still applies.
     #[serde(default)]
-    #[schemars(range(min = 1, max = 3600))]
+    #[schemars(range(min = TASK_TIMEOUT_MIN, max = TASK_TIMEOUT_MAX))]
+    #[schemars(extend("default" = TASK_TIMEOUT_DEFAULT))]
     pub timeout: Option<u64>,
 }
 
@@ -257,19 +258,20 @@ pub struct TaskQueryArgs {
     /// The task_id of the task's handle: 32 lowercase hex characters.
     #[schemars(regex(pattern = r"^[0-9a-f]{32}$"))]
     pub task_id: String,
-    /// Byte offset into the saved stdout, 0-1048576, default 0. Pass the
-    /// previous stdout_next_offset to read on.
+    /// Byte offset into the saved stdout. Pass the previous
+    /// stdout_next_offset to read on.
     #[serde(default)]
-    #[schemars(range(min = 0, max = 1048576))]
+    #[schemars(range(min = 0, max = OFFSET_MAX), extend("default" = 0))]
     pub stdout_offset: Option<u64>,
-    /// Byte offset into the saved stderr, 0-1048576, default 0. Pass the
-    /// previous stderr_next_offset to read on.
+    /// Byte offset into the saved stderr. Pass the previous
+    /// stderr_next_offset to read on.
     #[serde(default)]
-    #[schemars(range(min = 0, max = 1048576))]
+    #[schemars(range(min = 0, max = OFFSET_MAX), extend("default" = 0))]
     pub stderr_offset: Option<u64>,
-    /// Bytes per stream to return, 1-65536, default 16384.
+    /// Bytes per stream to return.
     #[serde(default)]
-    #[schemars(range(min = 1, max = 65536))]
+    #[schemars(range(min = PAGE_LIMIT_MIN, max = PAGE_LIMIT_MAX))]
+    #[schemars(extend("default" = PAGE_LIMIT_DEFAULT))]
     pub limit: Option<u64>,
 }
 
@@ -301,7 +303,7 @@ pub struct TaskResult {
     pub stdout_next_offset: u64,
     /// Pass as stderr_offset to read the next page.
     pub stderr_next_offset: u64,
-    /// Bytes of stdout saved so far (at most 1048576).
+    /// Bytes of stdout saved so far (at most 1 MiB).
     pub stdout_bytes: u64,
     pub stderr_bytes: u64,
     /// True once stdout passed 1 MiB: later bytes were not saved.

@@ -12,26 +12,54 @@ pub(super) const PATH_MAX_BYTES: usize = 4096;
 
 /// The rule of a parameter, as a phrase for error messages. Used for type
 /// errors too, so a wrong type names the allowed values.
-pub(super) fn rule(tool: &str, param: &str) -> &'static str {
+pub(super) fn rule(tool: &str, param: &str) -> String {
     match (tool, param) {
-        ("create_sandbox", "timeout") => {
-            "must be an integer from 1 to 86400 (seconds), default 300"
+        ("create_sandbox", "timeout") => integer_rule(
+            SANDBOX_TIMEOUT_MIN,
+            SANDBOX_TIMEOUT_MAX,
+            " (seconds)",
+            SANDBOX_TIMEOUT_DEFAULT,
+        ),
+        ("run_command", "timeout") => integer_rule(
+            RUN_TIMEOUT_MIN,
+            RUN_TIMEOUT_MAX,
+            " (seconds)",
+            RUN_TIMEOUT_DEFAULT,
+        ),
+        ("start_task", "timeout") => integer_rule(
+            TASK_TIMEOUT_MIN,
+            TASK_TIMEOUT_MAX,
+            " (seconds)",
+            TASK_TIMEOUT_DEFAULT,
+        ),
+        (_, "command") => format!("must be a string of 1 to {COMMAND_MAX_CHARS} characters"),
+        (_, "template") => "must be a non-empty string naming a template, default \"base\"".into(),
+        (_, "envs") => {
+            "must be an object mapping variable names (no '=' or NUL) to string values".into()
         }
-        ("run_command", "timeout") => "must be an integer from 1 to 3600 (seconds), default 60",
-        ("start_task", "timeout") => "must be an integer from 1 to 3600 (seconds), default 300",
-        (_, "command") => "must be a string of 1 to 65536 characters",
-        (_, "template") => "must be a non-empty string naming a template, default \"base\"",
-        (_, "envs") => "must be an object mapping variable names (no '=' or NUL) to string values",
-        (_, "sandbox_id") => "must be a sandbox id string of 1-64 characters a-z, 0-9 and '-'",
+        (_, "sandbox_id") => {
+            "must be a sandbox id string of 1-64 characters a-z, 0-9 and '-'".into()
+        }
         (_, "task_id") => {
-            "must be a string of 32 lowercase hexadecimal characters (^[0-9a-f]{32}$)"
+            "must be a string of 32 lowercase hexadecimal characters (^[0-9a-f]{32}$)".into()
         }
-        (_, "stdout_offset" | "stderr_offset") => "must be an integer from 0 to 1048576, default 0",
-        (_, "limit") => "must be an integer from 1 to 65536 (bytes per stream), default 16384",
-        (_, "path" | "cwd") => "must be a non-empty path string of at most 4096 bytes without NUL",
-        (_, "content") => "must be a string",
-        _ => "is not accepted",
+        (_, "stdout_offset" | "stderr_offset") => integer_rule(0, OFFSET_MAX, "", 0),
+        (_, "limit") => integer_rule(
+            PAGE_LIMIT_MIN,
+            PAGE_LIMIT_MAX,
+            " (bytes per stream)",
+            PAGE_LIMIT_DEFAULT,
+        ),
+        (_, "path" | "cwd") => {
+            format!("must be a non-empty path string of at most {PATH_MAX_BYTES} bytes without NUL")
+        }
+        (_, "content") => "must be a string".into(),
+        _ => "is not accepted".into(),
     }
+}
+
+fn integer_rule(min: u64, max: u64, unit: &str, default: u64) -> String {
+    format!("must be an integer from {min} to {max}{unit}, default {default}")
 }
 
 fn range(
@@ -48,7 +76,7 @@ fn range(
     } else {
         Err(ToolError::invalid(
             param,
-            rule(tool, param),
+            &rule(tool, param),
             format_args!("got {v}; nothing was run"),
         ))
     }
@@ -113,7 +141,7 @@ pub(super) fn command(v: &str) -> Result<(), ToolError> {
         };
         return Err(ToolError::invalid(
             "command",
-            rule("", "command"),
+            &rule("", "command"),
             format_args!("{got}; nothing was run"),
         ));
     }
@@ -134,7 +162,7 @@ pub(super) fn sandbox_id(v: &str) -> Result<SandboxId, ToolError> {
     SandboxId::parse(v).map_err(|_| {
         ToolError::invalid(
             "sandbox_id",
-            rule("", "sandbox_id"),
+            &rule("", "sandbox_id"),
             format_args!(
                 "got {:?}; call list_sandboxes for the ids you can use",
                 v.chars().take(80).collect::<String>()
@@ -147,7 +175,7 @@ pub(super) fn task_id(v: &str) -> Result<TaskId, ToolError> {
     TaskId::parse(v).map_err(|_| {
         ToolError::invalid(
             "task_id",
-            rule("", "task_id"),
+            &rule("", "task_id"),
             format_args!(
                 "got {:?}; use the task_id start_task returned",
                 v.chars().take(80).collect::<String>()
@@ -167,7 +195,7 @@ pub(super) fn path(param: &str, v: &str) -> Result<(), ToolError> {
         };
         return Err(ToolError::invalid(
             param,
-            rule("", param),
+            &rule("", param),
             format_args!("{got}; nothing was run"),
         ));
     }
@@ -178,7 +206,7 @@ pub(super) fn template(v: &str) -> Result<(), ToolError> {
     if v.is_empty() || v.contains('\0') {
         return Err(ToolError::invalid(
             "template",
-            rule("", "template"),
+            &rule("", "template"),
             "got an empty string; nothing was created",
         ));
     }
@@ -192,14 +220,14 @@ pub(super) fn envs<'a>(
         if name.is_empty() || name.contains('=') || name.contains('\0') {
             return Err(ToolError::invalid(
                 "envs",
-                rule("", "envs"),
+                &rule("", "envs"),
                 format_args!("variable name {name:?} is not allowed; nothing was created"),
             ));
         }
         if value.contains('\0') {
             return Err(ToolError::invalid(
                 "envs",
-                rule("", "envs"),
+                &rule("", "envs"),
                 format_args!("the value of {name} contains NUL; nothing was created"),
             ));
         }
