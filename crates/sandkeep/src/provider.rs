@@ -13,3 +13,9 @@ use std::sync::Arc;
 pub fn from_env() -> Result<Arc<dyn Provider>> {
     Ok(Arc::new(local::LocalProvider::from_env()?))
 }
+
+/// `SANDKEEP_HOME` as this process's configuration resolves it (absolute):
+/// the server keeps its own files there too (the generated HTTP token).
+pub fn home_from_env() -> std::io::Result<std::path::PathBuf> {
+    std::path::absolute(local::LocalConfig::from_env()?.home)
+}

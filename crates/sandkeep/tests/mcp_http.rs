@@ -25,7 +25,7 @@ async fn sandbox_ids(client: &Client) -> Vec<String> {
 async fn acceptance_path_over_http_with_sigkill_of_the_server() {
     let home = Home::new();
     let mut a = HttpServer::start(&home, &["--http", "127.0.0.1:0"]).await;
-    let client = a.legacy(None).await;
+    let client = a.legacy().await;
     let id = sid(&ok(&client, "create_sandbox", json!({"timeout": 600})).await);
     let started = ok(
         &client,
@@ -83,7 +83,7 @@ async fn http_sessions_clean_up_on_delete_and_idle_expiry_and_stateless_requests
 
     // A legacy session ended by DELETE destroys its unretained sandbox and
     // keeps the retained one.
-    let s1 = server.legacy(None).await;
+    let s1 = server.legacy().await;
     let scratch = sid(&ok(&s1, "create_sandbox", json!({})).await);
     let kept = sid(&ok(&s1, "create_sandbox", json!({"timeout": 120})).await);
     ok(&s1, "start_task", json!({"command": "sleep 100"})).await;
@@ -97,7 +97,7 @@ async fn http_sessions_clean_up_on_delete_and_idle_expiry_and_stateless_requests
     assert!(sandbox_ids(&observer).await.contains(&kept));
 
     // A legacy session left idle expires, with the same cleanup.
-    let s2 = server.legacy(None).await;
+    let s2 = server.legacy().await;
     let idle = sid(&ok(&s2, "create_sandbox", json!({})).await);
     until(
         Duration::from_secs(15),
@@ -127,7 +127,7 @@ async fn http_sessions_clean_up_on_delete_and_idle_expiry_and_stateless_requests
 async fn shutdown_ends_live_http_sessions() {
     let home = Home::new();
     let server = HttpServer::start(&home, &["--http", "127.0.0.1:0"]).await;
-    let s = server.legacy(None).await;
+    let s = server.legacy().await;
     let id = sid(&ok(&s, "create_sandbox", json!({})).await);
     server.stop().await;
     drop(s);
@@ -142,11 +142,11 @@ async fn shutdown_ends_live_http_sessions() {
 }
 
 #[tokio::test]
-async fn non_loopback_address_needs_a_token() {
+async fn insecure_no_auth_is_refused_off_loopback() {
     let home = Home::new();
     let out = home
         .async_command()
-        .args(["serve", "--http", "0.0.0.0:0"])
+        .args(["serve", "--http", "0.0.0.0:0", "--insecure-no-auth"])
         .env_remove("SANDKEEP_AUTH_TOKEN")
         .output()
         .await
@@ -154,12 +154,159 @@ async fn non_loopback_address_needs_a_token() {
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
-        stderr.contains("--auth-token") && stderr.contains("SANDKEEP_AUTH_TOKEN"),
+        stderr.contains("--insecure-no-auth") && stderr.contains("loopback"),
         "{stderr}"
     );
 }
 
-async fn post(port: u16, headers: &[(&str, &str)]) -> reqwest::StatusCode {
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn loopback_needs_the_generated_token_which_is_written_0600() {
+    use std::os::unix::fs::PermissionsExt;
+    let home = Home::new();
+    let server = HttpServer::start(&home, &["--http", "127.0.0.1:0"]).await;
+    let token = server
+        .token
+        .clone()
+        .expect("the server printed a generated token");
+    assert_eq!(token.len(), 32, "128 bits as hex: {token}");
+    let file = home.path().join("http-token");
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), token);
+    let mode = std::fs::metadata(&file).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600, "mode of {}", file.display());
+    let stderr = server.stderr.lock().unwrap().clone();
+    assert!(
+        stderr.contains("claude mcp add --transport http")
+            && stderr.contains(&format!("Bearer {token}")),
+        "{stderr}"
+    );
+
+    let port = server.port();
+    let response = raw_post(port, &[]).await;
+    assert_eq!(response.status(), 401, "no token on loopback");
+    assert_eq!(response.headers()["www-authenticate"], "Bearer");
+    assert_eq!(
+        post(port, &[("authorization", &format!("Bearer {token}"))]).await,
+        200
+    );
+    // The rmcp client with the token works end to end.
+    let client = server.legacy().await;
+    ok(&client, "list_sandboxes", json!({})).await;
+    client.cancel().await.unwrap();
+    server.stop().await;
+
+    // A new server generates a new token: the old one no longer works.
+    let again = HttpServer::start(&home, &["--http", "127.0.0.1:0"]).await;
+    let second = again.token.clone().unwrap();
+    assert_ne!(second, token);
+    assert_eq!(
+        post(
+            again.port(),
+            &[("authorization", &format!("Bearer {token}"))]
+        )
+        .await,
+        401
+    );
+    again.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn insecure_no_auth_on_loopback_serves_without_a_token_and_warns() {
+    let home = Home::new();
+    let server = HttpServer::start(&home, &["--http", "127.0.0.1:0", "--insecure-no-auth"]).await;
+    assert_eq!(server.token, None);
+    assert_eq!(post(server.port(), &[]).await, 200);
+    let stderr = server.stderr.lock().unwrap().clone();
+    assert!(stderr.contains("without a token"), "{stderr}");
+    assert!(!home.path().join("http-token").exists());
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_never_finishes_its_headers_is_cut_off() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let home = Home::new();
+    let server = HttpServer::start(&home, &["--http", "127.0.0.1:0"]).await;
+    let mut slow = tokio::net::TcpStream::connect(("127.0.0.1", server.port()))
+        .await
+        .unwrap();
+    slow.write_all(b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ")
+        .await
+        .unwrap();
+    let started = std::time::Instant::now();
+    let mut rest = Vec::new();
+    // The server's header read timeout is 10 s: the connection must end
+    // (EOF or reset) well before this bound.
+    let ended = tokio::time::timeout(Duration::from_secs(30), slow.read_to_end(&mut rest)).await;
+    assert!(
+        ended.is_ok(),
+        "the half-sent request was still open after 30 s"
+    );
+    let waited = started.elapsed();
+    assert!(
+        waited >= Duration::from_secs(9) && waited <= Duration::from_secs(20),
+        "cut after {waited:?}"
+    );
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn past_the_session_cap_initialize_gets_503_and_existing_sessions_work() {
+    let home = Home::new();
+    let server = HttpServer::start(&home, &["--http", "127.0.0.1:0", "--max-sessions", "2"]).await;
+    let token = format!("Bearer {}", server.token.clone().unwrap());
+    let a = server.legacy().await;
+    let b = server.legacy().await;
+    let refused = raw_post(server.port(), &[("authorization", &token)]).await;
+    assert_eq!(refused.status(), 503);
+    assert!(refused.headers().contains_key("retry-after"), "{refused:?}");
+    for client in [&a, &b] {
+        ok(client, "list_sandboxes", json!({})).await;
+    }
+    // A 2026-07-28 request holds no session and still passes.
+    let modern = server.modern().await;
+    ok(&modern, "list_sandboxes", json!({})).await;
+    // Once a session ends, its place is free again.
+    a.cancel().await.unwrap();
+    until(Duration::from_secs(10), "a freed session place", || async {
+        post(server.port(), &[("authorization", &token)]).await == 200
+    })
+    .await;
+    b.cancel().await.unwrap();
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn past_the_connection_cap_a_connection_gets_503() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let home = Home::new();
+    let server =
+        HttpServer::start(&home, &["--http", "127.0.0.1:0", "--max-connections", "1"]).await;
+    // The only place, held by a client that says nothing yet.
+    let _holder = tokio::net::TcpStream::connect(("127.0.0.1", server.port()))
+        .await
+        .unwrap();
+    let mut second = tokio::net::TcpStream::connect(("127.0.0.1", server.port()))
+        .await
+        .unwrap();
+    second
+        .write_all(b"GET /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        .await
+        .unwrap();
+    let mut answer = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), second.read_to_end(&mut answer))
+        .await
+        .expect("the busy answer within 10 s")
+        .unwrap();
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
+    assert!(
+        answer.to_ascii_lowercase().contains("retry-after:"),
+        "{answer}"
+    );
+    server.stop().await;
+}
+
+async fn raw_post(port: u16, headers: &[(&str, &str)]) -> reqwest::Response {
     let body = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
         "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}}});
     let mut req = reqwest::Client::new()
@@ -169,7 +316,11 @@ async fn post(port: u16, headers: &[(&str, &str)]) -> reqwest::StatusCode {
     for (k, v) in headers {
         req = req.header(*k, *v);
     }
-    req.send().await.unwrap().status()
+    req.send().await.unwrap()
+}
+
+async fn post(port: u16, headers: &[(&str, &str)]) -> reqwest::StatusCode {
+    raw_post(port, headers).await.status()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -210,7 +361,7 @@ async fn token_and_origin_are_enforced() {
 
     // rmcp's client with the token works end to end, and the token is
     // masked if a command prints it.
-    let client = server.legacy(Some(token)).await;
+    let client = server.legacy().await;
     let run = ok(&client, "create_sandbox", json!({"timeout": 30})).await;
     let out = ok(
         &client,
@@ -228,13 +379,18 @@ async fn token_and_origin_are_enforced() {
     client.cancel().await.unwrap();
     server.stop().await;
 
-    // On loopback a foreign Origin is rejected too.
+    // On loopback a foreign Origin is rejected too, even with the token.
     let local = HttpServer::start(&home, &["--http", "127.0.0.1:0"]).await;
+    let good = format!("Bearer {}", local.token.clone().unwrap());
     assert_eq!(
-        post(local.port(), &[("origin", "http://evil.example")]).await,
+        post(
+            local.port(),
+            &[("authorization", &good), ("origin", "http://evil.example")]
+        )
+        .await,
         403
     );
-    assert_eq!(post(local.port(), &[]).await, 200);
+    assert_eq!(post(local.port(), &[("authorization", &good)]).await, 200);
     local.stop().await;
 }
 
@@ -273,7 +429,7 @@ async fn fifty_concurrent_clients_polling_get_task_get_correct_answers() {
         );
         clients.push(tokio::spawn(async move {
             // Half legacy sessions, half stateless requests.
-            let c = if n % 2 == 0 { server.legacy(None).await } else { server.modern().await };
+            let c = if n % 2 == 0 { server.legacy().await } else { server.modern().await };
             for round in 0..4u64 {
                 let offset = (n * 97 + round * 13) % 8000;
                 let v = ok(

@@ -36,6 +36,7 @@ async fn official_python_sdk_walks_the_acceptance_path() {
         .arg(bin())
         .arg(home.path())
         .arg(&http.url)
+        .arg(http.token.as_deref().expect("the server printed its token"))
         .env("SANDKEEP_HOME", home.path())
         .kill_on_drop(true)
         .output();

@@ -13,10 +13,13 @@ use crate::service::Service;
 #[derive(Debug, clap::Args)]
 pub struct ServeArgs {
     /// Serve Streamable HTTP at http://ADDR/mcp instead of stdio (e.g.
-    /// 127.0.0.1:8765). A non-loopback address requires --auth-token.
+    /// 127.0.0.1:8765). Every request needs the bearer token, loopback
+    /// included.
     #[arg(long, value_name = "ADDR")]
     pub http: Option<String>,
     /// Bearer token HTTP clients must send (`Authorization: Bearer T`).
+    /// Without it the server generates one, writes it to
+    /// $SANDKEEP_HOME/http-token (mode 0600) and prints it on stderr.
     #[arg(
         long,
         value_name = "T",
@@ -24,6 +27,17 @@ pub struct ServeArgs {
         hide_env_values = true
     )]
     pub auth_token: Option<String>,
+    /// Serve HTTP without a token: only on a loopback address, and every
+    /// local user and process can then use the server.
+    #[arg(long, conflicts_with = "auth_token")]
+    pub insecure_no_auth: bool,
+    /// Open HTTP connections at once; one more is answered 503.
+    #[arg(long, value_name = "N", default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..=65_536))]
+    pub max_connections: u32,
+    /// Live HTTP (legacy) sessions at once; one more is answered 503 while
+    /// the existing ones keep working.
+    #[arg(long, value_name = "N", default_value_t = 128, value_parser = clap::value_parser!(u32).range(1..=65_536))]
+    pub max_sessions: u32,
     /// Seconds of inactivity after which an HTTP session ends (and its
     /// unretained sandboxes are destroyed).
     #[arg(long, value_name = "SECS", default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..=86_400))]
@@ -56,17 +70,77 @@ pub fn run(args: ServeArgs) -> i32 {
             return 1;
         }
     };
-    let service = Arc::new(Service::new(provider, secrets(args.auth_token.as_deref())));
-    match addr {
-        None => mcp::stdio::run(service),
-        Some(addr) => mcp::http::run(
-            service,
-            mcp::http::HttpOptions {
-                addr,
-                auth_token: args.auth_token,
-                session_idle: Duration::from_secs(args.session_idle_timeout),
-            },
-        ),
+    let auth = match addr.map(|_| http_auth(&args)).transpose() {
+        Ok(auth) => auth,
+        Err(message) => {
+            eprintln!("sandkeep serve: {message}");
+            return 1;
+        }
+    };
+    let token = match &auth {
+        Some(mcp::http::Auth::Token { value, .. }) => Some(value.as_str()),
+        _ => None,
+    };
+    let service = Arc::new(Service::new(provider, secrets(token)));
+    let (Some(addr), Some(auth)) = (addr, auth) else {
+        return mcp::stdio::run(service);
+    };
+    mcp::http::run(
+        service,
+        mcp::http::HttpOptions {
+            addr,
+            auth,
+            session_idle: Duration::from_secs(args.session_idle_timeout),
+            max_connections: args.max_connections as usize,
+            max_sessions: args.max_sessions as usize,
+        },
+    )
+}
+
+/// The configured token, none with `--insecure-no-auth`, else a new one
+/// (128 bits from the OS) written to `$SANDKEEP_HOME/http-token`.
+fn http_auth(args: &ServeArgs) -> Result<mcp::http::Auth, String> {
+    if args.insecure_no_auth {
+        return Ok(mcp::http::Auth::InsecureNoAuth);
+    }
+    if let Some(value) = &args.auth_token {
+        return Ok(mcp::http::Auth::Token {
+            value: value.clone(),
+            file: None,
+        });
+    }
+    let mut bytes = [0u8; 16];
+    getrandom::fill(&mut bytes).map_err(|e| format!("cannot generate a token: {e}"))?;
+    let value: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    let file = provider::home_from_env()
+        .map_err(|e| format!("cannot locate SANDKEEP_HOME for the token file: {e}"))?
+        .join("http-token");
+    write_private(&file, value.as_bytes())
+        .map_err(|e| format!("cannot write the token file {}: {e}", file.display()))?;
+    Ok(mcp::http::Auth::Token {
+        value,
+        file: Some(file),
+    })
+}
+
+/// Replaces `path` atomically with a file of mode 0600: a reader sees the
+/// old token or the new one, and never a moment of wider permissions.
+fn write_private(path: &std::path::Path, content: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let temp = path.with_extension(format!("tmp.{}", std::process::id()));
+    let written = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&temp)
+        .and_then(|mut f| f.write_all(content).and_then(|()| f.sync_all()));
+    match written.and_then(|()| std::fs::rename(&temp, path)) {
+        Ok(()) => Ok(()),
+        Err(e) => {
+            let _ = std::fs::remove_file(&temp);
+            Err(e)
+        }
     }
 }
 

@@ -1,23 +1,32 @@
 //! `sandkeep serve --http ADDR`: MCP Streamable HTTP at `/mcp`.
 //!
-//! Owns the HTTP edge: the bind-address/token rule (loopback needs no
-//! token; any other address refuses to start without one), bearer-token
-//! checks (401), same-origin checks (403), and session-end cleanup. A
-//! legacy (initialize) session ends on DELETE or after the idle timeout;
-//! its handler's drop then ends the service session in the background.
-//! On SIGTERM/SIGINT every live session is ended before the process exits.
+//! Owns the HTTP edge: the token rule (every request carries the bearer
+//! token, loopback included; only `--insecure-no-auth` on a loopback
+//! address goes without), bearer-token checks (401), same-origin checks
+//! (403), what one client can hold (a header read timeout, caps on
+//! connections and legacy sessions answered with 503 and `Retry-After`),
+//! and session-end cleanup. A legacy (initialize) session ends on DELETE or
+//! after the idle timeout; its handler's drop then ends the service session
+//! in the background. On SIGTERM/SIGINT every live session is ended before
+//! the process exits.
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
+use axum::body::Body;
 use axum::extract::{Request, State};
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{HeaderMap, Method, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
+use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::service::TowerToHyperService;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use tokio::signal::unix::{SignalKind, signal};
+use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -29,25 +38,45 @@ use crate::service::{Service, Session};
 const MAX_BODY_BYTES: usize = 16 * 1024 * 1024;
 /// How long shutdown waits for open connections and session cleanups.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(20);
+/// A client that has not sent a whole request head by then is cut off.
+pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// What a client told "busy" (503) waits before it tries again.
+const RETRY_AFTER_SECS: &str = "5";
+
+/// Who may call the server.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Auth {
+    /// Every request carries `Authorization: Bearer TOKEN`. `file` is set
+    /// when the server generated the token (and wrote it there): only then
+    /// is the token itself printed for clients.
+    Token {
+        value: String,
+        file: Option<std::path::PathBuf>,
+    },
+    /// No token (`--insecure-no-auth`): accepted on a loopback address only.
+    InsecureNoAuth,
+}
 
 /// Settings of the HTTP server.
 #[derive(Debug, Clone)]
 pub struct HttpOptions {
     /// Where to listen; port 0 picks a free port (printed on stderr).
     pub addr: SocketAddr,
-    /// Required as `Authorization: Bearer TOKEN` when set; mandatory for a
-    /// non-loopback address.
-    pub auth_token: Option<String>,
+    pub auth: Auth,
     /// A legacy session idle this long is ended (and cleaned up).
     pub session_idle: Duration,
+    /// Open connections at once; one more is answered 503.
+    pub max_connections: usize,
+    /// Live legacy sessions at once; one more initialize is answered 503
+    /// while the existing sessions keep working.
+    pub max_sessions: usize,
 }
 
 #[derive(Debug, thiserror::Error)]
 pub enum HttpError {
     #[error(
-        "refusing to serve MCP on {0} without a token: a non-loopback address needs --auth-token TOKEN \
-         (or SANDKEEP_AUTH_TOKEN), which clients then send as `Authorization: Bearer TOKEN`; \
-         or listen on 127.0.0.1"
+        "refusing to serve MCP on {0} without a token: --insecure-no-auth is accepted only on a \
+         loopback address (127.0.0.1, ::1); drop it and clients use the token the server prints"
     )]
     TokenRequired(SocketAddr),
     #[error("the auth token must not be empty or contain whitespace: choose a long random string")]
@@ -103,6 +132,12 @@ impl SessionEnder {
         );
     }
 
+    fn live_count(&self) -> usize {
+        let mut live = self.live.lock().unwrap_or_else(|p| p.into_inner());
+        live.retain(|w| w.strong_count() > 0);
+        live.len()
+    }
+
     async fn end_all_live(&self) {
         let live: Vec<Arc<Session>> = self
             .live
@@ -156,14 +191,20 @@ pub async fn serve(
     shutdown: CancellationToken,
 ) -> Result<(), HttpError> {
     let loopback = options.addr.ip().is_loopback();
-    if let Some(t) = &options.auth_token
-        && (t.is_empty() || t.chars().any(char::is_whitespace))
-    {
-        return Err(HttpError::BadToken);
-    }
-    if !loopback && options.auth_token.is_none() {
-        return Err(HttpError::TokenRequired(options.addr));
-    }
+    let token = match &options.auth {
+        Auth::Token { value, .. } if value.is_empty() || value.chars().any(char::is_whitespace) => {
+            return Err(HttpError::BadToken);
+        }
+        Auth::Token { value, .. } => Some(value.clone()),
+        Auth::InsecureNoAuth if !loopback => return Err(HttpError::TokenRequired(options.addr)),
+        Auth::InsecureNoAuth => {
+            tracing::warn!(
+                "serving without a token (--insecure-no-auth): every local user and process can \
+                 run commands in this server's sandboxes"
+            );
+            None
+        }
+    };
     let listener = tokio::net::TcpListener::bind(options.addr)
         .await
         .map_err(|source| HttpError::Bind {
@@ -198,7 +239,9 @@ pub async fn serve(
         config,
     );
     let guard = Arc::new(Guard {
-        token: options.auth_token.clone(),
+        token,
+        sessions: ender.clone(),
+        max_sessions: options.max_sessions,
     });
     let app = axum::Router::new()
         .nest_service("/mcp", mcp)
@@ -206,16 +249,23 @@ pub async fn serve(
 
     tracing::info!("listening on http://{local}/mcp");
     eprintln!("sandkeep: serving MCP at http://{local}/mcp");
-    let stopped = shutdown.clone();
-    let server =
-        axum::serve(listener, app).with_graceful_shutdown(async move { stopped.cancelled().await });
-    let server = tokio::spawn(async move { server.await });
-    shutdown.cancelled().await;
-    match tokio::time::timeout(SHUTDOWN_GRACE, server).await {
-        Ok(Ok(Err(e))) => return Err(HttpError::Serve(e)),
-        Ok(_) => {}
-        Err(_) => tracing::warn!("open connections did not close within the grace period"),
+    match &options.auth {
+        Auth::Token {
+            value,
+            file: Some(file),
+        } => eprintln!(
+            "sandkeep: every request needs the header `Authorization: Bearer {value}` (token in {}).\n\
+             sandkeep: Claude Code: claude mcp add --transport http sandkeep http://{local}/mcp \
+             --header \"Authorization: Bearer {value}\"",
+            file.display()
+        ),
+        Auth::Token { file: None, .. } => eprintln!(
+            "sandkeep: every request needs the header `Authorization: Bearer TOKEN` with the \
+             configured token (--auth-token / SANDKEEP_AUTH_TOKEN)"
+        ),
+        Auth::InsecureNoAuth => {}
     }
+    accept_until(listener, app, options.max_connections, shutdown.clone()).await;
     ender.end_all_live().await;
     ender.tracker.close();
     if tokio::time::timeout(SHUTDOWN_GRACE, ender.tracker.wait())
@@ -227,12 +277,92 @@ pub async fn serve(
     Ok(())
 }
 
+/// Serves connections until `shutdown`, then waits (bounded) for the open
+/// ones. Each connection gets the header read timeout; past
+/// `max_connections` a connection is only told 503 and closed.
+async fn accept_until(
+    listener: tokio::net::TcpListener,
+    app: axum::Router,
+    max_connections: usize,
+    shutdown: CancellationToken,
+) {
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(HEADER_READ_TIMEOUT);
+    builder.http2().timer(TokioTimer::new());
+    let mut busy = hyper::server::conn::http1::Builder::new();
+    busy.timer(TokioTimer::new())
+        .header_read_timeout(HEADER_READ_TIMEOUT)
+        .keep_alive(false);
+    let graceful = GracefulShutdown::new();
+    let slots = Arc::new(Semaphore::new(max_connections));
+    loop {
+        let stream = tokio::select! {
+            _ = shutdown.cancelled() => break,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                Err(e) => {
+                    // Out of descriptors or a connection reset before
+                    // accept: the listener itself is fine.
+                    tracing::warn!("accept failed: {e}");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+        };
+        let io = TokioIo::new(stream);
+        match slots.clone().try_acquire_owned() {
+            Ok(permit) => {
+                let service = TowerToHyperService::new(app.clone());
+                let connection = graceful.watch(
+                    builder
+                        .serve_connection_with_upgrades(io, service)
+                        .into_owned(),
+                );
+                tokio::spawn(async move {
+                    let _ = connection.await;
+                    drop(permit);
+                });
+            }
+            Err(_) => {
+                let answer = busy.serve_connection(
+                    io,
+                    hyper::service::service_fn(|_| async {
+                        Ok::<_, std::convert::Infallible>(busy_response("connections"))
+                    }),
+                );
+                tokio::spawn(answer);
+            }
+        }
+    }
+    if tokio::time::timeout(SHUTDOWN_GRACE, graceful.shutdown())
+        .await
+        .is_err()
+    {
+        tracing::warn!("open connections did not close within the grace period");
+    }
+}
+
+/// 503 with `Retry-After`: the server is at one of its caps.
+fn busy_response(what: &str) -> Response {
+    (
+        StatusCode::SERVICE_UNAVAILABLE,
+        [(header::RETRY_AFTER, RETRY_AFTER_SECS)],
+        format!("Service Unavailable: the server holds as many {what} as it allows; retry later"),
+    )
+        .into_response()
+}
+
 struct Guard {
     token: Option<String>,
+    sessions: SessionEnder,
+    max_sessions: usize,
 }
 
 /// Origin first (a browser page of another site gets 403 whatever it
-/// sends), then the bearer token (401).
+/// sends), then the bearer token (401), then the session cap (503).
 async fn check_request(State(guard): State<Arc<Guard>>, request: Request, next: Next) -> Response {
     if let Some(origin) = request.headers().get(header::ORIGIN)
         && !same_origin(origin.to_str().unwrap_or(""), request.headers())
@@ -253,7 +383,36 @@ async fn check_request(State(guard): State<Arc<Guard>>, request: Request, next: 
         )
             .into_response();
     }
+    if request.method() == Method::POST
+        && !request.headers().contains_key("mcp-session-id")
+        && guard.sessions.live_count() >= guard.max_sessions
+    {
+        // Only an initialize opens a session; other session-less requests
+        // (2026-07-28) hold nothing and pass.
+        let (parts, body) = request.into_parts();
+        let Ok(bytes) = axum::body::to_bytes(body, MAX_BODY_BYTES).await else {
+            return (StatusCode::PAYLOAD_TOO_LARGE, "Payload Too Large").into_response();
+        };
+        if opens_session(&bytes) {
+            return busy_response("sessions");
+        }
+        return next
+            .run(Request::from_parts(parts, Body::from(bytes)))
+            .await;
+    }
     next.run(request).await
+}
+
+/// True for a JSON-RPC `initialize` request (alone or in a batch).
+fn opens_session(body: &[u8]) -> bool {
+    let Ok(value) = serde_json::from_slice::<serde_json::Value>(body) else {
+        return false;
+    };
+    let is_init = |v: &serde_json::Value| v["method"] == "initialize";
+    match &value {
+        serde_json::Value::Array(items) => items.iter().any(is_init),
+        other => is_init(other),
+    }
 }
 
 /// An Origin is ours when it is `http://` plus the Host the request was

@@ -15,6 +15,8 @@ import sys
 import time
 
 from mcp import Client, StdioServerParameters
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
 
 TOOLS = {
     "cancel_task", "create_sandbox", "get_task", "kill_sandbox", "list_files",
@@ -87,8 +89,10 @@ async def phase_two(server, sandbox_id, task_id):
         return c.protocol_version
 
 
-async def phase_http(url):
-    async with Client(url) as c:
+async def phase_http(url, token):
+    # The server requires its bearer token on every request, loopback included.
+    http = create_mcp_http_client(headers={"Authorization": f"Bearer {token}"})
+    async with Client(streamable_http_client(url, http_client=http)) as c:
         tools = (await c.list_tools()).tools
         check({t.name for t in tools} == TOOLS, "HTTP tool list")
         sb = await ok(c, "create_sandbox", {"timeout": 60})
@@ -99,11 +103,11 @@ async def phase_http(url):
 
 
 async def main():
-    binary, home, url = sys.argv[1], sys.argv[2], sys.argv[3]
+    binary, home, url, token = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
     server = StdioServerParameters(command=binary, args=["serve"], env={"SANDKEEP_HOME": home})
     sandbox_id, task_id = await phase_one(server)
     stdio_version = await phase_two(server, sandbox_id, task_id)
-    http_version = await phase_http(url)
+    http_version = await phase_http(url, token)
     print(f"interop ok: stdio {stdio_version}, http {http_version}")
 
 

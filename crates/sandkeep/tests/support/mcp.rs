@@ -214,6 +214,10 @@ pub fn local_provider(home: &Home) -> Arc<dyn Provider> {
 pub struct HttpServer {
     pub child: Child,
     pub url: String,
+    /// What clients send as `Authorization: Bearer TOKEN`: the
+    /// `--auth-token` argument, else the token the server generated and
+    /// printed; `None` with `--insecure-no-auth`.
+    pub token: Option<String>,
     pub stderr: Arc<Mutex<String>>,
 }
 
@@ -223,6 +227,7 @@ impl HttpServer {
             .async_command()
             .arg("serve")
             .args(args)
+            .env_remove("SANDKEEP_AUTH_TOKEN")
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::piped())
@@ -246,7 +251,21 @@ impl HttpServer {
             },
         )
         .await;
-        Self { child, url, stderr }
+        let given = args
+            .iter()
+            .position(|a| *a == "--auth-token")
+            .map(|i| args[i + 1].to_owned());
+        let printed = stderr.lock().unwrap().lines().find_map(|l| {
+            let rest = l.split("`Authorization: Bearer ").nth(1)?;
+            Some(rest.split('`').next()?.to_owned())
+        });
+        let token = given.or(printed.filter(|t| t != "TOKEN"));
+        Self {
+            child,
+            url,
+            token,
+            stderr,
+        }
     }
 
     pub fn port(&self) -> u16 {
@@ -259,22 +278,27 @@ impl HttpServer {
             .unwrap()
     }
 
-    pub async fn legacy(&self, token: Option<&str>) -> Client {
-        let mut config = StreamableHttpClientTransportConfig::with_uri(self.url.clone());
-        if let Some(t) = token {
-            config = config.auth_header(t);
+    fn client_config(&self) -> StreamableHttpClientTransportConfig {
+        let config = StreamableHttpClientTransportConfig::with_uri(self.url.clone());
+        match &self.token {
+            Some(t) => config.auth_header(t.clone()),
+            None => config,
         }
-        ().serve(StreamableHttpClientTransport::from_config(config))
-            .await
-            .expect("legacy HTTP session")
     }
 
+    /// A client of the initialize protocol (one legacy session).
+    pub async fn legacy(&self) -> Client {
+        ().serve(StreamableHttpClientTransport::from_config(
+            self.client_config(),
+        ))
+        .await
+        .expect("legacy HTTP session")
+    }
+
+    /// A 2026-07-28 client (no session).
     pub async fn modern(&self) -> Client {
-        let transport = StreamableHttpClientTransport::from_config(
-            StreamableHttpClientTransportConfig::with_uri(self.url.clone()),
-        );
         ().serve_with_lifecycle(
-            transport,
+            StreamableHttpClientTransport::from_config(self.client_config()),
             ClientLifecycleMode::Discover {
                 preferred_versions: vec![ProtocolVersion::V_2026_07_28],
             },
