@@ -324,3 +324,46 @@ fn doctor_reports_isolation_state_directory_and_helper() {
     };
     assert_eq!(out.status.code(), Some(expected), "{}", describe(&out));
 }
+
+/// The codes of the exit-code table: the first word of each row that starts
+/// with a code, en dashes read as hyphens.
+fn exit_codes<'a>(rows: impl Iterator<Item = &'a str>) -> Vec<String> {
+    rows.filter_map(|row| row.split_whitespace().next())
+        .filter(|code| code.starts_with(|c: char| c.is_ascii_digit()))
+        .map(|code| code.replace('–', "-"))
+        .collect()
+}
+
+#[test]
+fn readme_lists_the_exit_codes_the_help_prints() {
+    let help = Home::new().ok(&["task", "wait", "--help"]);
+    let (_, table) = help
+        .split_once("Exit codes of exec")
+        .expect("`task wait --help` prints the exit-code table");
+    // Rows start with two spaces and a code; wrapped text is indented more.
+    let from_help = exit_codes(
+        table
+            .lines()
+            .take_while(|l| !l.starts_with("Other commands"))
+            .filter(|l| l.starts_with("  ") && !l.starts_with("   ")),
+    );
+
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md"))
+        .expect("read README.md");
+    let (_, table) = readme
+        .split_once("Exit codes of `exec`")
+        .expect("README.md has the exit-code table");
+    let from_readme = exit_codes(
+        table
+            .lines()
+            .skip_while(|l| !l.starts_with('|'))
+            .take_while(|l| l.starts_with('|'))
+            .map(|l| l.trim_start_matches('|')),
+    );
+
+    assert!(from_help.contains(&"141".to_owned()), "{from_help:?}");
+    assert_eq!(
+        from_readme, from_help,
+        "README.md's exit codes against exit::TABLE"
+    );
+}
