@@ -7,7 +7,7 @@ mod common;
 use std::fs;
 use std::os::unix::fs::{PermissionsExt, symlink};
 
-use common::{User, is_root, new_id};
+use common::{User, is_root, new_id, require};
 use sandkeep_proto::TaskState;
 use sandkeep_proto::limits::MAX_TASK_DIRS;
 use sandkeep_proto::wire::{ErrorKind, ListReply};
@@ -206,8 +206,7 @@ fn private_directory_open_to_others_is_refused() {
 
 #[test]
 fn foreign_owned_private_directory_is_refused() {
-    if !is_root() {
-        eprintln!("skipped: changing a directory's owner needs root");
+    if !require(is_root(), "changing a directory's owner needs root") {
         return;
     }
     let user = User::new();
