@@ -52,6 +52,8 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
+    const CUT: char = char::REPLACEMENT_CHARACTER;
+
     #[test]
     fn offset_past_end_is_empty_with_same_offset() {
         let p = slice(b"abc", ByteOffset(10), 5);
@@ -60,16 +62,42 @@ mod tests {
     }
 
     #[test]
-    fn cut_character_becomes_replacement() {
-        let s = "é".as_bytes(); // two bytes
-        let p = slice(s, ByteOffset(0), 1);
-        assert_eq!(p.text, "\u{FFFD}");
-        assert_eq!(p.next_offset, ByteOffset(1));
+    fn huge_offsets_and_limits_clip_without_overflow() {
+        assert_eq!(page_range(10, ByteOffset(3), u64::MAX), 3..10);
+        assert_eq!(page_range(10, ByteOffset(u64::MAX), u64::MAX), 10..10);
+        let p = slice(b"abc", ByteOffset(u64::MAX), u64::MAX);
+        assert_eq!((p.text.as_str(), p.next_offset), ("", ByteOffset(u64::MAX)));
     }
 
-    /// Text rich in multi-byte characters, so that random cuts land inside
+    /// "a€b" is 61 | e2 82 ac | 62: every cut through the euro sign.
+    #[test]
+    fn cuts_through_a_character_give_replacements_and_raw_offsets() {
+        let saved = "a€b".as_bytes();
+        for (offset, limit, text, next) in [
+            (0, 2, "a\u{FFFD}", 2),
+            // A lead byte with what follows of its sequence is one U+FFFD.
+            (0, 3, "a\u{FFFD}", 3),
+            (1, 3, "€", 4),
+            // Each stray continuation byte is a U+FFFD of its own.
+            (2, 1, "\u{FFFD}", 3),
+            (2, 3, "\u{FFFD}\u{FFFD}b", 5),
+            (3, 10, "\u{FFFD}b", 5),
+            (4, 10, "b", 5),
+            (5, 10, "", 5),
+        ] {
+            let page = slice(saved, ByteOffset(offset), limit);
+            assert_eq!(page.text, text, "offset {offset} limit {limit}");
+            assert_eq!(
+                page.next_offset,
+                ByteOffset(next),
+                "offset {offset} limit {limit}"
+            );
+        }
+    }
+
+    /// Single characters of one to four bytes, so that cuts land inside
     /// them often.
-    fn utf8_text() -> impl Strategy<Value = Vec<u8>> {
+    fn characters() -> impl Strategy<Value = Vec<&'static str>> {
         proptest::collection::vec(
             prop_oneof![
                 Just("a"),
@@ -79,9 +107,34 @@ mod tests {
                 Just("\n"),
                 Just("z")
             ],
-            0..64,
+            0..40,
         )
-        .prop_map(|parts| parts.concat().into_bytes())
+    }
+
+    /// What the bytes `start..end` of `chars` must read, worked out from
+    /// the characters instead of by decoding: a character wholly inside is
+    /// itself; one cut by `end` (its lead byte and some continuation bytes)
+    /// is one U+FFFD; each continuation byte of one cut by `start` is a
+    /// U+FFFD of its own.
+    fn reference(chars: &[&str], start: usize, end: usize) -> String {
+        let mut out = String::new();
+        let mut at = 0;
+        for c in chars {
+            let (from, to) = (at, at + c.len());
+            at = to;
+            let (lo, hi) = (from.max(start), to.min(end));
+            if lo >= hi {
+                continue;
+            }
+            if (lo, hi) == (from, to) {
+                out.push_str(c);
+            } else if lo == from {
+                out.push(CUT);
+            } else {
+                out.extend(std::iter::repeat_n(CUT, hi - lo));
+            }
+        }
+        out
     }
 
     proptest! {
@@ -90,10 +143,11 @@ mod tests {
         /// is the lossy decoding of exactly its raw bytes.
         #[test]
         fn pages_cover_every_byte_once(
-            mut saved in utf8_text(),
+            chars in characters(),
             junk in proptest::collection::vec(any::<u8>(), 0..8),
             limit in 1u64..20,
         ) {
+            let mut saved = chars.concat().into_bytes();
             saved.extend(junk);
             let mut offset = ByteOffset(0);
             let mut seen = Vec::new();
@@ -112,23 +166,19 @@ mod tests {
             prop_assert_eq!(seen, saved);
         }
 
-        /// Every cut point: the two pages split at it decode to valid
-        /// UTF-8 strings, reading again gives the same page, and an offset
-        /// past the end returns itself with an empty page.
+        /// At every offset, also past the end: the page reads what the
+        /// reference says, and the next offset is the offset plus the raw
+        /// bytes available up to the limit.
         #[test]
-        fn every_cut_is_stable_and_valid(saved in utf8_text(), extra in 0u64..50, limit in 1u64..70_000) {
-            for cut in 0..=saved.len() as u64 + extra {
-                let a = slice(&saved, ByteOffset(cut), limit);
-                let b = slice(&saved, ByteOffset(cut), limit);
-                prop_assert_eq!(&a, &b);
-                prop_assert!(std::str::from_utf8(a.text.as_bytes()).is_ok());
-                if cut >= saved.len() as u64 {
-                    prop_assert_eq!(a.text, "");
-                    prop_assert_eq!(a.next_offset, ByteOffset(cut));
-                } else {
-                    let want = (saved.len() as u64).min(cut.saturating_add(limit));
-                    prop_assert_eq!(a.next_offset, ByteOffset(want));
-                }
+        fn every_page_matches_the_reference(chars in characters(), limit in 1u64..12) {
+            let saved = chars.concat().into_bytes();
+            let len = saved.len() as u64;
+            for offset in 0..=len + 3 {
+                let page = slice(&saved, ByteOffset(offset), limit);
+                let end = len.min(offset + limit);
+                let want = reference(&chars, offset as usize, end as usize);
+                prop_assert_eq!(&page.text, &want, "offset {} limit {}", offset, limit);
+                prop_assert_eq!(page.next_offset, ByteOffset(offset.max(end)));
             }
         }
     }

@@ -112,6 +112,13 @@ impl TaskState {
         )
     }
 
+    /// Settled states are the last a reader will see: the terminal ones,
+    /// and `unknown`, where the supervisor is gone without recording a
+    /// result, so polling for a change is pointless.
+    pub fn is_settled(self) -> bool {
+        self.is_terminal() || self == Self::Unknown
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Running => "running",
@@ -166,12 +173,36 @@ mod tests {
 
     #[test]
     fn states_serialize_as_spec_names() {
-        assert_eq!(
-            serde_json::to_string(&TaskState::TimedOut).unwrap(),
-            "\"timed_out\""
-        );
-        assert!(TaskState::Cancelled.is_terminal());
-        assert!(!TaskState::Unknown.is_terminal());
-        assert!(!TaskState::Running.is_terminal());
+        use TaskState::*;
+        for (state, name) in [
+            (Running, "running"),
+            (Succeeded, "succeeded"),
+            (Failed, "failed"),
+            (Cancelled, "cancelled"),
+            (TimedOut, "timed_out"),
+            (Unknown, "unknown"),
+        ] {
+            assert_eq!(
+                serde_json::to_string(&state).unwrap(),
+                format!("\"{name}\"")
+            );
+            assert_eq!(state.to_string(), name);
+        }
+    }
+
+    #[test]
+    fn only_running_is_unsettled_and_unknown_is_not_terminal() {
+        use TaskState::*;
+        for (state, terminal, settled) in [
+            (Running, false, false),
+            (Succeeded, true, true),
+            (Failed, true, true),
+            (Cancelled, true, true),
+            (TimedOut, true, true),
+            (Unknown, false, true),
+        ] {
+            assert_eq!(state.is_terminal(), terminal, "{state} terminal");
+            assert_eq!(state.is_settled(), settled, "{state} settled");
+        }
     }
 }

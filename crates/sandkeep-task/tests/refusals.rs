@@ -7,7 +7,7 @@ mod common;
 use std::fs;
 use std::os::unix::fs::{PermissionsExt, symlink};
 
-use common::{User, is_root, new_id};
+use common::{User, is_root, new_id, require};
 use sandkeep_proto::TaskState;
 use sandkeep_proto::limits::MAX_TASK_DIRS;
 use sandkeep_proto::wire::{ErrorKind, ListReply};
@@ -72,7 +72,7 @@ fn the_129th_task_is_refused_and_nothing_is_created() {
 }
 
 #[test]
-fn bad_requests_are_refused_before_anything_is_created() {
+fn bad_start_requests_are_refused_before_anything_is_created() {
     let user = User::new();
     let id = new_id();
     let missing = user.home().join("no/such/dir");
@@ -119,13 +119,24 @@ fn bad_requests_are_refused_before_anything_is_created() {
     }
     user.refused(&["start", "{not json"], ErrorKind::BadRequest);
     user.refused(&["start"], ErrorKind::BadRequest);
+    assert_eq!(task_dirs(&user), 0, "nothing was created");
+}
+
+#[test]
+fn unknown_verbs_and_stray_arguments_are_refused() {
+    let user = User::new();
     user.refused(&["frobnicate"], ErrorKind::BadRequest);
     user.ok::<ListReply>(&["list", "{}"]);
     user.refused(&["list", r#"{"all":true}"#], ErrorKind::BadRequest);
     user.refused(&["list", "{}", "more"], ErrorKind::BadRequest);
     user.refused(&[], ErrorKind::BadRequest);
     assert_eq!(task_dirs(&user), 0, "nothing was created");
+}
 
+#[test]
+fn bad_status_and_cancel_requests_are_refused() {
+    let user = User::new();
+    let id = new_id();
     let status = |req: serde_json::Value| req.to_string();
     user.refused(
         &["status", &status(json!({"task_id": id, "limit": 0}))],
@@ -206,8 +217,7 @@ fn private_directory_open_to_others_is_refused() {
 
 #[test]
 fn foreign_owned_private_directory_is_refused() {
-    if !is_root() {
-        eprintln!("skipped: changing a directory's owner needs root");
+    if !require(is_root(), "changing a directory's owner needs root") {
         return;
     }
     let user = User::new();

@@ -6,7 +6,7 @@ mod common;
 use std::fs;
 use std::process::Command;
 
-use common::{HELPER, is_root, new_id};
+use common::{HELPER, is_root, new_id, require};
 use sandkeep_proto::TaskState;
 use sandkeep_proto::wire::{ListReply, TaskStatus, TaskSummary};
 use serde_json::json;
@@ -79,8 +79,7 @@ fn root_with_helper(dirs: &[&str]) -> tempfile::TempDir {
 
 #[test]
 fn runs_in_an_empty_root_with_only_proc() {
-    if !is_root() {
-        eprintln!("skipped: chroot and mounting /proc need root");
+    if !require(is_root(), "chroot and mounting /proc need root") {
         return;
     }
     let root = root_with_helper(&["proc", "home"]);
@@ -118,8 +117,7 @@ fn runs_in_an_empty_root_with_only_proc() {
 
 #[test]
 fn without_proc_start_fails_cleanly_and_creates_no_task() {
-    if !is_root() {
-        eprintln!("skipped: chroot needs root");
+    if !require(is_root(), "chroot needs root") {
         return;
     }
     let root = root_with_helper(&["home"]);

@@ -225,17 +225,19 @@ fn help_texts_explain_commands_to_a_newcomer() {
         ),
         (&["completions", "--help"], &["bash", "zsh", "fish"]),
     ];
+    // Every page is checked before failing, so one gap does not hide others.
+    let mut gaps = Vec::new();
     for (args, phrases) in pages {
         let text = home.ok(args);
-        for phrase in *phrases {
-            assert!(
-                text.contains(phrase),
-                "`sandkeep {}` should mention {phrase:?}:\n{text}",
+        let missing: Vec<_> = phrases.iter().filter(|p| !text.contains(*p)).collect();
+        if !missing.is_empty() || text.contains("TODO") {
+            gaps.push(format!(
+                "`sandkeep {}` lacks {missing:?} or says TODO:\n{text}",
                 args.join(" ")
-            );
+            ));
         }
-        assert!(!text.contains("TODO"), "{text}");
     }
+    assert!(gaps.is_empty(), "{}", gaps.join("\n\n"));
 }
 
 #[test]
@@ -323,4 +325,68 @@ fn doctor_reports_isolation_state_directory_and_helper() {
         0
     };
     assert_eq!(out.status.code(), Some(expected), "{}", describe(&out));
+}
+
+#[test]
+fn doctor_json_has_every_documented_key() {
+    let home = Home::new();
+    let out = home.run(&["doctor", "--json"]);
+    let doctor = support::cli::parse_one(&String::from_utf8_lossy(&out.stdout), &["doctor"]);
+    for key in [
+        "isolation",
+        "reason",
+        "checks",
+        "state_dir",
+        "remediation",
+        "helper",
+    ] {
+        assert!(
+            doctor.get(key).is_some(),
+            "doctor --json lacks {key}: {doctor}"
+        );
+    }
+    assert_eq!(doctor["state_dir"], home.path().to_str().unwrap());
+}
+
+/// The codes of the exit-code table: the first word of each row that starts
+/// with a code, en dashes read as hyphens.
+fn exit_codes<'a>(rows: impl Iterator<Item = &'a str>) -> Vec<String> {
+    rows.filter_map(|row| row.split_whitespace().next())
+        .filter(|code| code.starts_with(|c: char| c.is_ascii_digit()))
+        .map(|code| code.replace('–', "-"))
+        .collect()
+}
+
+#[test]
+fn readme_lists_the_exit_codes_the_help_prints() {
+    let help = Home::new().ok(&["task", "wait", "--help"]);
+    let (_, table) = help
+        .split_once("Exit codes of exec")
+        .expect("`task wait --help` prints the exit-code table");
+    // Rows start with two spaces and a code; wrapped text is indented more.
+    let from_help = exit_codes(
+        table
+            .lines()
+            .take_while(|l| !l.starts_with("Other commands"))
+            .filter(|l| l.starts_with("  ") && !l.starts_with("   ")),
+    );
+
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md"))
+        .expect("read README.md");
+    let (_, table) = readme
+        .split_once("Exit codes of `exec`")
+        .expect("README.md has the exit-code table");
+    let from_readme = exit_codes(
+        table
+            .lines()
+            .skip_while(|l| !l.starts_with('|'))
+            .take_while(|l| l.starts_with('|'))
+            .map(|l| l.trim_start_matches('|')),
+    );
+
+    assert!(from_help.contains(&"141".to_owned()), "{from_help:?}");
+    assert_eq!(
+        from_readme, from_help,
+        "README.md's exit codes against exit::TABLE"
+    );
 }

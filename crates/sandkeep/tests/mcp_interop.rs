@@ -17,13 +17,9 @@ use support::*;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn official_python_sdk_walks_the_acceptance_path() {
     let Some(python) = std::env::var_os("SANDKEEP_TEST_PYTHON").filter(|p| !p.is_empty()) else {
-        let reason = "SANDKEEP_TEST_PYTHON is not set: run scripts/test, or point it at a python with `pip install mcp==2.3.0`";
-        assert!(
-            std::env::var("CI").as_deref() != Ok("true"),
-            "interop test cannot run under CI: {reason}"
+        return skip(
+            "SANDKEEP_TEST_PYTHON is not set: run scripts/test, or point it at a python with `pip install mcp==2.3.0`",
         );
-        eprintln!("skipping the Python SDK interop test: {reason}");
-        return;
     };
     let home = Home::new();
     let http = HttpServer::start(&home, &["--http", "127.0.0.1:0"]).await;

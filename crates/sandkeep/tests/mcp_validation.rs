@@ -339,21 +339,42 @@ fn cases() -> Vec<(&'static str, Value, Vec<&'static str>)> {
 async fn every_bad_call_is_a_tool_error_naming_the_parameter_and_runs_nothing() {
     let recorder = Recorder::new(None);
     let (client, _service, _session) = in_process(recorder.clone()).await;
-    for (tool, args, words) in cases() {
+    // Every case is checked and every failure reported, so one broken rule
+    // does not hide the others.
+    let cases = cases();
+    let total = cases.len();
+    let mut failures = Vec::new();
+    for (tool, args, words) in cases {
         let shown = args.to_string().chars().take(120).collect::<String>();
-        let message = err(&client, tool, args).await;
-        for w in &words {
-            assert!(
-                message.contains(w),
-                "{tool} {shown}: message {message:?} lacks {w:?}"
-            );
+        let calls_before = recorder.calls().len();
+        let result = call(&client, tool, args).await;
+        if result.is_error != Some(true) {
+            failures.push(format!(
+                "{tool} {shown}: not a tool error: {:?}",
+                result.structured_content
+            ));
         }
-        assert!(
-            recorder.calls().is_empty(),
-            "{tool} {shown}: the provider was called: {:?}",
-            recorder.calls()
-        );
+        let message = text(&result);
+        let lacking: Vec<_> = words.iter().filter(|w| !message.contains(*w)).collect();
+        if !lacking.is_empty() {
+            failures.push(format!(
+                "{tool} {shown}: message {message:?} lacks {lacking:?}"
+            ));
+        }
+        let calls = recorder.calls();
+        if calls.len() > calls_before {
+            failures.push(format!(
+                "{tool} {shown}: the provider was called: {:?}",
+                &calls[calls_before..]
+            ));
+        }
     }
+    assert!(
+        failures.is_empty(),
+        "{} failures in {total} bad calls:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
     client.cancel().await.unwrap();
 }
 

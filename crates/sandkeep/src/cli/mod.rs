@@ -14,7 +14,6 @@ mod context;
 mod doctor;
 mod exec;
 mod exit;
-mod logs;
 mod output;
 mod sandbox;
 mod serve;

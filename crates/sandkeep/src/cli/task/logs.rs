@@ -10,14 +10,14 @@ use std::io::{IsTerminal, Write};
 use clap::Args;
 use sandkeep_proto::limits::{OFFSET_MAX, PAGE_LIMIT_MAX};
 
+use crate::cli::Outcome;
+use crate::cli::context::{CliError, SessionKind, with_context};
+use crate::cli::exit;
+use crate::cli::output;
+use crate::cli::status_line::{self, StatusLine};
 use crate::service::{TaskQueryArgs, TaskResult};
 
-use super::Outcome;
-use super::context::{CliError, SessionKind, with_context};
-use super::exit;
-use super::output;
-use super::status_line::{self, StatusLine};
-use super::task::{HandleArgs, POLL_INTERVAL, settled};
+use super::handle::{HandleArgs, POLL_INTERVAL};
 
 /// Print a task's saved stdout (or stderr); --follow streams it live.
 #[derive(Debug, Args)]
@@ -66,11 +66,10 @@ impl Stream {
             Self::Stderr => (OFFSET_MAX, offset),
         };
         TaskQueryArgs {
-            sandbox_id: handle.sandbox_id.clone(),
-            task_id: handle.task_id.clone(),
             stdout_offset: Some(stdout_offset),
             stderr_offset: Some(stderr_offset),
             limit: Some(PAGE_LIMIT_MAX),
+            ..handle.query()
         }
     }
 
@@ -105,7 +104,7 @@ pub async fn run(args: LogsArgs) -> Outcome {
         loop {
             let page = ctx.service.get_task(stream.request(&args.handle, offset)).await?;
             let (text, next, saved, truncated) = stream.of(&page);
-            let done = settled(page.state);
+            let done = page.state.is_settled();
             let ending = next >= saved && (done || !follow);
             let start = offset;
             if json {
