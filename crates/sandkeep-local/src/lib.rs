@@ -248,6 +248,9 @@ impl LocalProvider {
                 CallError::NotSent(e) => ProviderError::Unavailable(format!(
                     "sandbox {id2} does not answer ({e}); it may be shutting down, check list_sandboxes"
                 )),
+                CallError::Refused(message) => ProviderError::Unavailable(format!(
+                    "sandbox {id2} refused the request, nothing ran ({message}); it may be out of processes, retry later"
+                )),
                 CallError::Unconfirmed(message) => ProviderError::Unconfirmed {
                     sandbox: id2,
                     message,
@@ -309,8 +312,9 @@ impl LocalProvider {
         let dir = self.home.sandbox(id);
         let id2 = id.clone();
         blocking(move || {
-            let _lock = Lock::acquire(&dir.lock())
-                .map_err(|_| ProviderError::NoSuchSandbox(id2.clone()))?;
+            let Some(_lock) = lock_sandbox(&dir)? else {
+                return Err(ProviderError::NoSuchSandbox(id2));
+            };
             let Presence::Live(meta) = inspect(&dir) else {
                 return Err(ProviderError::NoSuchSandbox(id2));
             };
@@ -320,6 +324,23 @@ impl LocalProvider {
             Ok(meta.info)
         })
         .await?
+    }
+}
+
+/// Takes a sandbox's lock; `None` only when its directory is really absent.
+/// Any other failure is an error: reading it as "gone" would silently skip
+/// a destruction or a retain.
+fn lock_sandbox(dir: &SandboxDir) -> Result<Option<Lock>> {
+    match Lock::acquire(&dir.lock()) {
+        Ok(lock) => Ok(Some(lock)),
+        Err(e)
+            if e.kind() == std::io::ErrorKind::NotFound
+                && std::fs::symlink_metadata(&dir.path)
+                    .is_err_and(|d| d.kind() == std::io::ErrorKind::NotFound) =>
+        {
+            Ok(None)
+        }
+        Err(e) => Err(io_err(format!("take the lock {}", dir.lock().display()))(e)),
     }
 }
 
@@ -564,7 +585,7 @@ impl Provider for LocalProvider {
         blocking(move || {
             // The lock `update` takes for `retain`: no retain can land
             // between the look at `retained` and the end of `terminate`.
-            let Ok(_lock) = Lock::acquire(&dir.lock()) else {
+            let Some(_lock) = lock_sandbox(&dir)? else {
                 return Ok(Release::Gone);
             };
             match inspect(&dir) {
