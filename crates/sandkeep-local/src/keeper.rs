@@ -386,20 +386,34 @@ fn kill_descendants() {
         if victims.is_empty() {
             return;
         }
-        for pid in victims {
-            // SAFETY: plain kill(2); the pid is below this subreaper and
-            // not yet reaped, so it cannot have been reused.
-            unsafe {
-                libc::kill(pid, libc::SIGKILL);
-            }
-        }
+        kill_all(&victims);
         while sys::reap_any().is_some() {}
         std::thread::yield_now();
     }
 }
 
-/// Live (non-zombie) processes whose ancestry leads to `root`.
-fn descendants(root: i32) -> Vec<i32> {
+/// SIGKILLs each process of `victims` that is still the very one found.
+/// A victim may exit and be reaped by its own parent after the scan, and
+/// its pid go to a host process: the pidfd pins whatever process holds the
+/// pid now, and the start time, read after opening it, tells whether that
+/// is still ours.
+fn kill_all(victims: &[ProcessId]) {
+    for victim in victims {
+        let Some(pid) = Pid::from_raw(victim.pid) else {
+            continue;
+        };
+        let Ok(fd) = rustix::process::pidfd_open(pid, PidfdFlags::empty()) else {
+            continue;
+        };
+        if victim.is_alive() {
+            let _ = rustix::process::pidfd_send_signal(&fd, Signal::KILL);
+        }
+    }
+}
+
+/// Live (non-zombie) processes whose ancestry leads to `root`, each with
+/// the start time read in the same look at its `/proc/PID/stat`.
+fn descendants(root: i32) -> Vec<ProcessId> {
     let mut parent_of = Vec::new();
     if let Ok(entries) = fs::read_dir("/proc") {
         for e in entries.flatten() {
@@ -409,13 +423,18 @@ fn descendants(root: i32) -> Vec<i32> {
             let Ok(stat) = fs::read_to_string(format!("/proc/{pid}/stat")) else {
                 continue;
             };
-            let Some(rest) = stat.rfind(')').map(|i| &stat[i + 2..]) else {
+            let Some((state, start_time)) = state::parse_stat(&stat) else {
                 continue;
             };
-            let mut f = rest.split(' ');
-            let state = f.next().unwrap_or("");
-            let ppid = f.next().and_then(|p| p.parse::<i32>().ok()).unwrap_or(0);
-            parent_of.push((pid, ppid, state == "Z"));
+            // Field 4, right after the state letter.
+            let Some(ppid) = stat
+                .rfind(')')
+                .and_then(|i| stat[i + 2..].split(' ').nth(1))
+                .and_then(|p| p.parse::<i32>().ok())
+            else {
+                continue;
+            };
+            parent_of.push((ProcessId { pid, start_time }, ppid, state == 'Z'));
         }
     }
     let mut found = vec![root];
@@ -426,14 +445,14 @@ fn descendants(root: i32) -> Vec<i32> {
             parent_of
                 .iter()
                 .filter(|(_, pp, _)| *pp == p)
-                .map(|(c, _, _)| *c),
+                .map(|(c, _, _)| c.pid),
         );
         i += 1;
     }
-    found
+    parent_of
         .into_iter()
-        .skip(1)
-        .filter(|pid| parent_of.iter().any(|(c, _, z)| c == pid && !z))
+        .filter(|(c, _, zombie)| !zombie && c.pid != root && found.contains(&c.pid))
+        .map(|(c, _, _)| c)
         .collect()
 }
 
@@ -540,4 +559,44 @@ fn enter_invoker_userns() -> Result<(), String> {
         fs::write(file, content).map_err(|e| format!("write {file}: {e}"))?;
     }
     sys::become_id(0, 0, false).map_err(|e| format!("become root in the user namespace: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::{BufRead, BufReader, Write};
+    use std::os::unix::process::ExitStatusExt;
+    use std::process::{Command, Stdio};
+
+    use super::*;
+
+    /// A pid found by the scan may be recycled before the kill: only the
+    /// very process found (pid and start time) may be signalled.
+    #[test]
+    fn a_recycled_pid_is_never_killed() {
+        let mut child = Command::new("cat")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let found = ProcessId::of(child.id() as i32).unwrap();
+        let recycled = ProcessId {
+            start_time: found.start_time + 1,
+            ..found
+        };
+        kill_all(&[recycled]);
+        // A SIGKILL is pending before kill(2) returns, so a process that
+        // was hit cannot echo this line back.
+        let mut stdin = child.stdin.take().unwrap();
+        stdin.write_all(b"alive\n").unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        assert_eq!(
+            line, "alive\n",
+            "another process with the same pid was killed"
+        );
+        kill_all(&[found]);
+        assert_eq!(child.wait().unwrap().signal(), Some(libc::SIGKILL));
+    }
 }

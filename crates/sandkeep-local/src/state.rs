@@ -170,7 +170,7 @@ fn start_time(pid: i32) -> io::Result<u64> {
 
 /// State letter and start time; the command name may contain anything, so
 /// fields are counted after its closing parenthesis.
-fn parse_stat(stat: &str) -> Option<(char, u64)> {
+pub fn parse_stat(stat: &str) -> Option<(char, u64)> {
     let rest = &stat[stat.rfind(')')? + 2..];
     let mut fields = rest.split(' ');
     let state = fields.next()?.chars().next()?;
