@@ -288,7 +288,10 @@ fn serve(listener: OwnedFd, env: &[CString], home: &std::path::Path) -> ! {
     let Ok(sigchld) = sys::signalfd(&[libc::SIGCHLD]) else {
         sys::exit_now(1)
     };
-    sys::close_fds_except(&[listener.as_raw_fd(), sigchld.as_raw_fd()]);
+    // A descriptor leaked into sandbox commands could reach the host.
+    if sys::close_fds_except(&[listener.as_raw_fd(), sigchld.as_raw_fd()]).is_err() {
+        sys::exit_now(1)
+    }
     let _ = rustix::io::ioctl_fionbio(&listener, true);
     let mut conns: Vec<Conn> = Vec::new();
     let mut buf = vec![0u8; wire::MAX_REQUEST];
@@ -412,7 +415,10 @@ fn child(request: Request, stdio: [OwnedFd; 3], env: &[CString], home: &std::pat
             sys::exit_now(127);
         }
     }
-    sys::close_fds_except(&[]);
+    if let Err(e) = sys::close_fds_except(&[]) {
+        eprintln!("sandkeep: cannot close the fork server's descriptors: {e}");
+        sys::exit_now(127);
+    }
     if std::env::set_current_dir(home).is_err() {
         sys::exit_now(127);
     }

@@ -21,10 +21,19 @@ pub enum Forked {
     Parent(i32),
 }
 
-/// `fork()`. Only the keeper, its probes and the init call it, all of them
-/// single-threaded processes, so the child may use the allocator freely.
+/// `fork()`, refused unless this process has a single thread. The child
+/// of a threaded process holds only the calling thread and may find locks
+/// (the allocator's) held forever; the keeper, its probes and the init are
+/// single-threaded, so their children may use the allocator freely.
 pub fn fork() -> io::Result<Forked> {
-    // SAFETY: callers are single-threaded (see above); the child continues
+    let threads = std::fs::read_dir("/proc/self/task")?.count();
+    if threads != 1 {
+        return Err(io::Error::other(format!(
+            "fork refused: this process has {threads} threads, not one"
+        )));
+    }
+    // SAFETY: this process is single-threaded (checked above; only a
+    // thread of it could have started another since); the child continues
     // with a consistent copy of the whole address space.
     let pid = check(unsafe { libc::fork() })?;
     Ok(if pid == 0 {
@@ -175,19 +184,51 @@ pub fn become_id(uid: u32, gid: u32, clear_groups: bool) -> io::Result<()> {
 }
 
 /// Closes every descriptor from 3 up except those in `keep`.
-pub fn close_fds_except(keep: &[RawFd]) {
+pub fn close_fds_except(keep: &[RawFd]) -> io::Result<()> {
     let mut keep: Vec<RawFd> = keep.iter().copied().filter(|&fd| fd >= 3).collect();
     keep.sort_unstable();
     let mut from: RawFd = 3;
     for fd in keep.into_iter().chain(std::iter::once(RawFd::MAX)) {
         if fd > from {
-            // SAFETY: closing a range of descriptors this process owns.
-            unsafe {
-                libc::close_range(from as u32, (fd - 1) as u32, 0);
-            }
+            close_span(from, fd - 1, close_range)?;
         }
         from = fd.saturating_add(1);
     }
+    Ok(())
+}
+
+/// `close_range(2)` over `first..=last`.
+fn close_range(first: RawFd, last: RawFd) -> io::Result<()> {
+    // SAFETY: closing a range of descriptors this process owns.
+    check(unsafe { libc::close_range(first as u32, last as u32, 0) }).map(drop)
+}
+
+/// Closes `first..=last` with `close_range`, or, where the kernel lacks it
+/// (before 5.9: ENOSYS) or refuses it (EINVAL), each descriptor of the
+/// range that `/proc/self/fd` lists.
+fn close_span(
+    first: RawFd,
+    last: RawFd,
+    close_range: impl FnOnce(RawFd, RawFd) -> io::Result<()>,
+) -> io::Result<()> {
+    match close_range(first, last) {
+        Err(e) if matches!(e.raw_os_error(), Some(libc::ENOSYS | libc::EINVAL)) => {}
+        other => return other,
+    }
+    // Collected before closing: the listing's own descriptor is open while
+    // it is read, and closed (EBADF below, ignored) once it is done.
+    let open: Vec<RawFd> = std::fs::read_dir("/proc/self/fd")?
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .filter(|fd| (first..=last).contains(fd))
+        .collect();
+    for fd in open {
+        // SAFETY: the caller gives up every descriptor of the range; none
+        // is used again.
+        unsafe {
+            libc::close(fd);
+        }
+    }
+    Ok(())
 }
 
 /// Puts `fd` at `target` (dup2); used on stdio in a forked child.
@@ -244,4 +285,49 @@ pub fn restrict_capabilities(keep: rustix::thread::CapabilitySet) -> io::Result<
         },
     )?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Kernels before 5.9 have no close_range: the descriptors must be
+    /// closed all the same.
+    #[test]
+    fn descriptors_are_closed_where_close_range_is_missing() {
+        let null = std::fs::File::open("/dev/null").unwrap();
+        // High numbers no other test thread uses.
+        let fds: Vec<RawFd> = (0..3)
+            .map(|_| {
+                let fd = rustix::io::fcntl_dupfd_cloexec(&null, 1000).unwrap();
+                std::os::fd::IntoRawFd::into_raw_fd(fd)
+            })
+            .collect();
+        let open = |fd: RawFd| std::path::Path::new(&format!("/proc/self/fd/{fd}")).exists();
+        assert!(fds.iter().all(|&fd| open(fd)));
+        close_span(fds[0], fds[2], |_, _| {
+            Err(io::Error::from_raw_os_error(libc::ENOSYS))
+        })
+        .unwrap();
+        let left: Vec<RawFd> = fds.iter().copied().filter(|&fd| open(fd)).collect();
+        assert!(left.is_empty(), "still open: {left:?}");
+    }
+
+    /// fork(2) copies only the calling thread: a child of a threaded
+    /// process may find the allocator's lock held forever.
+    #[test]
+    fn fork_refuses_a_multi_threaded_process() {
+        let (tx, rx) = std::sync::mpsc::channel::<()>();
+        let other = std::thread::spawn(move || rx.recv());
+        match fork() {
+            Ok(Forked::Child) => exit_now(0),
+            Ok(Forked::Parent(pid)) => {
+                let _ = wait_for(pid);
+                panic!("forked a multi-threaded process");
+            }
+            Err(e) => assert!(e.to_string().contains("thread"), "{e}"),
+        }
+        drop(tx);
+        let _ = other.join();
+    }
 }
