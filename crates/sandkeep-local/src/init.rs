@@ -232,13 +232,7 @@ fn enter_sandbox_identity(owner: Owner, userns: Option<OwnedFd>) -> Result<(), S
             // SAFETY: single-threaded, as unshare(CLONE_NEWUSER) requires.
             unsafe { rustix::thread::unshare_unsafe(UnshareFlags::NEWUSER) }
                 .map_err(|e| format!("unshare the inner user namespace: {e}"))?;
-            for (file, content) in [
-                ("/proc/self/setgroups", "deny"),
-                ("/proc/self/uid_map", "0 0 1"),
-                ("/proc/self/gid_map", "0 0 1"),
-            ] {
-                std::fs::write(file, content).map_err(|e| format!("write {file}: {e}"))?;
-            }
+            sys::write_id_maps(None, 0, 0, 1).map_err(|e| e.to_string())?;
             sys::become_id(0, 0, false).map_err(|e| format!("become sandbox root: {e}"))
         }
         _ => Err("internal error: identity mode and user namespace disagree".into()),
@@ -366,7 +360,10 @@ fn on_message(conn: &mut Conn, buf: &mut [u8], env: &[CString], home: &std::path
         {
             return;
         }
-        sys::kill_group(pid, libc::SIGKILL);
+        // A vanished group is not an error worth reporting.
+        if let Some(group) = rustix::process::Pid::from_raw(pid) {
+            let _ = rustix::process::kill_process_group(group, rustix::process::Signal::KILL);
+        }
         if !matches!(received, Ok((n, _)) if n > 0) {
             conn.fd = None;
         }
@@ -409,11 +406,14 @@ fn fail(conn: &mut Conn, message: String) {
 /// pipes as stdio, nothing else of the init's descriptors.
 fn child(request: Request, stdio: [OwnedFd; 3], env: &[CString], home: &std::path::Path) -> ! {
     let _ = sys::set_signal_mask(&[]);
-    let _ = sys::setsid();
-    for (fd, target) in stdio.iter().zip(0..) {
-        if sys::dup_onto(fd.as_fd(), target).is_err() {
-            sys::exit_now(127);
-        }
+    let _ = rustix::process::setsid();
+    let [stdin, stdout, stderr] = &stdio;
+    if rustix::stdio::dup2_stdin(stdin)
+        .and_then(|()| rustix::stdio::dup2_stdout(stdout))
+        .and_then(|()| rustix::stdio::dup2_stderr(stderr))
+        .is_err()
+    {
+        sys::exit_now(127);
     }
     if let Err(e) = sys::close_fds_except(&[]) {
         eprintln!("sandkeep: cannot close the fork server's descriptors: {e}");

@@ -82,8 +82,8 @@ fn run(home: Home, id: SandboxId) -> i32 {
         }
     };
     if let Ok(null) = fs::File::open("/dev/null") {
-        let _ = sys::dup_onto(null.as_fd(), 0);
-        let _ = sys::dup_onto(null.as_fd(), 1);
+        let _ = rustix::stdio::dup2_stdin(&null);
+        let _ = rustix::stdio::dup2_stdout(&null);
     }
     match sys::fork() {
         Ok(sys::Forked::Child) => {}
@@ -93,7 +93,7 @@ fn run(home: Home, id: SandboxId) -> i32 {
             return 1;
         }
     }
-    let _ = sys::setsid();
+    let _ = rustix::process::setsid();
     // Nothing of the server's process state that could pin or skew things:
     // not its working directory (a mount it keeps busy), not its umask.
     let _ = std::env::set_current_dir("/");
@@ -529,9 +529,7 @@ fn shifted_userns(base: u32) -> Result<OwnedFd, String> {
     let mut b = [0u8; 1];
     let answered = rustix::io::read(&go_r, &mut b).is_ok_and(|n| n == 1 && b[0] == b'y');
     let result = if answered {
-        let map = format!("0 {base} {BLOCK}");
-        fs::write(format!("/proc/{pid}/uid_map"), &map)
-            .and_then(|()| fs::write(format!("/proc/{pid}/gid_map"), &map))
+        sys::write_id_maps(Some(pid), base, base, BLOCK)
             .and_then(|()| fs::File::open(format!("/proc/{pid}/ns/user")).map(OwnedFd::from))
             .map_err(|e| format!("map the sandbox user namespace: {e}"))
     } else {
@@ -551,13 +549,7 @@ fn enter_invoker_userns() -> Result<(), String> {
     unsafe { rustix::thread::unshare_unsafe(UnshareFlags::NEWUSER) }.map_err(|e| {
         format!("unshare(CLONE_NEWUSER) failed ({e}); unprivileged user namespaces are disabled or restricted on this host (run `sandkeep doctor`)")
     })?;
-    for (file, content) in [
-        ("/proc/self/setgroups", "deny".to_owned()),
-        ("/proc/self/uid_map", format!("0 {uid} 1")),
-        ("/proc/self/gid_map", format!("0 {gid} 1")),
-    ] {
-        fs::write(file, content).map_err(|e| format!("write {file}: {e}"))?;
-    }
+    sys::write_id_maps(None, uid, gid, 1).map_err(|e| e.to_string())?;
     sys::become_id(0, 0, false).map_err(|e| format!("become root in the user namespace: {e}"))
 }
 

@@ -1,12 +1,16 @@
 //! Thin, checked wrappers over the few syscalls that rustix does not cover
-//! (fork, signal masks and signalfd, mount_setattr, close_range, ids) used
-//! by the keeper and the init. Every function here is single-purpose and
-//! safe to call in a single-threaded process; nothing here may be called
-//! from the tokio server.
+//! safely (fork, _exit, execve, signal masks and signalfd, mount_setattr,
+//! close_range), and the process-wide uses of the ones it does (waiting,
+//! ids, id maps), for the keeper and the init. Every function here is
+//! single-purpose and safe to call in a single-threaded process; nothing
+//! here may be called from the tokio server. Whatever rustix offers safely
+//! is called through rustix, never through libc.
 
 use std::ffi::CString;
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+
+use rustix::process::{Gid, Pid, Uid, WaitOptions, WaitStatus};
 
 fn check(ret: libc::c_int) -> io::Result<libc::c_int> {
     if ret < 0 {
@@ -50,11 +54,6 @@ pub fn exit_now(code: i32) -> ! {
     unsafe { libc::_exit(code) }
 }
 
-pub fn setsid() -> io::Result<()> {
-    // SAFETY: no pointers involved.
-    check(unsafe { libc::setsid() }).map(drop)
-}
-
 fn sigset(signals: &[libc::c_int]) -> libc::sigset_t {
     // SAFETY: sigemptyset initialises the set it is given.
     unsafe {
@@ -87,57 +86,45 @@ pub fn signalfd(signals: &[libc::c_int]) -> io::Result<OwnedFd> {
 
 /// Reads every pending signal from a signalfd; returns their numbers.
 pub fn drain_signalfd(fd: BorrowedFd<'_>) -> Vec<u32> {
+    const RECORD: usize = std::mem::size_of::<libc::signalfd_siginfo>();
     let mut out = Vec::new();
-    loop {
-        // SAFETY: signalfd_siginfo is plain data.
-        let mut info: libc::signalfd_siginfo = unsafe { std::mem::zeroed() };
-        let size = std::mem::size_of::<libc::signalfd_siginfo>();
-        // SAFETY: the buffer is exactly one siginfo record.
-        let n = unsafe { libc::read(fd.as_raw_fd(), (&raw mut info).cast(), size) };
-        if n != size as isize {
-            return out;
-        }
-        out.push(info.ssi_signo);
+    let mut record = [0u8; RECORD];
+    // The kernel hands out whole records; `ssi_signo` is the first field.
+    while rustix::io::read(fd, &mut record).is_ok_and(|n| n == RECORD) {
+        let signo: [u8; 4] = record[..4].try_into().expect("a record is 128 bytes");
+        out.push(u32::from_ne_bytes(signo));
     }
+    out
 }
 
 /// Reaps one exited child without blocking: `Some((pid, exit code))`.
 pub fn reap_any() -> Option<(i32, i32)> {
-    let mut status = 0;
-    // SAFETY: status is a valid out-pointer.
-    let pid = unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG) };
-    (pid > 0).then(|| (pid, exit_code(status)))
+    match rustix::process::wait(WaitOptions::NOHANG) {
+        Ok(Some((pid, status))) => Some((pid.as_raw_nonzero().get(), exit_code(status))),
+        _ => None,
+    }
 }
 
 /// Waits for one specific child; returns its exit code.
 pub fn wait_for(pid: i32) -> io::Result<i32> {
-    let mut status = 0;
+    let target = Pid::from_raw(pid).ok_or_else(|| io::Error::other("no such child: pid 0"))?;
     loop {
-        // SAFETY: status is a valid out-pointer.
-        let ret = unsafe { libc::waitpid(pid, &mut status, 0) };
-        if ret == pid {
-            return Ok(exit_code(status));
-        }
-        let err = io::Error::last_os_error();
-        if err.kind() != io::ErrorKind::Interrupted {
-            return Err(err);
+        match rustix::process::waitpid(Some(target), WaitOptions::empty()) {
+            Ok(Some((_, status))) => return Ok(exit_code(status)),
+            Ok(None) => return Err(io::Error::other(format!("child {pid} was not reaped"))),
+            Err(rustix::io::Errno::INTR) => {}
+            Err(e) => return Err(e.into()),
         }
     }
 }
 
 /// Exit status, or 128+N for a death by signal N (the shell convention).
-pub fn exit_code(status: libc::c_int) -> i32 {
+fn exit_code(status: WaitStatus) -> i32 {
+    let status = status.as_raw() as libc::c_int;
     if libc::WIFSIGNALED(status) {
         128 + libc::WTERMSIG(status)
     } else {
         libc::WEXITSTATUS(status)
-    }
-}
-
-pub fn kill_group(pgid: i32, signal: libc::c_int) {
-    // SAFETY: no pointers; a vanished group is not an error worth reporting.
-    unsafe {
-        libc::kill(-pgid, signal);
     }
 }
 
@@ -170,15 +157,33 @@ pub fn idmap_mount(target: BorrowedFd<'_>, userns: BorrowedFd<'_>) -> io::Result
     }
 }
 
-/// Drops every supplementary group and sets all three uids and gids.
+/// Drops every supplementary group and sets all three uids and gids. The
+/// raw syscalls act on the calling thread only, which is the whole
+/// process in the single-threaded callers.
 pub fn become_id(uid: u32, gid: u32, clear_groups: bool) -> io::Result<()> {
-    // SAFETY: plain id syscalls; the null pointer goes with a zero count.
-    unsafe {
-        if clear_groups {
-            check(libc::setgroups(0, std::ptr::null()))?;
-        }
-        check(libc::setresgid(gid, gid, gid))?;
-        check(libc::setresuid(uid, uid, uid))?;
+    if clear_groups {
+        rustix::thread::set_thread_groups(&[])?;
+    }
+    let (uid, gid) = (Uid::from_raw(uid), Gid::from_raw(gid));
+    rustix::thread::set_thread_res_gid(gid, gid, gid)?;
+    rustix::thread::set_thread_res_uid(uid, uid, uid)?;
+    Ok(())
+}
+
+/// Maps ids `0..count` of a user namespace onto the host's `uid..` and
+/// `gid..`. `pid` names a child whose namespace a privileged parent maps
+/// (it may keep setgroups); `None` is this process mapping its own fresh
+/// namespace, which the kernel allows only after setgroups is denied.
+pub fn write_id_maps(pid: Option<i32>, uid: u32, gid: u32, count: u32) -> io::Result<()> {
+    let proc = pid.map_or_else(|| "/proc/self".to_owned(), |p| format!("/proc/{p}"));
+    let setgroups = pid.is_none().then_some(("setgroups", "deny".to_owned()));
+    for (file, content) in setgroups.into_iter().chain([
+        ("uid_map", format!("0 {uid} {count}")),
+        ("gid_map", format!("0 {gid} {count}")),
+    ]) {
+        let path = format!("{proc}/{file}");
+        std::fs::write(&path, content)
+            .map_err(|e| io::Error::new(e.kind(), format!("write {path}: {e}")))?;
     }
     Ok(())
 }
@@ -231,12 +236,6 @@ fn close_span(
     Ok(())
 }
 
-/// Puts `fd` at `target` (dup2); used on stdio in a forked child.
-pub fn dup_onto(fd: BorrowedFd<'_>, target: RawFd) -> io::Result<()> {
-    // SAFETY: both are descriptor numbers; dup2 validates them.
-    check(unsafe { libc::dup2(fd.as_raw_fd(), target) }).map(drop)
-}
-
 /// `execve`; returns only on failure.
 pub fn execve(path: &CString, argv: &[CString], envp: &[CString]) -> io::Error {
     let argv_ptrs: Vec<*const libc::c_char> = argv
@@ -258,14 +257,14 @@ pub fn execve(path: &CString, argv: &[CString], envp: &[CString]) -> io::Error {
 /// exec can ever regain it (needs CAP_SETPCAP: call before dropping it).
 pub fn drop_bounding_set(keep: rustix::thread::CapabilitySet) -> io::Result<()> {
     for cap in 0..64u32 {
-        if keep.bits() & (1u64 << cap) != 0 {
+        let one = rustix::thread::CapabilitySet::from_bits_retain(1u64 << cap);
+        if keep.contains(one) {
             continue;
         }
-        // SAFETY: PR_CAPBSET_DROP takes a capability number; EINVAL past
-        // the last capability the kernel knows is expected and ignored.
-        let ret = unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap as libc::c_ulong, 0, 0, 0) };
-        if ret < 0 && io::Error::last_os_error().raw_os_error() != Some(libc::EINVAL) {
-            return Err(io::Error::last_os_error());
+        // EINVAL past the last capability the kernel knows is expected.
+        match rustix::thread::remove_capability_from_bounding_set(one) {
+            Ok(()) | Err(rustix::io::Errno::INVAL) => {}
+            Err(e) => return Err(e.into()),
         }
     }
     Ok(())
