@@ -24,7 +24,7 @@ use rustix::thread::UnshareFlags;
 use serde::{Deserialize, Serialize};
 
 use super::init::{self, InitContext, InitReport, Mode};
-use super::rootfs::{self, Owner};
+use super::rootfs::Owner;
 use super::state::{self, Home, Lock, Meta, ProcessId, SandboxDir, Spec};
 use super::{doctor, sys, wire};
 use sandkeep_provider::{SandboxId, SandboxInfo};
@@ -189,12 +189,12 @@ fn start(home: &Home, dir: &SandboxDir) -> Result<Running, String> {
     let helper = if process_only {
         let bin = dir.path.join("bin");
         fs::create_dir_all(&bin).map_err(|e| format!("mkdir {}: {e}", bin.display()))?;
-        let link = bin.join(rootfs::HELPER_NAME);
+        let link = bin.join(state::HELPER_NAME);
         std::os::unix::fs::symlink(&spec.exe, &link)
             .map_err(|e| format!("link the task helper: {e}"))?;
         link.to_string_lossy().into_owned()
     } else {
-        format!("/{}/{}", rootfs::HELPER_DIR, rootfs::HELPER_NAME)
+        format!("/{}/{}", state::HELPER_DIR, state::HELPER_NAME)
     };
     let _ = fs::remove_file(dir.socket());
     let listener =
