@@ -313,10 +313,10 @@ impl Provider for LocalProvider {
                 terminate(&dir, &meta)?;
                 Ok(was_live)
             }
-            Err(_) => {
-                inspect(&dir);
-                Ok(false)
-            }
+            Err(_) => match inspect(&dir) {
+                Presence::Unreadable(e) => Err(io_err(format!("read {}", dir.meta().display()))(e)),
+                _ => Ok(false),
+            },
         })
         .await?
     }
@@ -332,6 +332,7 @@ impl Provider for LocalProvider {
             match inspect(&dir) {
                 Presence::Live(meta) if meta.info.retained => Ok(Release::Retained),
                 Presence::Live(meta) => terminate(&dir, &meta).map(|()| Release::Destroyed),
+                Presence::Unreadable(e) => Err(io_err(format!("read {}", dir.meta().display()))(e)),
                 Presence::Transient | Presence::Gone => Ok(Release::Gone),
             }
         })

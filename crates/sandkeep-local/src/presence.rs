@@ -37,10 +37,14 @@ pub fn lock_sandbox(dir: &SandboxDir) -> Result<Option<Lock>> {
     }
 }
 
+/// What a sandbox directory holds, as far as the provider can tell.
 pub enum Presence {
     Live(Box<Meta>),
     /// Being created, or being destroyed after its deadline.
     Transient,
+    /// Its record exists but cannot be read (permissions, a directory in
+    /// its place): not known to be gone, so never treated as gone.
+    Unreadable(std::io::Error),
     Gone,
 }
 
@@ -84,7 +88,7 @@ pub fn inspect(dir: &SandboxDir) -> Presence {
                 Presence::Transient
             }
         }
-        Err(_) => Presence::Transient,
+        Err(e) => Presence::Unreadable(e),
     }
 }
 

@@ -235,6 +235,36 @@ async fn a_lock_failure_at_session_end_is_an_error_and_the_sandbox_stays() {
     ));
 }
 
+/// The same for a record that cannot be read (here a directory where
+/// `meta.json` belongs): an error, the sandbox left for a retry.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreadable_record_at_session_end_is_an_error_and_the_sandbox_stays() {
+    use sandkeep::provider::Release;
+    let (home, p, info) = fresh_sandbox(60).await;
+    let id = &info.sandbox_id;
+    let meta = sandbox_dir(home.path(), id).join("meta.json");
+    let aside = meta.with_extension("aside");
+    std::fs::rename(&meta, &aside).unwrap();
+    std::fs::create_dir(&meta).unwrap();
+    let err = p
+        .kill_unless_retained(id)
+        .await
+        .expect_err("an unreadable record must be reported");
+    assert!(err.to_string().contains("meta.json"), "{err}");
+    let err = p
+        .kill(id)
+        .await
+        .expect_err("kill_sandbox must not say 'not found'");
+    assert!(err.to_string().contains("meta.json"), "{err}");
+    std::fs::remove_dir(&meta).unwrap();
+    std::fs::rename(&aside, &meta).unwrap();
+    assert!(matches!(
+        p.kill_unless_retained(id).await.unwrap(),
+        Release::Destroyed
+    ));
+    assert!(!sandbox_dir(home.path(), id).exists());
+}
+
 /// A request the fork server could not even fork for ran nothing: it is a
 /// plain error, never "unconfirmed" (which tells an agent not to resubmit).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
