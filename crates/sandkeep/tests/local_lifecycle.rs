@@ -221,7 +221,7 @@ async fn files_are_written_read_listed_and_refused_precisely() {
         Err(ProviderError::FileError { .. })
     ));
     // The home's files live on the host under the sandbox's own uid block.
-    let on_host = sandbox_dir(home.path(), &id).join("home/dir/sub/f.txt");
+    let on_host = sandbox_dir(home.path(), id).join("home/dir/sub/f.txt");
     let md = std::fs::metadata(&on_host).expect("home file on the host");
     assert!(
         md.uid() >= 1 << 30,
