@@ -69,6 +69,10 @@ pub enum CallError {
     /// Nothing reached the sandbox.
     #[error("cannot reach the sandbox: {0}")]
     NotSent(#[source] io::Error),
+    /// The fork server answered that it could not start the request:
+    /// nothing of it ran.
+    #[error("the sandbox refused the request: {0}")]
+    Refused(String),
     /// The request may have run.
     #[error("{0}")]
     Unconfirmed(String),
@@ -200,11 +204,9 @@ pub fn call(
                                 conn = None;
                                 deadline = Instant::now() + DRAIN_GRACE;
                             }
-                            Ok(Reply::Failed(message)) => {
-                                return Err(CallError::Unconfirmed(format!(
-                                    "the sandbox could not start the command: {message}"
-                                )));
-                            }
+                            // Sent before any fork succeeded (or instead of
+                            // one): a definite non-run.
+                            Ok(Reply::Failed(message)) => return Err(CallError::Refused(message)),
                             Err(e) => return Err(unconfirmed("bad reply", io::Error::other(e))),
                         },
                         Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}

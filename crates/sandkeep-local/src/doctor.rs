@@ -69,14 +69,7 @@ fn self_map() -> Result<(), String> {
     // SAFETY: probe children are single-threaded.
     unsafe { rustix::thread::unshare_unsafe(UnshareFlags::NEWUSER) }
         .map_err(|e| format!("unshare(CLONE_NEWUSER): {e}"))?;
-    for (file, content) in [
-        ("/proc/self/setgroups", "deny".to_owned()),
-        ("/proc/self/uid_map", format!("0 {uid} 1")),
-        ("/proc/self/gid_map", format!("0 {gid} 1")),
-    ] {
-        std::fs::write(file, content).map_err(|e| format!("write {file}: {e}"))?;
-    }
-    Ok(())
+    sys::write_id_maps(None, uid, gid, 1).map_err(|e| e.to_string())
 }
 
 fn check(name: &str, result: Result<(), String>, ok_detail: &str) -> Check {

@@ -232,13 +232,7 @@ fn enter_sandbox_identity(owner: Owner, userns: Option<OwnedFd>) -> Result<(), S
             // SAFETY: single-threaded, as unshare(CLONE_NEWUSER) requires.
             unsafe { rustix::thread::unshare_unsafe(UnshareFlags::NEWUSER) }
                 .map_err(|e| format!("unshare the inner user namespace: {e}"))?;
-            for (file, content) in [
-                ("/proc/self/setgroups", "deny"),
-                ("/proc/self/uid_map", "0 0 1"),
-                ("/proc/self/gid_map", "0 0 1"),
-            ] {
-                std::fs::write(file, content).map_err(|e| format!("write {file}: {e}"))?;
-            }
+            sys::write_id_maps(None, 0, 0, 1).map_err(|e| e.to_string())?;
             sys::become_id(0, 0, false).map_err(|e| format!("become sandbox root: {e}"))
         }
         _ => Err("internal error: identity mode and user namespace disagree".into()),
@@ -288,7 +282,10 @@ fn serve(listener: OwnedFd, env: &[CString], home: &std::path::Path) -> ! {
     let Ok(sigchld) = sys::signalfd(&[libc::SIGCHLD]) else {
         sys::exit_now(1)
     };
-    sys::close_fds_except(&[listener.as_raw_fd(), sigchld.as_raw_fd()]);
+    // A descriptor leaked into sandbox commands could reach the host.
+    if sys::close_fds_except(&[listener.as_raw_fd(), sigchld.as_raw_fd()]).is_err() {
+        sys::exit_now(1)
+    }
     let _ = rustix::io::ioctl_fionbio(&listener, true);
     let mut conns: Vec<Conn> = Vec::new();
     let mut buf = vec![0u8; wire::MAX_REQUEST];
@@ -363,7 +360,10 @@ fn on_message(conn: &mut Conn, buf: &mut [u8], env: &[CString], home: &std::path
         {
             return;
         }
-        sys::kill_group(pid, libc::SIGKILL);
+        // A vanished group is not an error worth reporting.
+        if let Some(group) = rustix::process::Pid::from_raw(pid) {
+            let _ = rustix::process::kill_process_group(group, rustix::process::Signal::KILL);
+        }
         if !matches!(received, Ok((n, _)) if n > 0) {
             conn.fd = None;
         }
@@ -406,13 +406,19 @@ fn fail(conn: &mut Conn, message: String) {
 /// pipes as stdio, nothing else of the init's descriptors.
 fn child(request: Request, stdio: [OwnedFd; 3], env: &[CString], home: &std::path::Path) -> ! {
     let _ = sys::set_signal_mask(&[]);
-    let _ = sys::setsid();
-    for (fd, target) in stdio.iter().zip(0..) {
-        if sys::dup_onto(fd.as_fd(), target).is_err() {
-            sys::exit_now(127);
-        }
+    let _ = rustix::process::setsid();
+    let [stdin, stdout, stderr] = &stdio;
+    if rustix::stdio::dup2_stdin(stdin)
+        .and_then(|()| rustix::stdio::dup2_stdout(stdout))
+        .and_then(|()| rustix::stdio::dup2_stderr(stderr))
+        .is_err()
+    {
+        sys::exit_now(127);
     }
-    sys::close_fds_except(&[]);
+    if let Err(e) = sys::close_fds_except(&[]) {
+        eprintln!("sandkeep: cannot close the fork server's descriptors: {e}");
+        sys::exit_now(127);
+    }
     if std::env::set_current_dir(home).is_err() {
         sys::exit_now(127);
     }

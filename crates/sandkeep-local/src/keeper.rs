@@ -24,7 +24,7 @@ use rustix::thread::UnshareFlags;
 use serde::{Deserialize, Serialize};
 
 use super::init::{self, InitContext, InitReport, Mode};
-use super::rootfs::{self, Owner};
+use super::rootfs::Owner;
 use super::state::{self, Home, Lock, Meta, ProcessId, SandboxDir, Spec};
 use super::{doctor, sys, wire};
 use sandkeep_provider::{SandboxId, SandboxInfo};
@@ -82,8 +82,8 @@ fn run(home: Home, id: SandboxId) -> i32 {
         }
     };
     if let Ok(null) = fs::File::open("/dev/null") {
-        let _ = sys::dup_onto(null.as_fd(), 0);
-        let _ = sys::dup_onto(null.as_fd(), 1);
+        let _ = rustix::stdio::dup2_stdin(&null);
+        let _ = rustix::stdio::dup2_stdout(&null);
     }
     match sys::fork() {
         Ok(sys::Forked::Child) => {}
@@ -93,7 +93,7 @@ fn run(home: Home, id: SandboxId) -> i32 {
             return 1;
         }
     }
-    let _ = sys::setsid();
+    let _ = rustix::process::setsid();
     // Nothing of the server's process state that could pin or skew things:
     // not its working directory (a mount it keeps busy), not its umask.
     let _ = std::env::set_current_dir("/");
@@ -189,12 +189,12 @@ fn start(home: &Home, dir: &SandboxDir) -> Result<Running, String> {
     let helper = if process_only {
         let bin = dir.path.join("bin");
         fs::create_dir_all(&bin).map_err(|e| format!("mkdir {}: {e}", bin.display()))?;
-        let link = bin.join(rootfs::HELPER_NAME);
+        let link = bin.join(state::HELPER_NAME);
         std::os::unix::fs::symlink(&spec.exe, &link)
             .map_err(|e| format!("link the task helper: {e}"))?;
         link.to_string_lossy().into_owned()
     } else {
-        format!("/{}/{}", rootfs::HELPER_DIR, rootfs::HELPER_NAME)
+        format!("/{}/{}", state::HELPER_DIR, state::HELPER_NAME)
     };
     let _ = fs::remove_file(dir.socket());
     let listener =
@@ -386,20 +386,34 @@ fn kill_descendants() {
         if victims.is_empty() {
             return;
         }
-        for pid in victims {
-            // SAFETY: plain kill(2); the pid is below this subreaper and
-            // not yet reaped, so it cannot have been reused.
-            unsafe {
-                libc::kill(pid, libc::SIGKILL);
-            }
-        }
+        kill_all(&victims);
         while sys::reap_any().is_some() {}
         std::thread::yield_now();
     }
 }
 
-/// Live (non-zombie) processes whose ancestry leads to `root`.
-fn descendants(root: i32) -> Vec<i32> {
+/// SIGKILLs each process of `victims` that is still the very one found.
+/// A victim may exit and be reaped by its own parent after the scan, and
+/// its pid go to a host process: the pidfd pins whatever process holds the
+/// pid now, and the start time, read after opening it, tells whether that
+/// is still ours.
+fn kill_all(victims: &[ProcessId]) {
+    for victim in victims {
+        let Some(pid) = Pid::from_raw(victim.pid) else {
+            continue;
+        };
+        let Ok(fd) = rustix::process::pidfd_open(pid, PidfdFlags::empty()) else {
+            continue;
+        };
+        if victim.is_alive() {
+            let _ = rustix::process::pidfd_send_signal(&fd, Signal::KILL);
+        }
+    }
+}
+
+/// Live (non-zombie) processes whose ancestry leads to `root`, each with
+/// the start time read in the same look at its `/proc/PID/stat`.
+fn descendants(root: i32) -> Vec<ProcessId> {
     let mut parent_of = Vec::new();
     if let Ok(entries) = fs::read_dir("/proc") {
         for e in entries.flatten() {
@@ -409,13 +423,18 @@ fn descendants(root: i32) -> Vec<i32> {
             let Ok(stat) = fs::read_to_string(format!("/proc/{pid}/stat")) else {
                 continue;
             };
-            let Some(rest) = stat.rfind(')').map(|i| &stat[i + 2..]) else {
+            let Some((state, start_time)) = state::parse_stat(&stat) else {
                 continue;
             };
-            let mut f = rest.split(' ');
-            let state = f.next().unwrap_or("");
-            let ppid = f.next().and_then(|p| p.parse::<i32>().ok()).unwrap_or(0);
-            parent_of.push((pid, ppid, state == "Z"));
+            // Field 4, right after the state letter.
+            let Some(ppid) = stat
+                .rfind(')')
+                .and_then(|i| stat[i + 2..].split(' ').nth(1))
+                .and_then(|p| p.parse::<i32>().ok())
+            else {
+                continue;
+            };
+            parent_of.push((ProcessId { pid, start_time }, ppid, state == 'Z'));
         }
     }
     let mut found = vec![root];
@@ -426,14 +445,14 @@ fn descendants(root: i32) -> Vec<i32> {
             parent_of
                 .iter()
                 .filter(|(_, pp, _)| *pp == p)
-                .map(|(c, _, _)| *c),
+                .map(|(c, _, _)| c.pid),
         );
         i += 1;
     }
-    found
+    parent_of
         .into_iter()
-        .skip(1)
-        .filter(|pid| parent_of.iter().any(|(c, _, z)| c == pid && !z))
+        .filter(|(c, _, zombie)| !zombie && c.pid != root && found.contains(&c.pid))
+        .map(|(c, _, _)| c)
         .collect()
 }
 
@@ -510,9 +529,7 @@ fn shifted_userns(base: u32) -> Result<OwnedFd, String> {
     let mut b = [0u8; 1];
     let answered = rustix::io::read(&go_r, &mut b).is_ok_and(|n| n == 1 && b[0] == b'y');
     let result = if answered {
-        let map = format!("0 {base} {BLOCK}");
-        fs::write(format!("/proc/{pid}/uid_map"), &map)
-            .and_then(|()| fs::write(format!("/proc/{pid}/gid_map"), &map))
+        sys::write_id_maps(Some(pid), base, base, BLOCK)
             .and_then(|()| fs::File::open(format!("/proc/{pid}/ns/user")).map(OwnedFd::from))
             .map_err(|e| format!("map the sandbox user namespace: {e}"))
     } else {
@@ -532,12 +549,46 @@ fn enter_invoker_userns() -> Result<(), String> {
     unsafe { rustix::thread::unshare_unsafe(UnshareFlags::NEWUSER) }.map_err(|e| {
         format!("unshare(CLONE_NEWUSER) failed ({e}); unprivileged user namespaces are disabled or restricted on this host (run `sandkeep doctor`)")
     })?;
-    for (file, content) in [
-        ("/proc/self/setgroups", "deny".to_owned()),
-        ("/proc/self/uid_map", format!("0 {uid} 1")),
-        ("/proc/self/gid_map", format!("0 {gid} 1")),
-    ] {
-        fs::write(file, content).map_err(|e| format!("write {file}: {e}"))?;
-    }
+    sys::write_id_maps(None, uid, gid, 1).map_err(|e| e.to_string())?;
     sys::become_id(0, 0, false).map_err(|e| format!("become root in the user namespace: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::{BufRead, BufReader, Write};
+    use std::os::unix::process::ExitStatusExt;
+    use std::process::{Command, Stdio};
+
+    use super::*;
+
+    /// A pid found by the scan may be recycled before the kill: only the
+    /// very process found (pid and start time) may be signalled.
+    #[test]
+    fn a_recycled_pid_is_never_killed() {
+        let mut child = Command::new("cat")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let found = ProcessId::of(child.id() as i32).unwrap();
+        let recycled = ProcessId {
+            start_time: found.start_time + 1,
+            ..found
+        };
+        kill_all(&[recycled]);
+        // A SIGKILL is pending before kill(2) returns, so a process that
+        // was hit cannot echo this line back.
+        let mut stdin = child.stdin.take().unwrap();
+        stdin.write_all(b"alive\n").unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        assert_eq!(
+            line, "alive\n",
+            "another process with the same pid was killed"
+        );
+        kill_all(&[found]);
+        assert_eq!(child.wait().unwrap().signal(), Some(libc::SIGKILL));
+    }
 }

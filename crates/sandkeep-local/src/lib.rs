@@ -1,45 +1,55 @@
 //! The embedded local provider: namespaced sandboxes on this host that
 //! outlive any server process.
 //!
-//! Topology (see `docs` of each module): the provider (inside any server
-//! process) spawns one detached **keeper** per sandbox (`sandkeep __keeper
-//! run`), which forks the sandbox's **init** (pid 1 of fresh pid, mount, uts
-//! and ipc namespaces, in a user namespace) that doubles as a fork server.
-//! Exec and file operations are requests to that fork server over a unix
-//! socket in the state directory; create, kill, list, renew and retain work
-//! on the state directory and the keeper's process identity. Where the
-//! kernel refuses namespaces, sandboxes fall back to a reported weaker level
-//! (`landlock`, else `process-only`): a subreaper init on the host whose
-//! whole process tree the keeper kills. This module is the `Provider` face
-//! of it; it never enters a namespace itself.
+//! Topology: the provider (inside any server process) spawns one detached
+//! **keeper** per sandbox (`sandkeep __keeper run`), which forks the
+//! sandbox's **init** (pid 1 of fresh pid, mount, uts and ipc namespaces, in
+//! a user namespace) that doubles as a fork server. Exec and file
+//! operations are requests to that fork server over a unix socket in the
+//! state directory; create, kill, list, renew and retain work on the state
+//! directory and the keeper's process identity. Where the kernel refuses
+//! namespaces, sandboxes fall back to a reported weaker level (`landlock`,
+//! else `process-only`): a subreaper init on the host whose whole process
+//! tree the keeper kills.
+//!
+//! This file is the `Provider` face of it and never enters a namespace
+//! itself. In the server process: [`config`](LocalConfig), `presence`
+//! (live or stale, cleanup, destruction), `spawn` (starting a keeper),
+//! `client` and `file_reply` (one fork-server call and its file-operation
+//! answer), `state` (the on-disk layout and records). In the keeper and
+//! the sandbox: `keeper`, `init`, `rootfs`, `fileops`, `seccomp`, `doctor`
+//! (the isolation probe), over `sys` (the only raw syscalls) and `wire`
+//! (the socket protocol).
 
 mod client;
-pub mod doctor;
+mod config;
+mod doctor;
+mod file_reply;
 mod fileops;
 mod init;
 mod keeper;
+mod presence;
 mod rootfs;
 mod seccomp;
+mod spawn;
 mod state;
 mod sys;
 mod wire;
 
 use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use rustix::event::{PollFd, PollFlags};
-use rustix::process::{Pid, PidfdFlags, Signal};
-use tokio::io::AsyncReadExt;
 
+pub use config::LocalConfig;
 pub use doctor::{Check, DoctorReport};
 
 use self::client::{CallError, Outcome};
-use self::keeper::Readiness;
-use self::state::{Home, Lock, Meta, SandboxDir, Spec};
-use self::wire::{FileOpError, Request};
+use self::presence::{Presence, inspect, lock_sandbox, terminate};
+use self::state::{Home, Meta, Spec};
+use self::wire::Request;
 use sandkeep_provider::{
     CreateSpec, ExecOutput, ExecRequest, FileEntry, Provider, ProviderError, Release, Result,
     SandboxId, SandboxInfo,
@@ -57,72 +67,11 @@ pub fn keeper_main(args: Vec<String>) -> i32 {
 /// Others are root filesystem directories under `SANDKEEP_HOME/templates/`.
 pub const BASE_TEMPLATE: &str = "base";
 
-/// How long create waits for a keeper to report.
-const CREATE_TIMEOUT: Duration = Duration::from_secs(30);
-/// How long kill waits for a keeper to finish destroying.
-const KILL_TIMEOUT: Duration = Duration::from_secs(10);
-/// A sandbox directory without a record older than this is a crashed
-/// creation.
-const CREATING_GRACE_SECS: u64 = 120;
 /// Room for a file operation's answer or error report.
 const FILE_OP_REPORT: usize = 64 * 1024;
 /// Isolation levels that are the full design for their mode; anything else
 /// is logged as weaker at create time.
 const FULL_ISOLATION: &str = "userns-idmap";
-
-/// Where the provider keeps state and which executable it runs.
-#[derive(Debug, Clone)]
-pub struct LocalConfig {
-    /// `SANDKEEP_HOME`.
-    pub home: PathBuf,
-    /// The `sandkeep` executable: spawned as keeper and bound into every
-    /// sandbox as the task helper.
-    pub exe: PathBuf,
-    /// Skip namespaces even where the kernel offers them: the weaker
-    /// `landlock` / `process-only` level, reported as such. Hosts that
-    /// refuse namespaces get it automatically, with a warning.
-    pub process_only: bool,
-}
-
-impl LocalConfig {
-    pub fn new(home: impl Into<PathBuf>, exe: impl Into<PathBuf>) -> Self {
-        Self {
-            home: home.into(),
-            exe: exe.into(),
-            process_only: false,
-        }
-    }
-
-    pub fn with_process_only(self, process_only: bool) -> Self {
-        Self {
-            process_only,
-            ..self
-        }
-    }
-
-    /// `SANDKEEP_HOME`, else `${XDG_STATE_HOME:-$HOME/.local/state}/sandkeep`;
-    /// the running executable.
-    pub fn from_env() -> std::io::Result<Self> {
-        let home = match std::env::var_os("SANDKEEP_HOME").filter(|v| !v.is_empty()) {
-            Some(h) => PathBuf::from(h),
-            None => {
-                let state = std::env::var_os("XDG_STATE_HOME")
-                    .filter(|v| !v.is_empty())
-                    .map(PathBuf::from)
-                    .or_else(|| {
-                        std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/state"))
-                    })
-                    .ok_or_else(|| {
-                        std::io::Error::other(
-                            "neither SANDKEEP_HOME, XDG_STATE_HOME nor HOME is set; set SANDKEEP_HOME",
-                        )
-                    })?;
-                state.join("sandkeep")
-            }
-        };
-        Ok(Self::new(home, std::env::current_exe()?))
-    }
-}
 
 /// The local provider.
 #[derive(Debug, Clone)]
@@ -131,12 +80,16 @@ pub struct LocalProvider {
     home: Home,
 }
 
-fn io_err(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> ProviderError {
+/// Maps an I/O error to the provider's error, saying what was being done.
+pub(crate) fn io_err(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> ProviderError {
     let context = context.into();
     move |source| ProviderError::Io { context, source }
 }
 
-async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Result<T> {
+/// Runs blocking file and process work off the async runtime.
+pub(crate) async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Result<T> {
     tokio::task::spawn_blocking(f)
         .await
         .map_err(|e| ProviderError::Unavailable(format!("internal task failed: {e}")))
@@ -211,11 +164,14 @@ impl LocalProvider {
         names
     }
 
+    /// 64 bits from the OS CSPRNG.
     fn new_id() -> Result<SandboxId> {
         let mut bytes = [0u8; 8];
-        std::fs::File::open("/dev/urandom")
-            .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut bytes))
-            .map_err(io_err("read /dev/urandom"))?;
+        getrandom::fill(&mut bytes).map_err(|e| {
+            ProviderError::Unavailable(format!(
+                "the OS random number generator failed ({e}); no sandbox was created, retry"
+            ))
+        })?;
         let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
         SandboxId::parse(&format!("sb-{hex}")).map_err(ProviderError::Unavailable)
     }
@@ -248,6 +204,9 @@ impl LocalProvider {
                 CallError::NotSent(e) => ProviderError::Unavailable(format!(
                     "sandbox {id2} does not answer ({e}); it may be shutting down, check list_sandboxes"
                 )),
+                CallError::Refused(message) => ProviderError::Unavailable(format!(
+                    "sandbox {id2} refused the request, nothing ran ({message}); it may be out of processes, retry later"
+                )),
                 CallError::Unconfirmed(message) => ProviderError::Unconfirmed {
                     sandbox: id2,
                     message,
@@ -270,34 +229,7 @@ impl LocalProvider {
         let outcome = self
             .call(id, request, stdin, output_limit, Duration::from_secs(60))
             .await?;
-        let (stdout, _) = outcome.stdout.finish();
-        let (stderr, _) = outcome.stderr.finish();
-        match outcome.exit_code {
-            Some(0) => Ok(stdout),
-            Some(wire::FILE_OP_FAILED) => match serde_json::from_slice::<FileOpError>(&stderr) {
-                Ok(FileOpError::NotFound) => Err(ProviderError::NoSuchPath { path: path.into() }),
-                Ok(FileOpError::TooLarge { size }) => Err(ProviderError::FileTooLarge {
-                    path: path.into(),
-                    size,
-                    limit: size_limit,
-                }),
-                Ok(FileOpError::Other { message }) => Err(ProviderError::FileError {
-                    path: path.into(),
-                    message,
-                }),
-                Err(_) => Err(ProviderError::FileError {
-                    path: path.into(),
-                    message: String::from_utf8_lossy(&stderr).into_owned(),
-                }),
-            },
-            other => Err(ProviderError::FileError {
-                path: path.into(),
-                message: format!(
-                    "the file operation ended with {other:?}: {}",
-                    String::from_utf8_lossy(&stderr)
-                ),
-            }),
-        }
+        file_reply::decode(outcome, path, size_limit)
     }
 
     /// Read-modify-write of a live sandbox's record under its lock.
@@ -309,8 +241,9 @@ impl LocalProvider {
         let dir = self.home.sandbox(id);
         let id2 = id.clone();
         blocking(move || {
-            let _lock = Lock::acquire(&dir.lock())
-                .map_err(|_| ProviderError::NoSuchSandbox(id2.clone()))?;
+            let Some(_lock) = lock_sandbox(&dir)? else {
+                return Err(ProviderError::NoSuchSandbox(id2));
+            };
             let Presence::Live(meta) = inspect(&dir) else {
                 return Err(ProviderError::NoSuchSandbox(id2));
             };
@@ -321,125 +254,6 @@ impl LocalProvider {
         })
         .await?
     }
-}
-
-enum Presence {
-    Live(Box<Meta>),
-    /// Being created, or being destroyed after its deadline.
-    Transient,
-    Gone,
-}
-
-/// Decides whether a sandbox directory is a live sandbox; removes it when
-/// its keeper is dead (crash, reboot) so it is never reported.
-fn inspect(dir: &SandboxDir) -> Presence {
-    match state::read_json::<Meta>(&dir.meta()) {
-        Ok(meta) if meta.keeper.is_alive() => {
-            if meta.info.expires_at > state::now_secs() {
-                Presence::Live(Box::new(meta))
-            } else {
-                Presence::Transient
-            }
-        }
-        Ok(meta) => {
-            clean_stale(dir, Some(&meta));
-            Presence::Gone
-        }
-        // No record yet (being created), or an unreadable one: only age
-        // tells a crashed creation from one in progress.
-        Err(e)
-            if matches!(
-                e.kind(),
-                std::io::ErrorKind::NotFound | std::io::ErrorKind::InvalidData
-            ) =>
-        {
-            if !dir.path.exists() {
-                return Presence::Gone;
-            }
-            // The directory's own mtime: a half-removed directory may
-            // have lost its spec.json already.
-            let age = std::fs::metadata(&dir.path)
-                .and_then(|m| m.modified())
-                .ok()
-                .and_then(|t| t.elapsed().ok())
-                .map_or(0, |d| d.as_secs());
-            if age > CREATING_GRACE_SECS {
-                clean_stale(dir, None);
-                Presence::Gone
-            } else {
-                Presence::Transient
-            }
-        }
-        Err(_) => Presence::Transient,
-    }
-}
-
-/// Removes what a dead keeper left; kills its init first should it have
-/// outlived the keeper.
-fn clean_stale(dir: &SandboxDir, meta: Option<&Meta>) {
-    if let Some(meta) = meta
-        && meta.init.is_alive()
-        && let Some(pid) = Pid::from_raw(meta.init.pid)
-        && let Ok(fd) = rustix::process::pidfd_open(pid, PidfdFlags::empty())
-        && meta.init.is_alive()
-    {
-        let _ = rustix::process::pidfd_send_signal(&fd, Signal::KILL);
-        wait_exit(&fd, KILL_TIMEOUT);
-    }
-    let _ = state::remove_tree(&dir.path);
-}
-
-/// Polls a pidfd until the process exits or `timeout` passes.
-fn wait_exit(fd: &impl rustix::fd::AsFd, timeout: Duration) -> bool {
-    let deadline = std::time::Instant::now() + timeout;
-    loop {
-        let left = deadline.saturating_duration_since(std::time::Instant::now());
-        let ts = rustix::event::Timespec {
-            tv_sec: left.as_secs() as i64,
-            tv_nsec: i64::from(left.subsec_nanos()),
-        };
-        let mut fds = [PollFd::new(fd, PollFlags::IN)];
-        match rustix::event::poll(&mut fds, Some(&ts)) {
-            Ok(n) => return n > 0,
-            Err(rustix::io::Errno::INTR) if !left.is_zero() => {}
-            Err(_) => return false,
-        }
-    }
-}
-
-/// Asks a keeper to destroy its sandbox and waits until it has.
-fn terminate(dir: &SandboxDir, meta: &Meta) -> Result<()> {
-    let Some(pid) = Pid::from_raw(meta.keeper.pid) else {
-        return Ok(());
-    };
-    let fd = match rustix::process::pidfd_open(pid, PidfdFlags::empty()) {
-        Ok(fd) => fd,
-        Err(_) => {
-            clean_stale(dir, Some(meta));
-            return Ok(());
-        }
-    };
-    // Checked after opening the pidfd: the fd now pins this very process.
-    if !meta.keeper.is_alive() {
-        clean_stale(dir, Some(meta));
-        return Ok(());
-    }
-    let _ = rustix::process::pidfd_send_signal(&fd, Signal::TERM);
-    if wait_exit(&fd, KILL_TIMEOUT) {
-        // A keeper killed meanwhile (SIGKILL, OOM) leaves its files behind.
-        if dir.path.exists() {
-            clean_stale(dir, Some(meta));
-        }
-    } else {
-        let _ = rustix::process::pidfd_send_signal(&fd, Signal::KILL);
-        clean_stale(dir, Some(meta));
-        return Err(ProviderError::Unavailable(format!(
-            "the keeper of {} did not finish within {}s; it was killed and its files removed",
-            meta.info.sandbox_id,
-            KILL_TIMEOUT.as_secs()
-        )));
-    }
-    Ok(())
 }
 
 #[async_trait]
@@ -478,59 +292,7 @@ impl Provider for LocalProvider {
             template_dir,
         };
         state::write_json(&dir.spec(), &record).map_err(io_err("write spec.json"))?;
-        let log = std::fs::File::create(dir.log()).map_err(io_err("create keeper.log"))?;
-        let mut child = tokio::process::Command::new(&self.config.exe)
-            .arg(KEEPER_ARG)
-            .arg("run")
-            .arg(self.home.root())
-            .arg(id.as_str())
-            .env_clear()
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(log)
-            .spawn()
-            .map_err(io_err(format!("start {}", self.config.exe.display())))?;
-        let mut stdout = child.stdout.take().expect("piped");
-        // The direct child forks the keeper and exits at once: reap it now.
-        let _ = child.wait().await;
-        let mut buf = Vec::new();
-        let read = tokio::time::timeout(CREATE_TIMEOUT, stdout.read_to_end(&mut buf)).await;
-        let log_tail = || {
-            std::fs::read_to_string(dir.log())
-                .unwrap_or_default()
-                .chars()
-                .rev()
-                .take(2000)
-                .collect::<String>()
-                .chars()
-                .rev()
-                .collect::<String>()
-        };
-        let readiness = match read {
-            Ok(Ok(_)) => serde_json::from_slice::<Readiness>(&buf).map_err(|_| {
-                ProviderError::Unavailable(format!(
-                    "the sandbox keeper died during setup: {}",
-                    log_tail()
-                ))
-            })?,
-            _ => {
-                let dir2 = dir.clone();
-                let meta = state::read_json::<Meta>(&dir.meta()).ok();
-                blocking(move || clean_stale(&dir2, meta.as_ref())).await?;
-                return Err(ProviderError::Unavailable(format!(
-                    "the sandbox did not become ready within {}s",
-                    CREATE_TIMEOUT.as_secs()
-                )));
-            }
-        };
-        let warnings = match readiness {
-            Readiness::Ready { warnings, .. } => warnings,
-            Readiness::Failed(e) => {
-                return Err(ProviderError::Unavailable(format!(
-                    "cannot create a local sandbox: {e}"
-                )));
-            }
-        };
+        let warnings = spawn::start_keeper(&self.config.exe, &self.home, &dir, &id).await?;
         let meta: Meta = state::read_json(&dir.meta()).map_err(io_err("read meta.json"))?;
         if meta.info.isolation != FULL_ISOLATION || !warnings.is_empty() {
             tracing::warn!(
@@ -551,10 +313,10 @@ impl Provider for LocalProvider {
                 terminate(&dir, &meta)?;
                 Ok(was_live)
             }
-            Err(_) => {
-                inspect(&dir);
-                Ok(false)
-            }
+            Err(_) => match inspect(&dir) {
+                Presence::Unreadable(e) => Err(io_err(format!("read {}", dir.meta().display()))(e)),
+                _ => Ok(false),
+            },
         })
         .await?
     }
@@ -564,12 +326,13 @@ impl Provider for LocalProvider {
         blocking(move || {
             // The lock `update` takes for `retain`: no retain can land
             // between the look at `retained` and the end of `terminate`.
-            let Ok(_lock) = Lock::acquire(&dir.lock()) else {
+            let Some(_lock) = lock_sandbox(&dir)? else {
                 return Ok(Release::Gone);
             };
             match inspect(&dir) {
                 Presence::Live(meta) if meta.info.retained => Ok(Release::Retained),
                 Presence::Live(meta) => terminate(&dir, &meta).map(|()| Release::Destroyed),
+                Presence::Unreadable(e) => Err(io_err(format!("read {}", dir.meta().display()))(e)),
                 Presence::Transient | Presence::Gone => Ok(Release::Gone),
             }
         })

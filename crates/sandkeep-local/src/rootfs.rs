@@ -17,7 +17,7 @@ use rustix::mount::{
     MountFlags, MountPropagationFlags, MoveMountFlags, OpenTreeFlags, UnmountFlags,
 };
 
-use super::state::{SandboxDir, Spec};
+use super::state::{HELPER_DIR, HELPER_NAME, SandboxDir, Spec};
 use super::sys;
 
 /// Host top-level entries the sandbox sees (as overlays, or as the same
@@ -51,10 +51,6 @@ const MASKED_DIRS: &[&str] = &[
 
 /// Device nodes bound from the host into the sandbox's `/dev`.
 const DEVICES: &[&str] = &["null", "zero", "full", "random", "urandom", "tty"];
-
-/// Where the task helper appears inside every sandbox.
-pub const HELPER_DIR: &str = ".sandkeep";
-pub const HELPER_NAME: &str = "sandkeep-task";
 
 /// How the sandbox's files are owned on the host.
 #[derive(Debug, Clone, Copy)]

@@ -17,6 +17,12 @@ use serde::{Deserialize, Serialize};
 
 use sandkeep_provider::{SandboxId, SandboxInfo};
 
+/// Where the task helper appears inside every namespaced sandbox:
+/// `/HELPER_DIR/HELPER_NAME` (and `bin/HELPER_NAME` in a process-only
+/// sandbox's directory).
+pub const HELPER_DIR: &str = ".sandkeep";
+pub const HELPER_NAME: &str = "sandkeep-task";
+
 /// Where the sandbox's exec/file socket is found, relative to its directory.
 /// Kept short: unix socket paths are limited to 108 bytes.
 const SOCKET_NAME: &str = "sock";
@@ -170,7 +176,7 @@ fn start_time(pid: i32) -> io::Result<u64> {
 
 /// State letter and start time; the command name may contain anything, so
 /// fields are counted after its closing parenthesis.
-fn parse_stat(stat: &str) -> Option<(char, u64)> {
+pub fn parse_stat(stat: &str) -> Option<(char, u64)> {
     let rest = &stat[stat.rfind(')')? + 2..];
     let mut fields = rest.split(' ');
     let state = fields.next()?.chars().next()?;
@@ -194,11 +200,7 @@ pub struct Meta {
 }
 
 fn namespaced_helper() -> String {
-    format!(
-        "/{}/{}",
-        super::rootfs::HELPER_DIR,
-        super::rootfs::HELPER_NAME
-    )
+    format!("/{HELPER_DIR}/{HELPER_NAME}")
 }
 
 pub fn now_secs() -> u64 {

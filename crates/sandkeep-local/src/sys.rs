@@ -1,12 +1,16 @@
 //! Thin, checked wrappers over the few syscalls that rustix does not cover
-//! (fork, signal masks and signalfd, mount_setattr, close_range, ids) used
-//! by the keeper and the init. Every function here is single-purpose and
-//! safe to call in a single-threaded process; nothing here may be called
-//! from the tokio server.
+//! safely (fork, _exit, execve, signal masks and signalfd, mount_setattr,
+//! close_range), and the process-wide uses of the ones it does (waiting,
+//! ids, id maps), for the keeper and the init. Every function here is
+//! single-purpose and safe to call in a single-threaded process; nothing
+//! here may be called from the tokio server. Whatever rustix offers safely
+//! is called through rustix, never through libc.
 
 use std::ffi::CString;
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+
+use rustix::process::{Gid, Pid, Uid, WaitOptions, WaitStatus};
 
 fn check(ret: libc::c_int) -> io::Result<libc::c_int> {
     if ret < 0 {
@@ -21,10 +25,19 @@ pub enum Forked {
     Parent(i32),
 }
 
-/// `fork()`. Only the keeper, its probes and the init call it, all of them
-/// single-threaded processes, so the child may use the allocator freely.
+/// `fork()`, refused unless this process has a single thread. The child
+/// of a threaded process holds only the calling thread and may find locks
+/// (the allocator's) held forever; the keeper, its probes and the init are
+/// single-threaded, so their children may use the allocator freely.
 pub fn fork() -> io::Result<Forked> {
-    // SAFETY: callers are single-threaded (see above); the child continues
+    let threads = std::fs::read_dir("/proc/self/task")?.count();
+    if threads != 1 {
+        return Err(io::Error::other(format!(
+            "fork refused: this process has {threads} threads, not one"
+        )));
+    }
+    // SAFETY: this process is single-threaded (checked above; only a
+    // thread of it could have started another since); the child continues
     // with a consistent copy of the whole address space.
     let pid = check(unsafe { libc::fork() })?;
     Ok(if pid == 0 {
@@ -39,11 +52,6 @@ pub fn fork() -> io::Result<Forked> {
 pub fn exit_now(code: i32) -> ! {
     // SAFETY: _exit has no preconditions.
     unsafe { libc::_exit(code) }
-}
-
-pub fn setsid() -> io::Result<()> {
-    // SAFETY: no pointers involved.
-    check(unsafe { libc::setsid() }).map(drop)
 }
 
 fn sigset(signals: &[libc::c_int]) -> libc::sigset_t {
@@ -78,57 +86,45 @@ pub fn signalfd(signals: &[libc::c_int]) -> io::Result<OwnedFd> {
 
 /// Reads every pending signal from a signalfd; returns their numbers.
 pub fn drain_signalfd(fd: BorrowedFd<'_>) -> Vec<u32> {
+    const RECORD: usize = std::mem::size_of::<libc::signalfd_siginfo>();
     let mut out = Vec::new();
-    loop {
-        // SAFETY: signalfd_siginfo is plain data.
-        let mut info: libc::signalfd_siginfo = unsafe { std::mem::zeroed() };
-        let size = std::mem::size_of::<libc::signalfd_siginfo>();
-        // SAFETY: the buffer is exactly one siginfo record.
-        let n = unsafe { libc::read(fd.as_raw_fd(), (&raw mut info).cast(), size) };
-        if n != size as isize {
-            return out;
-        }
-        out.push(info.ssi_signo);
+    let mut record = [0u8; RECORD];
+    // The kernel hands out whole records; `ssi_signo` is the first field.
+    while rustix::io::read(fd, &mut record).is_ok_and(|n| n == RECORD) {
+        let signo: [u8; 4] = record[..4].try_into().expect("a record is 128 bytes");
+        out.push(u32::from_ne_bytes(signo));
     }
+    out
 }
 
 /// Reaps one exited child without blocking: `Some((pid, exit code))`.
 pub fn reap_any() -> Option<(i32, i32)> {
-    let mut status = 0;
-    // SAFETY: status is a valid out-pointer.
-    let pid = unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG) };
-    (pid > 0).then(|| (pid, exit_code(status)))
+    match rustix::process::wait(WaitOptions::NOHANG) {
+        Ok(Some((pid, status))) => Some((pid.as_raw_nonzero().get(), exit_code(status))),
+        _ => None,
+    }
 }
 
 /// Waits for one specific child; returns its exit code.
 pub fn wait_for(pid: i32) -> io::Result<i32> {
-    let mut status = 0;
+    let target = Pid::from_raw(pid).ok_or_else(|| io::Error::other("no such child: pid 0"))?;
     loop {
-        // SAFETY: status is a valid out-pointer.
-        let ret = unsafe { libc::waitpid(pid, &mut status, 0) };
-        if ret == pid {
-            return Ok(exit_code(status));
-        }
-        let err = io::Error::last_os_error();
-        if err.kind() != io::ErrorKind::Interrupted {
-            return Err(err);
+        match rustix::process::waitpid(Some(target), WaitOptions::empty()) {
+            Ok(Some((_, status))) => return Ok(exit_code(status)),
+            Ok(None) => return Err(io::Error::other(format!("child {pid} was not reaped"))),
+            Err(rustix::io::Errno::INTR) => {}
+            Err(e) => return Err(e.into()),
         }
     }
 }
 
 /// Exit status, or 128+N for a death by signal N (the shell convention).
-pub fn exit_code(status: libc::c_int) -> i32 {
+fn exit_code(status: WaitStatus) -> i32 {
+    let status = status.as_raw() as libc::c_int;
     if libc::WIFSIGNALED(status) {
         128 + libc::WTERMSIG(status)
     } else {
         libc::WEXITSTATUS(status)
-    }
-}
-
-pub fn kill_group(pgid: i32, signal: libc::c_int) {
-    // SAFETY: no pointers; a vanished group is not an error worth reporting.
-    unsafe {
-        libc::kill(-pgid, signal);
     }
 }
 
@@ -161,39 +157,83 @@ pub fn idmap_mount(target: BorrowedFd<'_>, userns: BorrowedFd<'_>) -> io::Result
     }
 }
 
-/// Drops every supplementary group and sets all three uids and gids.
+/// Drops every supplementary group and sets all three uids and gids. The
+/// raw syscalls act on the calling thread only, which is the whole
+/// process in the single-threaded callers.
 pub fn become_id(uid: u32, gid: u32, clear_groups: bool) -> io::Result<()> {
-    // SAFETY: plain id syscalls; the null pointer goes with a zero count.
-    unsafe {
-        if clear_groups {
-            check(libc::setgroups(0, std::ptr::null()))?;
-        }
-        check(libc::setresgid(gid, gid, gid))?;
-        check(libc::setresuid(uid, uid, uid))?;
+    if clear_groups {
+        rustix::thread::set_thread_groups(&[])?;
+    }
+    let (uid, gid) = (Uid::from_raw(uid), Gid::from_raw(gid));
+    rustix::thread::set_thread_res_gid(gid, gid, gid)?;
+    rustix::thread::set_thread_res_uid(uid, uid, uid)?;
+    Ok(())
+}
+
+/// Maps ids `0..count` of a user namespace onto the host's `uid..` and
+/// `gid..`. `pid` names a child whose namespace a privileged parent maps
+/// (it may keep setgroups); `None` is this process mapping its own fresh
+/// namespace, which the kernel allows only after setgroups is denied.
+pub fn write_id_maps(pid: Option<i32>, uid: u32, gid: u32, count: u32) -> io::Result<()> {
+    let proc = pid.map_or_else(|| "/proc/self".to_owned(), |p| format!("/proc/{p}"));
+    let setgroups = pid.is_none().then_some(("setgroups", "deny".to_owned()));
+    for (file, content) in setgroups.into_iter().chain([
+        ("uid_map", format!("0 {uid} {count}")),
+        ("gid_map", format!("0 {gid} {count}")),
+    ]) {
+        let path = format!("{proc}/{file}");
+        std::fs::write(&path, content)
+            .map_err(|e| io::Error::new(e.kind(), format!("write {path}: {e}")))?;
     }
     Ok(())
 }
 
 /// Closes every descriptor from 3 up except those in `keep`.
-pub fn close_fds_except(keep: &[RawFd]) {
+pub fn close_fds_except(keep: &[RawFd]) -> io::Result<()> {
     let mut keep: Vec<RawFd> = keep.iter().copied().filter(|&fd| fd >= 3).collect();
     keep.sort_unstable();
     let mut from: RawFd = 3;
     for fd in keep.into_iter().chain(std::iter::once(RawFd::MAX)) {
         if fd > from {
-            // SAFETY: closing a range of descriptors this process owns.
-            unsafe {
-                libc::close_range(from as u32, (fd - 1) as u32, 0);
-            }
+            close_span(from, fd - 1, close_range)?;
         }
         from = fd.saturating_add(1);
     }
+    Ok(())
 }
 
-/// Puts `fd` at `target` (dup2); used on stdio in a forked child.
-pub fn dup_onto(fd: BorrowedFd<'_>, target: RawFd) -> io::Result<()> {
-    // SAFETY: both are descriptor numbers; dup2 validates them.
-    check(unsafe { libc::dup2(fd.as_raw_fd(), target) }).map(drop)
+/// `close_range(2)` over `first..=last`.
+fn close_range(first: RawFd, last: RawFd) -> io::Result<()> {
+    // SAFETY: closing a range of descriptors this process owns.
+    check(unsafe { libc::close_range(first as u32, last as u32, 0) }).map(drop)
+}
+
+/// Closes `first..=last` with `close_range`, or, where the kernel lacks it
+/// (before 5.9: ENOSYS) or refuses it (EINVAL), each descriptor of the
+/// range that `/proc/self/fd` lists.
+fn close_span(
+    first: RawFd,
+    last: RawFd,
+    close_range: impl FnOnce(RawFd, RawFd) -> io::Result<()>,
+) -> io::Result<()> {
+    match close_range(first, last) {
+        Err(e) if matches!(e.raw_os_error(), Some(libc::ENOSYS | libc::EINVAL)) => {}
+        other => return other,
+    }
+    // Collected before closing: the listing's own descriptor is open while
+    // it is read, and closed (EBADF below, ignored) once it is done.
+    let open: Vec<RawFd> = std::fs::read_dir("/proc/self/fd")?
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .filter(|fd| (first..=last).contains(fd))
+        .collect();
+    for fd in open {
+        // SAFETY: the caller gives up every descriptor of the range; none
+        // is used again.
+        unsafe {
+            libc::close(fd);
+        }
+    }
+    Ok(())
 }
 
 /// `execve`; returns only on failure.
@@ -217,14 +257,14 @@ pub fn execve(path: &CString, argv: &[CString], envp: &[CString]) -> io::Error {
 /// exec can ever regain it (needs CAP_SETPCAP: call before dropping it).
 pub fn drop_bounding_set(keep: rustix::thread::CapabilitySet) -> io::Result<()> {
     for cap in 0..64u32 {
-        if keep.bits() & (1u64 << cap) != 0 {
+        let one = rustix::thread::CapabilitySet::from_bits_retain(1u64 << cap);
+        if keep.contains(one) {
             continue;
         }
-        // SAFETY: PR_CAPBSET_DROP takes a capability number; EINVAL past
-        // the last capability the kernel knows is expected and ignored.
-        let ret = unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap as libc::c_ulong, 0, 0, 0) };
-        if ret < 0 && io::Error::last_os_error().raw_os_error() != Some(libc::EINVAL) {
-            return Err(io::Error::last_os_error());
+        // EINVAL past the last capability the kernel knows is expected.
+        match rustix::thread::remove_capability_from_bounding_set(one) {
+            Ok(()) | Err(rustix::io::Errno::INVAL) => {}
+            Err(e) => return Err(e.into()),
         }
     }
     Ok(())
@@ -244,4 +284,49 @@ pub fn restrict_capabilities(keep: rustix::thread::CapabilitySet) -> io::Result<
         },
     )?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Kernels before 5.9 have no close_range: the descriptors must be
+    /// closed all the same.
+    #[test]
+    fn descriptors_are_closed_where_close_range_is_missing() {
+        let null = std::fs::File::open("/dev/null").unwrap();
+        // High numbers no other test thread uses.
+        let fds: Vec<RawFd> = (0..3)
+            .map(|_| {
+                let fd = rustix::io::fcntl_dupfd_cloexec(&null, 1000).unwrap();
+                std::os::fd::IntoRawFd::into_raw_fd(fd)
+            })
+            .collect();
+        let open = |fd: RawFd| std::path::Path::new(&format!("/proc/self/fd/{fd}")).exists();
+        assert!(fds.iter().all(|&fd| open(fd)));
+        close_span(fds[0], fds[2], |_, _| {
+            Err(io::Error::from_raw_os_error(libc::ENOSYS))
+        })
+        .unwrap();
+        let left: Vec<RawFd> = fds.iter().copied().filter(|&fd| open(fd)).collect();
+        assert!(left.is_empty(), "still open: {left:?}");
+    }
+
+    /// fork(2) copies only the calling thread: a child of a threaded
+    /// process may find the allocator's lock held forever.
+    #[test]
+    fn fork_refuses_a_multi_threaded_process() {
+        let (tx, rx) = std::sync::mpsc::channel::<()>();
+        let other = std::thread::spawn(move || rx.recv());
+        match fork() {
+            Ok(Forked::Child) => exit_now(0),
+            Ok(Forked::Parent(pid)) => {
+                let _ = wait_for(pid);
+                panic!("forked a multi-threaded process");
+            }
+            Err(e) => assert!(e.to_string().contains("thread"), "{e}"),
+        }
+        drop(tx);
+        let _ = other.join();
+    }
 }

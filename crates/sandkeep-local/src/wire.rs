@@ -45,7 +45,8 @@ pub enum Request {
 pub enum Reply {
     /// Exit status, or 128+N for signal N.
     Exited(i32),
-    /// The child could not be started.
+    /// Nothing was forked (malformed request, fork refused): the request
+    /// did not run.
     Failed(String),
 }
 

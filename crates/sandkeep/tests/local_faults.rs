@@ -200,3 +200,130 @@ async fn a_command_cut_off_by_kill_is_unconfirmed() {
         other => panic!("expected Unconfirmed, got {other:?}"),
     }
 }
+
+/// An I/O error taking the sandbox's lock at session end is an error that
+/// leaves the sandbox for a retry; only a sandbox whose directory is gone
+/// is `Gone`. Anything else would skip a destruction silently.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_failure_at_session_end_is_an_error_and_the_sandbox_stays() {
+    use sandkeep::provider::Release;
+    let (home, p, info) = fresh_sandbox(60).await;
+    let id = &info.sandbox_id;
+    // A directory where the lock file belongs: opening it for writing fails
+    // with EISDIR even for root, which ignores permission bits.
+    let lock = sandbox_dir(home.path(), id).join("lock");
+    match std::fs::remove_file(&lock) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => panic!("remove the lock: {e}"),
+        _ => {}
+    }
+    std::fs::create_dir(&lock).unwrap();
+    let err = p
+        .kill_unless_retained(id)
+        .await
+        .expect_err("a lock that cannot be taken must be reported");
+    assert!(err.to_string().contains("lock"), "{err}");
+    assert_eq!(&p.info(id).await.expect("still live").sandbox_id, id);
+    std::fs::remove_dir(&lock).unwrap();
+    assert!(matches!(
+        p.kill_unless_retained(id).await.unwrap(),
+        Release::Destroyed
+    ));
+    assert!(!sandbox_dir(home.path(), id).exists());
+    assert!(matches!(
+        p.kill_unless_retained(id).await.unwrap(),
+        Release::Gone
+    ));
+}
+
+/// The same for a record that cannot be read (here a directory where
+/// `meta.json` belongs): an error, the sandbox left for a retry.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreadable_record_at_session_end_is_an_error_and_the_sandbox_stays() {
+    use sandkeep::provider::Release;
+    let (home, p, info) = fresh_sandbox(60).await;
+    let id = &info.sandbox_id;
+    let meta = sandbox_dir(home.path(), id).join("meta.json");
+    let aside = meta.with_extension("aside");
+    std::fs::rename(&meta, &aside).unwrap();
+    std::fs::create_dir(&meta).unwrap();
+    let err = p
+        .kill_unless_retained(id)
+        .await
+        .expect_err("an unreadable record must be reported");
+    assert!(err.to_string().contains("meta.json"), "{err}");
+    let err = p
+        .kill(id)
+        .await
+        .expect_err("kill_sandbox must not say 'not found'");
+    assert!(err.to_string().contains("meta.json"), "{err}");
+    std::fs::remove_dir(&meta).unwrap();
+    std::fs::rename(&aside, &meta).unwrap();
+    assert!(matches!(
+        p.kill_unless_retained(id).await.unwrap(),
+        Release::Destroyed
+    ));
+    assert!(!sandbox_dir(home.path(), id).exists());
+}
+
+/// A request the fork server could not even fork for ran nothing: it is a
+/// plain error, never "unconfirmed" (which tells an agent not to resubmit).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fork_the_sandbox_refuses_is_a_plain_error() {
+    let (home, p, info) = fresh_sandbox(60).await;
+    let id = &info.sandbox_id;
+    let init = recorded_pid(home.path(), id, "init");
+    // A soft RLIMIT_NPROC of 1 on the init: its own process is the one
+    // allowed, so its next fork fails with EAGAIN (sandbox root has no
+    // CAP_SYS_RESOURCE in the host's user namespace to bypass it). Set as
+    // the init's own host uid: lowering one's own soft limit needs no
+    // capability, which the host may not grant even to root.
+    let set_nproc = |soft: &str| {
+        let status = std::fs::read_to_string(format!("/proc/{init}/status")).unwrap();
+        let uid = status
+            .lines()
+            .find_map(|l| l.strip_prefix("Uid:"))
+            .and_then(|l| l.split_whitespace().next())
+            .expect("a Uid line")
+            .to_owned();
+        let out = std::process::Command::new("setpriv")
+            .args([
+                "--reuid",
+                &uid,
+                "--regid",
+                &uid,
+                "--clear-groups",
+                "prlimit",
+            ])
+            .arg(format!("--pid={init}"))
+            .arg(format!("--nproc={soft}:"))
+            .output()
+            .expect("run setpriv and prlimit (util-linux)");
+        assert!(out.status.success(), "prlimit: {}", text(&out.stderr));
+    };
+    let limits = std::fs::read_to_string(format!("/proc/{init}/limits")).unwrap();
+    let soft = limits
+        .lines()
+        .find_map(|l| l.strip_prefix("Max processes"))
+        .and_then(|l| l.split_whitespace().next())
+        .expect("a Max processes line")
+        .to_owned();
+    set_nproc("1");
+    let m = tag("5656");
+    let result = p.exec(id, request(&format!("echo ran > /tmp/{m}"))).await;
+    set_nproc(&soft);
+    match result {
+        Err(sandkeep::provider::ProviderError::Unavailable(message)) => {
+            assert!(message.contains("nothing ran"), "{message}");
+            assert!(message.contains("fork"), "{message}");
+        }
+        other => panic!("expected a plain Unavailable error, got {other:?}"),
+    }
+    let out = sh(&p, id, &format!("cat /tmp/{m} 2>&1; echo after")).await;
+    assert!(
+        !text(&out.stdout).contains("ran\n"),
+        "{}",
+        text(&out.stdout)
+    );
+    assert!(text(&out.stdout).ends_with("after\n"));
+    assert!(p.kill(id).await.unwrap());
+}

@@ -41,10 +41,29 @@ async fn assert_destroyed(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn lifecycle_exec_files_and_kill() {
-    // Must not leak into the sandbox's environment.
-    // SAFETY: set before any sandbox is spawned; tests read no env var back.
-    unsafe { std::env::set_var("SK_SERVER_CANARY", "leaked") };
+async fn create_reports_and_lists_the_sandbox() {
+    let (_home, p, info) = fresh_sandbox(120).await;
+    assert!(
+        info.isolation.starts_with("userns-"),
+        "isolation {}",
+        info.isolation
+    );
+    assert_eq!(info.expires_at, info.created_at + 120);
+    assert!(!info.retained);
+    assert_eq!(p.list().await.unwrap(), vec![info.clone()]);
+    assert!(p.kill(&info.sandbox_id).await.unwrap());
+}
+
+/// Run by `the_servers_environment_never_reaches_a_sandbox` in a child
+/// process whose environment holds `SK_SERVER_CANARY`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "helper process of the_servers_environment_never_reaches_a_sandbox"]
+async fn server_with_a_canary_in_its_environment() {
+    assert_eq!(
+        std::env::var("SK_SERVER_CANARY").as_deref(),
+        Ok("leaked"),
+        "run by the_servers_environment_never_reaches_a_sandbox"
+    );
     let home = state_dir();
     let p = provider(home.path());
     let mut envs = BTreeMap::new();
@@ -57,18 +76,37 @@ async fn lifecycle_exec_files_and_kill() {
         })
         .await
         .unwrap();
-    let id = info.sandbox_id.clone();
-    assert!(
-        info.isolation.starts_with("userns-"),
-        "isolation {}",
-        info.isolation
-    );
-    assert_eq!(info.expires_at, info.created_at + 120);
-    assert!(!info.retained);
-    let listed = p.list().await.unwrap();
-    assert_eq!(listed, vec![info.clone()]);
+    let out = sh(
+        &p,
+        &info.sandbox_id,
+        "pwd; echo \"$HOME|$USER|$GREETING|${SK_SERVER_CANARY:-clean}\"; id -u",
+    )
+    .await;
+    assert_eq!(text(&out.stdout), "/root\n/root|root|hi there|clean\n0\n");
+    assert!(p.kill(&info.sandbox_id).await.unwrap());
+}
 
-    let out = sh(&p, &id, "echo hello; echo oops >&2; exit 3").await;
+/// A sandbox's environment is its basics plus the create-time `envs`,
+/// never the server's own (which may hold its secrets).
+#[test]
+fn the_servers_environment_never_reaches_a_sandbox() {
+    let out = ignored_test("server_with_a_canary_in_its_environment")
+        .env("SK_SERVER_CANARY", "leaked")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("1 passed"),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exec_reports_output_status_and_death_by_signal() {
+    let (_home, p, info) = fresh_sandbox(120).await;
+    let id = &info.sandbox_id;
+    let out = sh(&p, id, "echo hello; echo oops >&2; exit 3").await;
     assert_eq!(
         (
             text(&out.stdout).as_str(),
@@ -77,69 +115,78 @@ async fn lifecycle_exec_files_and_kill() {
         ),
         ("hello\n", "oops\n", Some(3))
     );
-    let out = sh(
-        &p,
-        &id,
-        "pwd; echo \"$HOME|$USER|$GREETING|${SK_SERVER_CANARY:-clean}\"; id -u",
-    )
-    .await;
-    assert_eq!(text(&out.stdout), "/root\n/root|root|hi there|clean\n0\n");
-    let out = sh(&p, &id, "kill -9 $$").await;
+    let out = sh(&p, id, "kill -9 $$").await;
     assert_eq!(out.exit_code, Some(137));
+    assert!(p.kill(id).await.unwrap());
+}
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exec_takes_a_working_directory_and_stdin() {
+    let (_home, p, info) = fresh_sandbox(120).await;
+    let id = &info.sandbox_id;
     let mut r = request("pwd; cat");
     r.cwd = Some("/tmp".into());
     r.stdin = Some(b"from stdin".to_vec());
-    let out = p.exec(&id, r).await.unwrap();
+    let out = p.exec(id, r).await.unwrap();
     assert_eq!(text(&out.stdout), "/tmp\nfrom stdin");
     let mut r = request("pwd");
     r.cwd = Some("/no/such/dir".into());
-    let out = p.exec(&id, r).await.unwrap();
+    let out = p.exec(id, r).await.unwrap();
     assert_eq!(out.exit_code, Some(1));
     assert!(
         text(&out.stderr).contains("/no/such/dir"),
         "{}",
         text(&out.stderr)
     );
+    assert!(p.kill(id).await.unwrap());
+}
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exec_keeps_the_tail_of_long_output_and_times_out() {
+    let (_home, p, info) = fresh_sandbox(120).await;
+    let id = &info.sandbox_id;
     let mut r = request("head -c 300000 /dev/zero | tr '\\0' a; printf END");
     r.output_limit = 1000;
-    let out = p.exec(&id, r).await.unwrap();
+    let out = p.exec(id, r).await.unwrap();
     assert_eq!(out.stdout.len(), 1000);
     assert!(out.stdout.ends_with(b"aaaEND") && out.stdout_truncated && !out.stderr_truncated);
 
     let mut r = request("echo started; sleep 30");
     r.timeout = Duration::from_millis(300);
     let t = Instant::now();
-    let out = p.exec(&id, r).await.unwrap();
+    let out = p.exec(id, r).await.unwrap();
     assert!(
         out.timed_out && t.elapsed() < Duration::from_secs(5),
         "{out:?} after {:?}",
         t.elapsed()
     );
     assert_eq!(text(&out.stdout), "started\n");
+    assert!(p.kill(id).await.unwrap());
+}
 
-    // Files, relative to the home and absolute.
+/// Files, relative to the home and absolute, and their errors.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn files_are_written_read_listed_and_refused_precisely() {
+    let (home, p, info) = fresh_sandbox(120).await;
+    let id = &info.sandbox_id;
     assert_eq!(
-        p.write_file(&id, "dir/sub/f.txt", b"content")
-            .await
-            .unwrap(),
+        p.write_file(id, "dir/sub/f.txt", b"content").await.unwrap(),
         7
     );
     assert_eq!(
-        p.read_file(&id, "dir/sub/f.txt", 1 << 20).await.unwrap(),
+        p.read_file(id, "dir/sub/f.txt", 1 << 20).await.unwrap(),
         b"content"
     );
     assert_eq!(
-        p.read_file(&id, "/root/dir/sub/f.txt", 1 << 20)
+        p.read_file(id, "/root/dir/sub/f.txt", 1 << 20)
             .await
             .unwrap(),
         b"content"
     );
-    assert_eq!(p.write_file(&id, "dir/sub/f.txt", b"new").await.unwrap(), 3);
-    assert_eq!(text(&sh(&p, &id, "cat dir/sub/f.txt").await.stdout), "new");
-    sh(&p, &id, "ln -s f.txt dir/sub/link; mkdir dir/sub/d").await;
-    let entries = p.list_files(&id, "dir/sub").await.unwrap();
+    assert_eq!(p.write_file(id, "dir/sub/f.txt", b"new").await.unwrap(), 3);
+    assert_eq!(text(&sh(&p, id, "cat dir/sub/f.txt").await.stdout), "new");
+    sh(&p, id, "ln -s f.txt dir/sub/link; mkdir dir/sub/d").await;
+    let entries = p.list_files(id, "dir/sub").await.unwrap();
     let kinds: Vec<(&str, FileKind, u64)> = entries
         .iter()
         .map(|e| (e.name.as_str(), e.kind, e.size))
@@ -150,10 +197,10 @@ async fn lifecycle_exec_files_and_kill() {
     );
     assert_eq!((kinds[0].0, kinds[0].1), ("d", FileKind::Dir));
     assert!(entries[1].modified_at >= info.created_at);
-    p.write_file(&id, "/tmp/big", &vec![b'x'; 2000])
+    p.write_file(id, "/tmp/big", &vec![b'x'; 2000])
         .await
         .unwrap();
-    match p.read_file(&id, "/tmp/big", 1000).await {
+    match p.read_file(id, "/tmp/big", 1000).await {
         Err(ProviderError::FileTooLarge {
             size: 2000,
             limit: 1000,
@@ -162,19 +209,19 @@ async fn lifecycle_exec_files_and_kill() {
         other => panic!("expected FileTooLarge, got {other:?}"),
     }
     assert!(matches!(
-        p.read_file(&id, "nope", 10).await,
+        p.read_file(id, "nope", 10).await,
         Err(ProviderError::NoSuchPath { .. })
     ));
     assert!(matches!(
-        p.list_files(&id, "nope").await,
+        p.list_files(id, "nope").await,
         Err(ProviderError::NoSuchPath { .. })
     ));
     assert!(matches!(
-        p.read_file(&id, "dir", 10).await,
+        p.read_file(id, "dir", 10).await,
         Err(ProviderError::FileError { .. })
     ));
     // The home's files live on the host under the sandbox's own uid block.
-    let on_host = sandbox_dir(home.path(), &id).join("home/dir/sub/f.txt");
+    let on_host = sandbox_dir(home.path(), id).join("home/dir/sub/f.txt");
     let md = std::fs::metadata(&on_host).expect("home file on the host");
     assert!(
         md.uid() >= 1 << 30,
@@ -182,24 +229,40 @@ async fn lifecycle_exec_files_and_kill() {
         md.uid()
     );
 
-    // Renew and retain are persisted.
-    let renewed = p.renew(&id).await.unwrap();
-    assert!(renewed.expires_at >= info.expires_at);
-    p.retain(&id).await.unwrap();
-    let again = p.info(&id).await.unwrap();
-    assert!(again.retained && again.expires_at == renewed.expires_at);
-    assert_eq!(
-        p.task_helper(&id).await.unwrap(),
-        "/.sandkeep/sandkeep-task"
-    );
+    assert!(p.kill(id).await.unwrap());
+}
 
-    assert!(p.kill(&id).await.unwrap());
-    assert_destroyed(&p, home.path(), &id).await;
-    assert!(!p.kill(&id).await.unwrap());
+/// Renew and retain are persisted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renew_and_retain_are_persisted() {
+    let (_home, p, info) = fresh_sandbox(120).await;
+    let id = &info.sandbox_id;
+    let renewed = p.renew(id).await.unwrap();
+    assert!(renewed.expires_at >= info.expires_at);
+    p.retain(id).await.unwrap();
+    let again = p.info(id).await.unwrap();
+    assert!(again.retained && again.expires_at == renewed.expires_at);
+    assert_eq!(p.task_helper(id).await.unwrap(), "/.sandkeep/sandkeep-task");
+    assert!(p.kill(id).await.unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_destroys_and_the_sandbox_is_gone_for_every_call() {
+    let (home, p, info) = fresh_sandbox(120).await;
+    let id = &info.sandbox_id;
+    assert!(p.kill(id).await.unwrap());
+    assert_destroyed(&p, home.path(), id).await;
+    assert!(!p.kill(id).await.unwrap());
     assert!(matches!(
-        p.exec(&id, request("true")).await,
+        p.exec(id, request("true")).await,
         Err(ProviderError::NoSuchSandbox(_))
     ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unknown_template_names_the_available_ones() {
+    let home = state_dir();
+    let p = provider(home.path());
     match p
         .create(CreateSpec {
             template: "ubuntu".into(),
