@@ -3,6 +3,7 @@
 //! the process-only switch. Owns reading them from the environment; it must
 //! not touch the disk or start anything (the provider does, on `new`).
 
+use sandkeep_proto::shell::state_base;
 use std::path::PathBuf;
 
 /// Where the provider keeps state and which executable it runs.
@@ -41,15 +42,13 @@ impl LocalConfig {
         let home = match std::env::var_os("SANDKEEP_HOME").filter(|v| !v.is_empty()) {
             Some(h) => PathBuf::from(h),
             None => {
-                let state = std::env::var_os("XDG_STATE_HOME")
-                    .filter(|v| !v.is_empty())
-                    .map(PathBuf::from)
-                    .or_else(|| {
-                        std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/state"))
-                    })
-                    .ok_or_else(|| {
+                let state = state_base(
+                    std::env::var_os("XDG_STATE_HOME").as_deref(),
+                    std::env::var_os("HOME").as_deref(),
+                )
+                .ok_or_else(|| {
                         std::io::Error::other(
-                            "neither SANDKEEP_HOME, XDG_STATE_HOME nor HOME is set; set SANDKEEP_HOME",
+                            "neither SANDKEEP_HOME, an absolute XDG_STATE_HOME nor HOME is set; set SANDKEEP_HOME",
                         )
                     })?;
                 state.join("sandkeep")

@@ -16,6 +16,7 @@ use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 
 use rustix::event::{PollFd, PollFlags};
 use rustix::thread::{CapabilitySet, UnshareFlags};
+use sandkeep_proto::shell::SHELLS;
 
 use super::fileops;
 use super::rootfs::{self, Owner};
@@ -430,13 +431,19 @@ fn child(request: Request, stdio: [OwnedFd; 3], env: &[CString], home: &std::pat
                 eprintln!("sandkeep: cannot change to directory {cwd:?}: {e}");
                 sys::exit_now(1);
             }
-            let (Ok(sh), Ok(cmd)) = (CString::new("/bin/sh"), CString::new(command)) else {
+            let Ok(cmd) = CString::new(command) else {
                 eprintln!("sandkeep: the command contains a NUL byte");
                 sys::exit_now(127);
             };
-            let argv = [c"sh".to_owned(), c"-c".to_owned(), cmd];
-            let err = sys::execve(&sh, &argv, env);
-            eprintln!("sandkeep: cannot run /bin/sh in the sandbox: {err}");
+            // The same shells, in the same order, as a task's command.
+            for shell in SHELLS {
+                let path = CString::new(shell).expect("shell paths have no NUL");
+                let err = sys::execve(&path, &[path.clone(), c"-c".to_owned(), cmd.clone()], env);
+                if err.kind() != std::io::ErrorKind::NotFound || Some(&shell) == SHELLS.last() {
+                    eprintln!("sandkeep: cannot run {shell} in the sandbox: {err}");
+                    break;
+                }
+            }
             sys::exit_now(127)
         }
         other => sys::exit_now(fileops::run(other)),

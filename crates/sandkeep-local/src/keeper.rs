@@ -25,8 +25,10 @@ use serde::{Deserialize, Serialize};
 
 use super::init::{self, InitContext, InitReport, Mode};
 use super::rootfs::Owner;
-use super::state::{self, Home, Lock, Meta, ProcessId, SandboxDir, Spec};
+use super::state::{self, Home, Lock, Meta, SandboxDir, Spec};
 use super::{doctor, sys, wire};
+use sandkeep_proto::procfs;
+use sandkeep_proto::record::ProcessIdentity;
 use sandkeep_provider::{SandboxId, SandboxInfo};
 
 /// Size of each root-mode sandbox's uid/gid block.
@@ -135,7 +137,7 @@ struct Running {
 
 fn start(home: &Home, dir: &SandboxDir) -> Result<Running, String> {
     let spec: Spec = state::read_json(&dir.spec()).map_err(|e| format!("read spec.json: {e}"))?;
-    let keeper = ProcessId::of(std::process::id() as i32).map_err(|e| e.to_string())?;
+    let keeper = ProcessIdentity::own().map_err(|e| e.to_string())?;
     let root = rustix::process::geteuid().is_root();
     // Root never runs a sandbox as itself: it gets a uid block either way.
     let base = if root {
@@ -255,7 +257,7 @@ fn start(home: &Home, dir: &SandboxDir) -> Result<Running, String> {
         Ok(InitReport::Failed(e)) => return fail(format!("building the sandbox failed: {e}")),
         Err(_) => return fail("the sandbox init died during setup".into()),
     };
-    let init = ProcessId::of(init_pid).map_err(|e| e.to_string())?;
+    let init = ProcessIdentity::of(init_pid as u32).map_err(|e| e.to_string())?;
     let signals = sys::signalfd(&[libc::SIGTERM, libc::SIGINT, libc::SIGHUP])
         .map_err(|e| format!("signalfd: {e}"))?;
     let meta = Meta {
@@ -359,7 +361,7 @@ fn destroy(home: &Home, dir: &SandboxDir, sandbox: &Running) {
     // including those that called setsid or double-forked; the mount
     // namespace and its mounts go with the last of them.
     let _ = rustix::process::pidfd_send_signal(&sandbox.init_pidfd, Signal::KILL);
-    let _ = sys::wait_for(sandbox.meta.init.pid);
+    let _ = sys::wait_for(sandbox.meta.init.pid as i32);
     while sys::reap_any().is_some() {}
     // meta.json first: from now on no provider lists the sandbox.
     let _ = fs::remove_file(dir.meta());
@@ -380,7 +382,7 @@ fn destroy(home: &Home, dir: &SandboxDir, sandbox: &Running) {
 /// included, until none is left. Killed processes cannot fork any more, so the
 /// loop ends.
 fn kill_descendants() {
-    let me = std::process::id() as i32;
+    let me = std::process::id();
     for _ in 0..1000 {
         let victims = descendants(me);
         if victims.is_empty() {
@@ -397,9 +399,9 @@ fn kill_descendants() {
 /// its pid go to a host process: the pidfd pins whatever process holds the
 /// pid now, and the start time, read after opening it, tells whether that
 /// is still ours.
-fn kill_all(victims: &[ProcessId]) {
+fn kill_all(victims: &[ProcessIdentity]) {
     for victim in victims {
-        let Some(pid) = Pid::from_raw(victim.pid) else {
+        let Some(pid) = Pid::from_raw(victim.pid as i32) else {
             continue;
         };
         let Ok(fd) = rustix::process::pidfd_open(pid, PidfdFlags::empty()) else {
@@ -413,28 +415,21 @@ fn kill_all(victims: &[ProcessId]) {
 
 /// Live (non-zombie) processes whose ancestry leads to `root`, each with
 /// the start time read in the same look at its `/proc/PID/stat`.
-fn descendants(root: i32) -> Vec<ProcessId> {
+fn descendants(root: u32) -> Vec<ProcessIdentity> {
     let mut parent_of = Vec::new();
     if let Ok(entries) = fs::read_dir("/proc") {
         for e in entries.flatten() {
-            let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
+            let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
                 continue;
             };
-            let Ok(stat) = fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            let Ok(stat) = procfs::stat(pid) else {
                 continue;
             };
-            let Some((state, start_time)) = state::parse_stat(&stat) else {
-                continue;
+            let id = ProcessIdentity {
+                pid,
+                start_time: stat.start_time,
             };
-            // Field 4, right after the state letter.
-            let Some(ppid) = stat
-                .rfind(')')
-                .and_then(|i| stat[i + 2..].split(' ').nth(1))
-                .and_then(|p| p.parse::<i32>().ok())
-            else {
-                continue;
-            };
-            parent_of.push((ProcessId { pid, start_time }, ppid, state == 'Z'));
+            parent_of.push((id, stat.ppid, !stat.is_running()));
         }
     }
     let mut found = vec![root];
@@ -570,8 +565,8 @@ mod tests {
             .stdout(Stdio::piped())
             .spawn()
             .unwrap();
-        let found = ProcessId::of(child.id() as i32).unwrap();
-        let recycled = ProcessId {
+        let found = ProcessIdentity::of(child.id()).unwrap();
+        let recycled = ProcessIdentity {
             start_time: found.start_time + 1,
             ..found
         };

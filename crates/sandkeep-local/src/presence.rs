@@ -97,7 +97,7 @@ pub fn inspect(dir: &SandboxDir) -> Presence {
 pub fn clean_stale(dir: &SandboxDir, meta: Option<&Meta>) {
     if let Some(meta) = meta
         && meta.init.is_alive()
-        && let Some(pid) = Pid::from_raw(meta.init.pid)
+        && let Some(pid) = Pid::from_raw(meta.init.pid as i32)
         && let Ok(fd) = rustix::process::pidfd_open(pid, PidfdFlags::empty())
         && meta.init.is_alive()
     {
@@ -127,7 +127,7 @@ fn wait_exit(fd: &impl rustix::fd::AsFd, timeout: Duration) -> bool {
 
 /// Asks a keeper to destroy its sandbox and waits until it has.
 pub fn terminate(dir: &SandboxDir, meta: &Meta) -> Result<()> {
-    let Some(pid) = Pid::from_raw(meta.keeper.pid) else {
+    let Some(pid) = Pid::from_raw(meta.keeper.pid as i32) else {
         return Ok(());
     };
     let fd = match rustix::process::pidfd_open(pid, PidfdFlags::empty()) {

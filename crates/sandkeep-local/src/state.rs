@@ -15,6 +15,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
+use sandkeep_proto::record::ProcessIdentity;
 use sandkeep_provider::{SandboxId, SandboxInfo};
 
 /// Where the task helper appears inside every namespaced sandbox:
@@ -141,56 +142,12 @@ pub struct Spec {
     pub process_only: bool,
 }
 
-/// A process identity that survives pid reuse: pid plus the kernel's start
-/// time (clock ticks since boot, field 22 of `/proc/PID/stat`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ProcessId {
-    pub pid: i32,
-    pub start_time: u64,
-}
-
-impl ProcessId {
-    pub fn of(pid: i32) -> io::Result<Self> {
-        Ok(Self {
-            pid,
-            start_time: start_time(pid)?,
-        })
-    }
-
-    /// True while that very process exists (a zombie counts as gone).
-    pub fn is_alive(&self) -> bool {
-        match fs::read_to_string(format!("/proc/{}/stat", self.pid)) {
-            Ok(stat) => parse_stat(&stat)
-                .is_some_and(|(state, start)| state != 'Z' && start == self.start_time),
-            Err(_) => false,
-        }
-    }
-}
-
-fn start_time(pid: i32) -> io::Result<u64> {
-    let stat = fs::read_to_string(format!("/proc/{pid}/stat"))?;
-    parse_stat(&stat)
-        .map(|(_, start)| start)
-        .ok_or_else(|| io::Error::other(format!("unparsable /proc/{pid}/stat")))
-}
-
-/// State letter and start time; the command name may contain anything, so
-/// fields are counted after its closing parenthesis.
-pub fn parse_stat(stat: &str) -> Option<(char, u64)> {
-    let rest = &stat[stat.rfind(')')? + 2..];
-    let mut fields = rest.split(' ');
-    let state = fields.next()?.chars().next()?;
-    // `rest` starts at field 3 (state); start time is field 22.
-    let start = fields.nth(18)?.parse().ok()?;
-    Some((state, start))
-}
-
 /// What a live sandbox's record holds.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Meta {
     pub info: SandboxInfo,
-    pub keeper: ProcessId,
-    pub init: ProcessId,
+    pub keeper: ProcessIdentity,
+    pub init: ProcessIdentity,
     /// The task helper's path as the sandbox sees it.
     #[serde(default = "namespaced_helper")]
     pub helper: String,
@@ -281,27 +238,5 @@ fn open_up(path: &Path) {
         for entry in entries.flatten() {
             open_up(&entry.path());
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn stat_parsing_survives_odd_command_names() {
-        let stat = "42 (a) b) c) S 1 42 42 0 -1 4194560 0 0 0 0 0 0 0 0 20 0 1 0 987654 0 0";
-        assert_eq!(parse_stat(stat), Some(('S', 987654)));
-    }
-
-    #[test]
-    fn own_process_is_alive_and_wrong_start_time_is_not() {
-        let me = ProcessId::of(std::process::id() as i32).unwrap();
-        assert!(me.is_alive());
-        let other = ProcessId {
-            start_time: me.start_time + 1,
-            ..me
-        };
-        assert!(!other.is_alive());
     }
 }

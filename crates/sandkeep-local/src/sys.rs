@@ -11,6 +11,7 @@ use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 
 use rustix::process::{Gid, Pid, Uid, WaitOptions, WaitStatus};
+use sandkeep_proto::record::exit_code_of;
 
 fn check(ret: libc::c_int) -> io::Result<libc::c_int> {
     if ret < 0 {
@@ -120,12 +121,9 @@ pub fn wait_for(pid: i32) -> io::Result<i32> {
 
 /// Exit status, or 128+N for a death by signal N (the shell convention).
 fn exit_code(status: WaitStatus) -> i32 {
-    let status = status.as_raw() as libc::c_int;
-    if libc::WIFSIGNALED(status) {
-        128 + libc::WTERMSIG(status)
-    } else {
-        libc::WEXITSTATUS(status)
-    }
+    // Without WUNTRACED a wait reports only exits and deaths, so one of the
+    // two is always there.
+    exit_code_of(status.exit_status(), status.terminating_signal()).unwrap_or(-1)
 }
 
 /// Makes `target` (a detached mount from `open_tree`) show every owner

@@ -13,6 +13,7 @@ use crate::record::ProcessIdentity;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Stat {
     pub state: u8,
+    pub ppid: u32,
     pub pgrp: u32,
     /// Field 22: clock ticks since boot when the process started.
     pub start_time: u64,
@@ -32,12 +33,13 @@ pub fn parse_stat(line: &str) -> Option<Stat> {
     let rest = &line[line.rfind(')')? + 1..];
     let mut fields = rest.split_ascii_whitespace();
     let state = *fields.next()?.as_bytes().first()?;
-    let _ppid = fields.next()?;
+    let ppid = fields.next()?.parse().ok()?;
     let pgrp = fields.next()?.parse().ok()?;
     // Field 22 is the 17th after the process group (field 5).
     let start_time = fields.nth(16)?.parse().ok()?;
     Some(Stat {
         state,
+        ppid,
         pgrp,
         start_time,
     })
@@ -84,6 +86,7 @@ mod tests {
         let line = "1234 (we ird) (x)) S 1 1230 1230 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 987654 1000 200 18446744073709551615";
         let s = parse_stat(line).unwrap();
         assert_eq!(s.state, b'S');
+        assert_eq!(s.ppid, 1);
         assert_eq!(s.pgrp, 1230);
         assert_eq!(s.start_time, 987654);
     }

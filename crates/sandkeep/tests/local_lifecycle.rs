@@ -121,6 +121,15 @@ async fn exec_reports_output_status_and_death_by_signal() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exec_runs_bash_like_a_task() {
+    let (_home, p, info) = fresh_sandbox(120).await;
+    let out = sh(&p, &info.sandbox_id, "[[ 1 == 1 ]] && echo $BASH_VERSION").await;
+    assert_eq!(out.exit_code, Some(0), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).starts_with('5'), "{}", text(&out.stdout));
+    assert!(p.kill(&info.sandbox_id).await.unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn exec_takes_a_working_directory_and_stdin() {
     let (_home, p, info) = fresh_sandbox(120).await;
     let id = &info.sandbox_id;
