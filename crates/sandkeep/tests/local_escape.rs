@@ -194,7 +194,10 @@ for name, nr in [("io_uring_setup", 425), ("io_uring_enter", 426), ("io_uring_re
     assert_eq!(lines.lines().count(), 6, "{lines}");
     for line in lines.lines() {
         let (name, errno) = line.split_once(' ').unwrap();
-        assert_eq!(errno, eperm, "{name} was not refused by seccomp: errno {errno}");
+        assert_eq!(
+            errno, eperm,
+            "{name} was not refused by seccomp: errno {errno}"
+        );
     }
     // The same probe on the host gets other errors: the probe can tell.
     let host = std::process::Command::new("bash")
@@ -203,7 +206,8 @@ for name, nr in [("io_uring_setup", 425), ("io_uring_enter", 426), ("io_uring_re
         .unwrap();
     let host = String::from_utf8_lossy(&host.stdout);
     assert!(
-        host.lines().any(|l| l.starts_with("io_uring_setup") && !l.ends_with(&format!(" {eperm}"))),
+        host.lines()
+            .any(|l| l.starts_with("io_uring_setup") && !l.ends_with(&format!(" {eperm}"))),
         "{host}"
     );
     assert!(p.kill(&info.sandbox_id).await.unwrap());
