@@ -15,7 +15,7 @@ use std::fs;
 use std::io::{self, Read, Write};
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use rustix::event::{PollFd, PollFlags};
@@ -455,19 +455,26 @@ fn descendants(root: u32) -> Vec<ProcessIdentity> {
         .collect()
 }
 
-/// Claims a free uid block for the sandbox: a slot file naming the sandbox,
-/// reclaimed when that sandbox's directory is gone.
+/// Where root's uid blocks are claimed, for every state directory on the
+/// host: two servers with different `SANDKEEP_HOME`s must never hand out
+/// the same block. Under /run, so it starts empty with the machine, as do
+/// the sandboxes.
+const UID_SLOTS: &str = "/run/sandkeep/uid-slots";
+
+/// Claims a free uid block for the sandbox: a slot file naming its
+/// directory, reclaimed once that directory is gone.
 fn allocate_slot(home: &Home, id: &SandboxId) -> Result<u32, String> {
-    let slots = home.uid_slots();
+    let slots = Path::new(UID_SLOTS);
+    fs::create_dir_all(slots).map_err(|e| format!("create {UID_SLOTS}: {e}"))?;
+    state::check_trusted(slots).map_err(|e| e.to_string())?;
     let _lock = Lock::acquire(&slots.join(".lock")).map_err(|e| format!("lock uid slots: {e}"))?;
+    let owner = home.sandbox(id).path;
     for n in 0..SLOTS {
         let path = slots.join(n.to_string());
         let free = match fs::read_to_string(&path) {
             Err(e) if e.kind() == io::ErrorKind::NotFound => true,
             Err(e) => return Err(format!("read {}: {e}", path.display())),
-            Ok(owner) => SandboxId::parse(owner.trim())
-                .map(|o| !home.sandbox(&o).path.exists())
-                .unwrap_or(true),
+            Ok(holder) => !Path::new(holder.trim()).exists(),
         };
         if free {
             fs::OpenOptions::new()
@@ -476,7 +483,7 @@ fn allocate_slot(home: &Home, id: &SandboxId) -> Result<u32, String> {
                 .truncate(true)
                 .mode(0o600)
                 .open(&path)
-                .and_then(|mut f| f.write_all(id.as_str().as_bytes()))
+                .and_then(|mut f| f.write_all(owner.as_os_str().as_encoded_bytes()))
                 .map_err(|e| format!("claim uid slot {n}: {e}"))?;
             return Ok(FIRST_BLOCK + n * BLOCK);
         }
@@ -487,15 +494,16 @@ fn allocate_slot(home: &Home, id: &SandboxId) -> Result<u32, String> {
 }
 
 fn release_slot(home: &Home, id: &SandboxId) {
-    let slots = home.uid_slots();
+    let slots = Path::new(UID_SLOTS);
     let Ok(_lock) = Lock::acquire(&slots.join(".lock")) else {
         return;
     };
-    let Ok(entries) = fs::read_dir(&slots) else {
+    let Ok(entries) = fs::read_dir(slots) else {
         return;
     };
+    let owner = home.sandbox(id).path;
     for e in entries.flatten() {
-        if fs::read_to_string(e.path()).is_ok_and(|o| o.trim() == id.as_str()) {
+        if fs::read_to_string(e.path()).is_ok_and(|o| Path::new(o.trim()) == owner) {
             let _ = fs::remove_file(e.path());
         }
     }

@@ -58,23 +58,17 @@ impl Home {
         self.root.join("templates")
     }
 
-    /// Files naming which uid block each root-mode sandbox owns.
-    pub fn uid_slots(&self) -> PathBuf {
-        self.root.join("uids")
-    }
-
     /// Creates the home, 0700 (it holds every sandbox's files). An
     /// existing home keeps its mode: process-only sandboxes run by root
     /// need it traversable (0711).
     pub fn ensure(&self) -> io::Result<()> {
         let fresh = !self.root.exists();
         fs::create_dir_all(self.sandboxes())?;
-        fs::create_dir_all(self.uid_slots())?;
         if fresh {
             fs::set_permissions(&self.root, fs::Permissions::from_mode(0o700))?;
             fs::set_permissions(self.sandboxes(), fs::Permissions::from_mode(0o700))?;
         }
-        for dir in [self.root.clone(), self.sandboxes(), self.uid_slots()] {
+        for dir in [self.root.clone(), self.sandboxes()] {
             check_trusted(&dir)?;
         }
         Ok(())

@@ -161,3 +161,27 @@ async fn a_private_record_of_this_user_is_believed() {
         "{listed:?}"
     );
 }
+
+/// Root's uid blocks are unique across every state directory on the host:
+/// two servers with different `SANDKEEP_HOME`s never map the same host
+/// uids, so one sandbox's root can never own another's files.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_state_directories_never_share_a_uid_block() {
+    use support::local::{create, sh, text};
+    let (a_home, b_home) = (state_dir(), state_dir());
+    let (a, b) = (provider(a_home.path()), provider(b_home.path()));
+    let (sa, sb) = (create(&a, 60).await, create(&b, 60).await);
+    assert_eq!(sa.isolation, "userns-idmap", "this test needs root");
+    let block = |out: sandkeep::provider::ExecOutput| {
+        let map = text(&out.stdout);
+        let fields: Vec<String> = map.split_whitespace().map(str::to_owned).collect();
+        assert_eq!(fields.len(), 3, "{map:?}");
+        assert_eq!(fields[0], "0", "{map:?}");
+        fields[1].clone()
+    };
+    let first = block(sh(&a, &sa.sandbox_id, "cat /proc/self/uid_map").await);
+    let second = block(sh(&b, &sb.sandbox_id, "cat /proc/self/uid_map").await);
+    assert_ne!(first, second, "both sandboxes map host uid {first}");
+    assert!(a.kill(&sa.sandbox_id).await.unwrap());
+    assert!(b.kill(&sb.sandbox_id).await.unwrap());
+}
