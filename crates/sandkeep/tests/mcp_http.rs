@@ -539,3 +539,26 @@ async fn memory_is_bounded_after_5000_abandoned_sessions_and_10000_requests() {
     );
     server.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_oversized_body_is_refused_and_the_server_serves_on() {
+    let home = Home::new();
+    let server = HttpServer::start(&home, &["--http", "127.0.0.1:0"]).await;
+    let auth = format!("Bearer {}", server.token.clone().unwrap());
+    // Over the 16 MiB cap: a write_file whose content alone is 17 MiB.
+    let content = "x".repeat(17 << 20);
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+        "params": {"name": "write_file", "arguments": {"path": "big", "content": content}}});
+    let status = reqwest::Client::new()
+        .post(format!("http://127.0.0.1:{}/mcp", server.port()))
+        .header("authorization", &auth)
+        .header("accept", "application/json, text/event-stream")
+        .json(&body)
+        .send()
+        .await
+        .map(|r| r.status().as_u16());
+    // 413, or the connection closed while the rest was still being sent.
+    assert!(matches!(status, Ok(413) | Err(_)), "{status:?}");
+    assert_eq!(post(server.port(), &[("authorization", &auth)]).await, 200);
+    server.stop().await;
+}
