@@ -1,0 +1,380 @@
+//! A sandbox's egress proxy: HTTP CONNECT and plain `http://` forwarding.
+//!
+//! It runs in a process of its own, forked by the keeper before any
+//! namespace is entered, so it stays in the host's network, pid and user
+//! namespaces. Its listening socket was made by the init inside the
+//! sandbox's network namespace (127.0.0.1 there) and handed over, so
+//! sandbox processes reach it while everything else of the host stays out
+//! of their reach. Each destination is resolved here, on the host, and
+//! every resolved address is checked by [`netpolicy`] before connecting.
+//! One thread per connection: this process never forks.
+
+use std::io::{self, Read, Write};
+use std::net::{IpAddr, Shutdown, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::os::fd::OwnedFd;
+use std::str::FromStr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use super::netpolicy::{self, Refusal};
+use super::sys;
+
+/// The longest request head accepted.
+const MAX_HEAD: usize = 32 * 1024;
+/// Connections served at once; more are closed at once.
+const MAX_CONNECTIONS: usize = 256;
+const HEAD_TIMEOUT: Duration = Duration::from_secs(30);
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// Serves `listener` until the process is killed.
+pub fn serve(listener: OwnedFd, allow_hosts: Vec<String>) -> ! {
+    let listener = TcpListener::from(listener);
+    let allow = Arc::new(allow_hosts);
+    let live = Arc::new(AtomicUsize::new(0));
+    loop {
+        let Ok((client, _)) = listener.accept() else {
+            continue;
+        };
+        if live.fetch_add(1, Ordering::SeqCst) >= MAX_CONNECTIONS {
+            live.fetch_sub(1, Ordering::SeqCst);
+            continue;
+        }
+        let (allow, done) = (allow.clone(), live.clone());
+        let spawned = std::thread::Builder::new()
+            .stack_size(128 * 1024)
+            .spawn(move || {
+                let _ = handle(client, &allow);
+                done.fetch_sub(1, Ordering::SeqCst);
+            });
+        if spawned.is_err() {
+            live.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+}
+
+/// What a request asks the proxy to do.
+#[derive(Debug, PartialEq, Eq)]
+enum Target {
+    /// `CONNECT host:port`: a tunnel.
+    Tunnel { host: String, port: u16 },
+    /// `METHOD http://host[:port]/path`: forward one request; `head` is
+    /// the request head rewritten for the origin server.
+    Forward {
+        host: String,
+        port: u16,
+        head: Vec<u8>,
+    },
+}
+
+/// An answer to the client instead of a connection.
+#[derive(Debug, PartialEq, Eq)]
+struct Answer {
+    status: u16,
+    reason: &'static str,
+    body: String,
+}
+
+impl Answer {
+    fn new(status: u16, reason: &'static str, body: impl Into<String>) -> Self {
+        Answer {
+            status,
+            reason,
+            body: body.into(),
+        }
+    }
+
+    fn bytes(&self) -> Vec<u8> {
+        let body = format!("{}\n", self.body);
+        format!(
+            "HTTP/1.1 {} {}\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            self.status,
+            self.reason,
+            body.len()
+        )
+        .into_bytes()
+    }
+}
+
+impl From<Refusal> for Answer {
+    fn from(r: Refusal) -> Self {
+        Answer::new(403, "Forbidden", r.to_string())
+    }
+}
+
+fn handle(mut client: TcpStream, allow: &[String]) -> io::Result<()> {
+    client.set_read_timeout(Some(HEAD_TIMEOUT))?;
+    let mut buf = Vec::with_capacity(4096);
+    let parsed = loop {
+        let mut chunk = [0u8; 4096];
+        let n = client.read(&mut chunk)?;
+        if n == 0 {
+            return Ok(());
+        }
+        buf.extend_from_slice(&chunk[..n]);
+        match parse(&buf) {
+            Ok(Some(p)) => break Ok(p),
+            Ok(None) if buf.len() < MAX_HEAD => continue,
+            Ok(None) => {
+                break Err(Answer::new(
+                    431,
+                    "Request Header Fields Too Large",
+                    "sandkeep: the request head is too large",
+                ));
+            }
+            Err(answer) => break Err(answer),
+        }
+    };
+    let (target, head_len) = match parsed {
+        Ok(p) => p,
+        Err(answer) => return client.write_all(&answer.bytes()),
+    };
+    let (host, port) = match &target {
+        Target::Tunnel { host, port } | Target::Forward { host, port, .. } => (host, *port),
+    };
+    let mut upstream = match connect(host, port, allow) {
+        Ok(s) => s,
+        Err(answer) => return client.write_all(&answer.bytes()),
+    };
+    let rest = &buf[head_len..];
+    match &target {
+        Target::Tunnel { .. } => {
+            client.write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")?;
+        }
+        Target::Forward { head, .. } => upstream.write_all(head)?,
+    }
+    upstream.write_all(rest)?;
+    client.set_read_timeout(None)?;
+    relay(client, upstream)
+}
+
+/// The request's target and the length of its head; `None` while the
+/// head is incomplete.
+fn parse(buf: &[u8]) -> Result<Option<(Target, usize)>, Answer> {
+    let mut headers = [httparse::EMPTY_HEADER; 64];
+    let mut req = httparse::Request::new(&mut headers);
+    let len = match req.parse(buf) {
+        Ok(httparse::Status::Complete(len)) => len,
+        Ok(httparse::Status::Partial) => return Ok(None),
+        Err(e) => {
+            return Err(Answer::new(
+                400,
+                "Bad Request",
+                format!("sandkeep: malformed request: {e}"),
+            ));
+        }
+    };
+    let method = req.method.unwrap_or_default();
+    let path = req.path.unwrap_or_default();
+    let bad = |why: String| Answer::new(400, "Bad Request", format!("sandkeep: {why}"));
+    if method.eq_ignore_ascii_case("CONNECT") {
+        let authority = http::uri::Authority::from_str(path)
+            .map_err(|_| bad(format!("CONNECT needs host:port, not {path:?}")))?;
+        let port = authority
+            .port_u16()
+            .ok_or_else(|| bad(format!("CONNECT needs host:port, not {path:?}")))?;
+        return Ok(Some((
+            Target::Tunnel {
+                host: authority.host().to_owned(),
+                port,
+            },
+            len,
+        )));
+    }
+    let uri = http::Uri::from_str(path).map_err(|_| bad(format!("bad request target {path:?}")))?;
+    match uri.scheme_str() {
+        Some(s) if s.eq_ignore_ascii_case("http") => {}
+        Some(s) => {
+            return Err(bad(format!(
+                "only http:// is forwarded, not {s}://; use CONNECT (HTTPS_PROXY) for TLS"
+            )));
+        }
+        None => {
+            return Err(bad(
+                "this is an HTTP proxy: requests need an absolute http:// target".into(),
+            ));
+        }
+    }
+    let authority = uri
+        .authority()
+        .ok_or_else(|| bad(format!("no host in {path:?}")))?;
+    let host = authority.host().to_owned();
+    let port = authority.port_u16().unwrap_or(80);
+    let origin = uri.path_and_query().map_or("/", |p| p.as_str());
+    let mut head = format!("{method} {origin} HTTP/1.{}\r\n", req.version.unwrap_or(1));
+    let mut has_host = false;
+    for h in req.headers.iter() {
+        let name = h.name.to_ascii_lowercase();
+        if matches!(
+            name.as_str(),
+            "proxy-connection" | "proxy-authorization" | "connection" | "keep-alive"
+        ) {
+            continue;
+        }
+        has_host |= name == "host";
+        head.push_str(h.name);
+        head.push_str(": ");
+        head.push_str(&String::from_utf8_lossy(h.value));
+        head.push_str("\r\n");
+    }
+    if !has_host {
+        head.push_str(&format!("Host: {authority}\r\n"));
+    }
+    // One request per connection keeps the forwarding a plain relay.
+    head.push_str("Connection: close\r\n\r\n");
+    Ok(Some((
+        Target::Forward {
+            host,
+            port,
+            head: head.into_bytes(),
+        },
+        len,
+    )))
+}
+
+/// Resolves on the host, checks every address, and connects to the first
+/// permitted one that answers.
+fn connect(host: &str, port: u16, allow: &[String]) -> Result<TcpStream, Answer> {
+    netpolicy::check_host(host, allow)?;
+    let name = netpolicy::normalize_host(host);
+    let addrs: Vec<SocketAddr> = match name.parse::<IpAddr>() {
+        Ok(ip) => vec![SocketAddr::new(ip, port)],
+        Err(_) => (name.as_str(), port)
+            .to_socket_addrs()
+            .map_err(|e| {
+                Answer::new(
+                    502,
+                    "Bad Gateway",
+                    format!("sandkeep: cannot resolve {name}: {e}"),
+                )
+            })?
+            .collect(),
+    };
+    let own = sys::host_addresses().unwrap_or_default();
+    let mut refusal = None;
+    let mut failure = None;
+    for addr in addrs {
+        if let Err(r) = netpolicy::check_address(addr.ip(), &own) {
+            refusal.get_or_insert(r);
+            continue;
+        }
+        match TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT) {
+            Ok(s) => return Ok(s),
+            Err(e) => failure = Some(format!("sandkeep: cannot connect to {addr}: {e}")),
+        }
+    }
+    Err(match (failure, refusal) {
+        (Some(f), _) => Answer::new(502, "Bad Gateway", f),
+        (None, Some(r)) => r.into(),
+        (None, None) => Answer::new(
+            502,
+            "Bad Gateway",
+            format!("sandkeep: {name} has no address"),
+        ),
+    })
+}
+
+/// Copies both ways until each side has finished sending.
+fn relay(client: TcpStream, upstream: TcpStream) -> io::Result<()> {
+    let (mut c_read, mut u_write) = (client.try_clone()?, upstream.try_clone()?);
+    let up = std::thread::Builder::new()
+        .stack_size(64 * 1024)
+        .spawn(move || {
+            let _ = io::copy(&mut c_read, &mut u_write);
+            let _ = u_write.shutdown(Shutdown::Write);
+        })?;
+    let (mut u_read, mut c_write) = (upstream, client);
+    let _ = io::copy(&mut u_read, &mut c_write);
+    let _ = c_write.shutdown(Shutdown::Write);
+    let _ = up.join();
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn connect_requests_name_a_tunnel() {
+        let req = b"CONNECT pypi.org:443 HTTP/1.1\r\nHost: pypi.org:443\r\n\r\nxy";
+        let (t, len) = parse(req).unwrap().unwrap();
+        assert_eq!(
+            t,
+            Target::Tunnel {
+                host: "pypi.org".into(),
+                port: 443
+            }
+        );
+        assert_eq!(len, req.len() - 2);
+        let (t, _) = parse(b"CONNECT [::1]:22 HTTP/1.1\r\n\r\n").unwrap().unwrap();
+        assert_eq!(
+            t,
+            Target::Tunnel {
+                host: "[::1]".into(),
+                port: 22
+            }
+        );
+        assert_eq!(parse(b"CONNECT pypi.org:443 HTTP/1.1\r\nHo").unwrap(), None);
+        assert_eq!(
+            parse(b"CONNECT pypi.org HTTP/1.1\r\n\r\n")
+                .unwrap_err()
+                .status,
+            400
+        );
+        assert_eq!(parse(b"\x01\x02 garbage\r\n\r\n").unwrap_err().status, 400);
+    }
+
+    #[test]
+    fn plain_requests_are_rewritten_for_the_origin() {
+        let (t, _) = parse(
+            b"GET http://example.com:8080/a?b=1 HTTP/1.1\r\nHost: example.com:8080\r\nProxy-Connection: keep-alive\r\nAccept: */*\r\n\r\n",
+        )
+        .unwrap()
+        .unwrap();
+        let Target::Forward { host, port, head } = t else {
+            panic!("not forwarded")
+        };
+        assert_eq!((host.as_str(), port), ("example.com", 8080));
+        assert_eq!(
+            String::from_utf8(head).unwrap(),
+            "GET /a?b=1 HTTP/1.1\r\nHost: example.com:8080\r\nAccept: */*\r\nConnection: close\r\n\r\n"
+        );
+        let (t, _) = parse(b"GET http://example.com HTTP/1.0\r\n\r\n")
+            .unwrap()
+            .unwrap();
+        let Target::Forward { port, head, .. } = t else {
+            panic!("not forwarded")
+        };
+        assert_eq!(port, 80);
+        assert_eq!(
+            String::from_utf8(head).unwrap(),
+            "GET / HTTP/1.0\r\nHost: example.com\r\nConnection: close\r\n\r\n"
+        );
+        assert_eq!(
+            parse(b"GET /index.html HTTP/1.1\r\n\r\n")
+                .unwrap_err()
+                .status,
+            400
+        );
+        assert_eq!(
+            parse(b"GET https://x.org/ HTTP/1.1\r\n\r\n")
+                .unwrap_err()
+                .status,
+            400
+        );
+    }
+
+    #[test]
+    fn refusals_answer_403_with_the_rule() {
+        let a = connect("127.0.0.1", 80, &[]).unwrap_err();
+        assert_eq!(a.status, 403);
+        assert!(a.body.contains("loopback"), "{}", a.body);
+        let a = connect("localhost", 80, &[]).unwrap_err();
+        assert_eq!(a.status, 403, "{}", a.body);
+        let a = connect("example.com", 443, &["pypi.org".into()]).unwrap_err();
+        assert_eq!(a.status, 403);
+        assert!(a.body.contains("not in allow_hosts"));
+        let text = String::from_utf8(a.bytes()).unwrap();
+        assert!(text.starts_with("HTTP/1.1 403 Forbidden\r\n"), "{text}");
+    }
+}
