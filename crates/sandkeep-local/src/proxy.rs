@@ -11,14 +11,14 @@
 
 use std::io::{self, Read, Write};
 use std::net::{IpAddr, Shutdown, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::str::FromStr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use super::netpolicy::{self, Refusal};
-use super::sys;
+use super::{sys, wire};
 
 /// The longest request head accepted.
 const MAX_HEAD: usize = 32 * 1024;
@@ -50,6 +50,117 @@ pub fn serve(listener: OwnedFd, allow_hosts: Vec<String>) -> ! {
         if spawned.is_err() {
             live.fetch_sub(1, Ordering::SeqCst);
         }
+    }
+}
+
+/// The host uid the proxy runs as when the keeper is root: nobody, whom
+/// no sandbox uid maps to, so no sandbox process can signal or trace it.
+const NOBODY: u32 = 65534;
+
+/// The keeper's handle on its proxy process. Dropping it kills the proxy.
+pub struct Proxy {
+    pid: i32,
+    pidfd: OwnedFd,
+    channel: Option<OwnedFd>,
+}
+
+impl Proxy {
+    /// Forks the proxy process. Called by the keeper before it enters any
+    /// namespace, so the proxy stays in the host's; it waits for its
+    /// listening socket ([`Proxy::start`]). As root it runs as nobody.
+    pub fn fork(allow_hosts: Vec<String>) -> Result<Proxy, String> {
+        let (ours, theirs) = rustix::net::socketpair(
+            rustix::net::AddressFamily::UNIX,
+            rustix::net::SocketType::SEQPACKET,
+            rustix::net::SocketFlags::CLOEXEC,
+            None,
+        )
+        .map_err(|e| format!("socketpair: {e}"))?;
+        let keeper = rustix::process::getpid();
+        match sys::fork().map_err(|e| format!("fork the egress proxy: {e}"))? {
+            sys::Forked::Child => {
+                drop(ours);
+                sys::exit_now(match proxy_main(keeper, theirs, allow_hosts) {
+                    Ok(never) => match never {},
+                    Err(e) => {
+                        eprintln!("sandkeep proxy: {e}");
+                        1
+                    }
+                })
+            }
+            sys::Forked::Parent(pid) => {
+                drop(theirs);
+                let pidfd = rustix::process::pidfd_open(
+                    rustix::process::Pid::from_raw(pid).expect("fork returns a positive pid"),
+                    rustix::process::PidfdFlags::empty(),
+                )
+                .map_err(|e| format!("pidfd_open: {e}"));
+                let pidfd = match pidfd {
+                    Ok(fd) => fd,
+                    Err(e) => {
+                        drop(ours);
+                        let _ = sys::wait_for(pid);
+                        return Err(e);
+                    }
+                };
+                Ok(Proxy {
+                    pid,
+                    pidfd,
+                    channel: Some(ours),
+                })
+            }
+        }
+    }
+
+    /// Hands the proxy its listening socket; it serves from now on.
+    pub fn start(&mut self, listener: OwnedFd) -> Result<(), String> {
+        let channel = self
+            .channel
+            .take()
+            .ok_or("the egress proxy was already started")?;
+        wire::send(&channel, b"listen", &[listener.as_fd()])
+            .map_err(|e| format!("hand the listening socket to the egress proxy: {e}"))
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        let _ = rustix::process::pidfd_send_signal(&self.pidfd, rustix::process::Signal::KILL);
+        let _ = sys::wait_for(self.pid);
+    }
+}
+
+/// The forked proxy process: drops what it does not need, waits for its
+/// listening socket and serves it.
+fn proxy_main(
+    keeper: rustix::process::Pid,
+    channel: OwnedFd,
+    allow_hosts: Vec<String>,
+) -> Result<std::convert::Infallible, String> {
+    sys::set_signal_mask(&[]).map_err(|e| format!("signal mask: {e}"))?;
+    // Nothing of the keeper's: not its readiness pipe, not its sockets.
+    sys::close_fds_except(&[channel.as_raw_fd()]).map_err(|e| format!("close fds: {e}"))?;
+    if rustix::process::geteuid().is_root() {
+        sys::drop_bounding_set(rustix::thread::CapabilitySet::empty())
+            .map_err(|e| format!("drop capabilities: {e}"))?;
+        sys::become_id(NOBODY, NOBODY, true).map_err(|e| format!("become nobody: {e}"))?;
+    }
+    // Set after the identity change, which clears it.
+    rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL))
+        .map_err(|e| format!("PR_SET_PDEATHSIG: {e}"))?;
+    if rustix::process::getppid() != Some(keeper) {
+        return Err("the keeper is gone".into());
+    }
+    rustix::thread::set_no_new_privs(true).map_err(|e| format!("no_new_privs: {e}"))?;
+    rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::NotDumpable)
+        .map_err(|e| format!("non-dumpable: {e}"))?;
+    let mut buf = [0u8; 64];
+    let (_, mut fds) = wire::recv(&channel, &mut buf).map_err(|e| format!("recv: {e}"))?;
+    drop(channel);
+    match fds.pop() {
+        Some(listener) => serve(listener, allow_hosts),
+        // The keeper decided against a proxy (or died): nothing to do.
+        None => sys::exit_now(0),
     }
 }
 
@@ -306,7 +417,9 @@ mod tests {
             }
         );
         assert_eq!(len, req.len() - 2);
-        let (t, _) = parse(b"CONNECT [::1]:22 HTTP/1.1\r\n\r\n").unwrap().unwrap();
+        let (t, _) = parse(b"CONNECT [::1]:22 HTTP/1.1\r\n\r\n")
+            .unwrap()
+            .unwrap();
         assert_eq!(
             t,
             Target::Tunnel {
