@@ -246,10 +246,9 @@ fn package_index_host() -> String {
         .unwrap_or_else(|| "pypi.org".to_owned())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_public_host_is_reached_through_the_proxy() {
-    let host = package_index_host();
-    let url = format!("https://{host}/simple/");
+/// Whether the host itself reaches `url` (200); if not, skips the test
+/// loudly (and fails under CI=true).
+fn host_reaches(url: &str) -> bool {
     let direct = std::process::Command::new("curl")
         .args([
             "-sS",
@@ -259,28 +258,23 @@ async fn a_public_host_is_reached_through_the_proxy() {
             "%{http_code}",
             "--max-time",
             "60",
-            &url,
+            url,
         ])
         .output()
         .expect("run curl on the host");
     let code = String::from_utf8_lossy(&direct.stdout).into_owned();
-    if code != "200" {
-        let why = format!(
-            "the host itself cannot fetch {url} (http code {code:?}: {})",
+    support::require(
+        code == "200",
+        &format!(
+            "this test needs the network, and the host itself cannot fetch {url} (http code {code:?}: {})",
             String::from_utf8_lossy(&direct.stderr).trim()
-        );
-        if std::env::var("CI").as_deref() == Ok("true") {
-            panic!("{why}; this test needs the network under CI");
-        }
-        eprintln!(
-            "\n!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!\n\
-             !! SKIPPED a_public_host_is_reached_through_the_proxy: {why}\n\
-             !!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!\n"
-        );
-        return;
-    }
-    let (_home, p, info) = fresh_sandbox(120).await;
-    let id = &info.sandbox_id;
+        ),
+    )
+}
+
+/// Fetches `url` inside the sandbox through its proxy (curl honours
+/// HTTPS_PROXY), and makes sure nothing reaches it without the proxy.
+async fn fetch_through_the_proxy(p: &LocalProvider, id: &SandboxId, url: &str) {
     let fetch = format!("curl -sS -o /dev/null -w '%{{http_code}}' --max-time 60 {url}");
     let out = p
         .exec(
@@ -298,15 +292,155 @@ async fn a_public_host_is_reached_through_the_proxy() {
         "{url} through the proxy: {}",
         text(&out.stderr)
     );
-    // Only through the proxy: directly there is no route.
     let (_, out, _) = bash(
-        &p,
+        p,
         id,
         &format!("curl --noproxy '*' -sS -o /dev/null -w '%{{http_code}}' --max-time 10 {url}"),
     )
     .await;
     assert_eq!(out, "000", "{url} was reached without the proxy");
-    assert!(p.kill(id).await.unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_public_host_is_reached_through_the_proxy() {
+    let url = format!("https://{}/simple/", package_index_host());
+    if !host_reaches(&url) {
+        return;
+    }
+    let (_home, p, info) = fresh_sandbox(120).await;
+    fetch_through_the_proxy(&p, &info.sandbox_id, &url).await;
+    assert!(p.kill(&info.sandbox_id).await.unwrap());
+}
+
+/// The throwaway account the unprivileged run uses (its own name, so
+/// that other suites creating and deleting theirs do not interfere).
+const USER: &str = "sknet";
+
+struct ThrowawayUser {
+    created: bool,
+}
+
+impl ThrowawayUser {
+    fn ensure() -> Self {
+        let exists = || {
+            std::process::Command::new("id")
+                .arg(USER)
+                .output()
+                .is_ok_and(|o| o.status.success())
+        };
+        if exists() {
+            return Self { created: false };
+        }
+        let status = std::process::Command::new("useradd")
+            .args([
+                "--system",
+                "--no-create-home",
+                "--shell",
+                "/usr/sbin/nologin",
+                USER,
+            ])
+            .status()
+            .expect("run useradd");
+        assert!(
+            status.success() || status.code() == Some(9),
+            "useradd {USER} failed: {status}"
+        );
+        Self {
+            created: status.success(),
+        }
+    }
+}
+
+impl Drop for ThrowawayUser {
+    fn drop(&mut self) {
+        if self.created {
+            let _ = std::process::Command::new("userdel").arg(USER).status();
+        }
+    }
+}
+
+/// The same guarantees when an ordinary user runs the provider: root
+/// re-runs this binary's ignored `unprivileged_inner` as `sknet`.
+#[test]
+fn an_ordinary_users_sandboxes_are_isolated_too() {
+    if !rustix::process::geteuid().is_root() {
+        return unprivileged_inner();
+    }
+    let _user = ThrowawayUser::ensure();
+    let id = |flag: &str| {
+        let out = std::process::Command::new("id")
+            .args([flag, USER])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    };
+    let mut cmd = std::process::Command::new("setpriv");
+    cmd.args([
+        &format!("--reuid={}", id("-u")),
+        &format!("--regid={}", id("-g")),
+        "--init-groups",
+        "--",
+    ])
+    .arg(std::env::current_exe().unwrap())
+    .args(support::ignored_test_args("unprivileged_inner"))
+    .env_clear()
+    .env("HOME", "/var/tmp")
+    .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+    .env("SK_NET_INNER", "1");
+    if let Ok(ci) = std::env::var("CI") {
+        cmd.env("CI", ci);
+    }
+    let out = cmd.output().expect("run setpriv");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    eprintln!("{stderr}");
+    assert!(
+        out.status.success() && stdout.contains("1 passed"),
+        "the unprivileged run as {USER} failed ({}):\n{stdout}\n{stderr}",
+        out.status
+    );
+}
+
+#[test]
+#[ignore = "run by an_ordinary_users_sandboxes_are_isolated_too as an ordinary user"]
+fn unprivileged_inner() {
+    if std::env::var_os("SK_NET_INNER").is_none() && rustix::process::geteuid().is_root() {
+        return;
+    }
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(async {
+            let host_lo = TcpListener::bind("127.0.0.1:0").unwrap();
+            let port = host_lo.local_addr().unwrap().port();
+            let (_home, p, info) = fresh_sandbox(120).await;
+            let id = &info.sandbox_id;
+            assert_eq!(info.isolation, "userns-single");
+            let (_, out, err) = bash(&p, id, &tcp_probe("127.0.0.1", port)).await;
+            assert_eq!(out, "REFUSED\n", "host loopback reachable ({err})");
+            let request = "CONNECT 169.254.169.254:80 HTTP/1.1\\r\\n\\r\\n";
+            let (_, out, err) = bash(&p, id, &via_proxy(request)).await;
+            assert!(
+                out.starts_with("HTTP/1.1 403 Forbidden\r\n") && out.contains("cloud metadata"),
+                "{out:?} {err}"
+            );
+            let url = format!("https://{}/simple/", package_index_host());
+            if host_reaches(&url) {
+                fetch_through_the_proxy(&p, id, &url).await;
+            }
+            let sid = id.clone();
+            let mine = move || host_pids_where(|cmd| cmd.contains(sid.as_str()));
+            assert!(mine().len() >= 3, "keeper, init and proxy: {:?}", mine());
+            assert!(p.kill(id).await.unwrap());
+            until(
+                Duration::from_secs(10),
+                "every process of the sandbox gone after kill",
+                || async { mine().is_empty() },
+            )
+            .await;
+        });
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
