@@ -215,6 +215,12 @@ impl From<Refusal> for Answer {
 
 fn handle(mut client: TcpStream, allow: &[String]) -> io::Result<()> {
     client.set_read_timeout(Some(HEAD_TIMEOUT))?;
+    // The same port speaks SOCKS5, whose greeting starts with 5 (no HTTP
+    // method does).
+    let mut first = [0u8; 1];
+    if client.peek(&mut first)? == 1 && first[0] == SOCKS_VERSION {
+        return socks5(client, allow);
+    }
     let mut buf = Vec::with_capacity(4096);
     let parsed = loop {
         let mut chunk = [0u8; 4096];
@@ -383,6 +389,64 @@ fn connect(host: &str, port: u16, allow: &[String]) -> Result<TcpStream, Answer>
             format!("sandkeep: {name} has no address"),
         ),
     })
+}
+
+const SOCKS_VERSION: u8 = 5;
+
+/// A SOCKS5 (RFC 1928) CONNECT without authentication, under the same
+/// policy. SOCKS has no room for a message: a refusal answers "connection
+/// not allowed by ruleset".
+fn socks5(mut client: TcpStream, allow: &[String]) -> io::Result<()> {
+    let mut head = [0u8; 2];
+    client.read_exact(&mut head)?;
+    let mut methods = vec![0u8; usize::from(head[1])];
+    client.read_exact(&mut methods)?;
+    if !methods.contains(&0) {
+        return client.write_all(&[SOCKS_VERSION, 0xff]);
+    }
+    client.write_all(&[SOCKS_VERSION, 0])?;
+    let mut req = [0u8; 4];
+    client.read_exact(&mut req)?;
+    let host = match req[3] {
+        1 => {
+            let mut a = [0u8; 4];
+            client.read_exact(&mut a)?;
+            std::net::Ipv4Addr::from(a).to_string()
+        }
+        3 => {
+            let mut len = [0u8; 1];
+            client.read_exact(&mut len)?;
+            let mut name = vec![0u8; usize::from(len[0])];
+            client.read_exact(&mut name)?;
+            String::from_utf8_lossy(&name).into_owned()
+        }
+        4 => {
+            let mut a = [0u8; 16];
+            client.read_exact(&mut a)?;
+            std::net::Ipv6Addr::from(a).to_string()
+        }
+        // Address type not supported.
+        _ => return socks_reply(&mut client, 8),
+    };
+    let mut port = [0u8; 2];
+    client.read_exact(&mut port)?;
+    if req[0] != SOCKS_VERSION || req[1] != 1 {
+        // Only CONNECT: command not supported.
+        return socks_reply(&mut client, 7);
+    }
+    match connect(&host, u16::from_be_bytes(port), allow) {
+        Ok(upstream) => {
+            socks_reply(&mut client, 0)?;
+            client.set_read_timeout(None)?;
+            relay(client, upstream)
+        }
+        // Not allowed by ruleset, or host unreachable.
+        Err(answer) => socks_reply(&mut client, if answer.status == 403 { 2 } else { 4 }),
+    }
+}
+
+fn socks_reply(client: &mut TcpStream, code: u8) -> io::Result<()> {
+    client.write_all(&[SOCKS_VERSION, code, 0, 1, 0, 0, 0, 0, 0, 0])
 }
 
 /// Copies both ways until each side has finished sending.

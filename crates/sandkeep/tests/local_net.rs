@@ -225,6 +225,18 @@ async fn the_proxy_refuses_private_loopback_and_metadata_destinations() {
          sandkeep: 127.0.0.1 is a loopback address; sandboxes reach public addresses only\n 403",
         "{err}"
     );
+    // The same port speaks SOCKS5 under the same policy.
+    let (code, _, err) = bash(
+        &p,
+        id,
+        "curl --noproxy '' -sS --socks5-hostname 127.0.0.1:${HTTPS_PROXY##*:} http://169.254.169.254/",
+    )
+    .await;
+    assert_eq!(code, Some(97), "SOCKS5 to the metadata address: {err}");
+    assert!(
+        err.contains("SOCKS5 connection to 169.254.169.254. (2)"),
+        "{err}"
+    );
     assert!(p.kill(id).await.unwrap());
 }
 
@@ -299,6 +311,15 @@ async fn fetch_through_the_proxy(p: &LocalProvider, id: &SandboxId, url: &str) {
     )
     .await;
     assert_eq!(out, "000", "{url} was reached without the proxy");
+    let (_, out, err) = bash(
+        p,
+        id,
+        &format!(
+            "curl --noproxy '' --socks5-hostname 127.0.0.1:${{HTTPS_PROXY##*:}} -sS -o /dev/null -w '%{{http_code}}' --max-time 60 {url}"
+        ),
+    )
+    .await;
+    assert_eq!(out, "200", "{url} through SOCKS5: {err}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
