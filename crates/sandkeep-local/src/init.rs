@@ -68,6 +68,9 @@ pub struct NetPlan {
     pub proxy: bool,
 }
 
+/// The egress proxy's listening socket and its port, when there is one.
+type ProxySocket = Option<(OwnedFd, u16)>;
+
 /// What the keeper hands its forked init.
 pub struct InitContext {
     pub spec: Spec,
@@ -145,7 +148,7 @@ fn setup(
     owner: Owner,
     userns: Option<OwnedFd>,
     net: NetPlan,
-) -> Result<(String, Vec<String>, Option<(OwnedFd, u16)>), String> {
+) -> Result<(String, Vec<String>, ProxySocket), String> {
     sys::set_signal_mask(&[]).map_err(|e| format!("signal mask: {e}"))?;
     let mut flags = UnshareFlags::NEWNS | UnshareFlags::NEWUTS | UnshareFlags::NEWIPC;
     if net.isolate {
@@ -181,7 +184,7 @@ fn setup(
 /// Inside the fresh network namespace: loopback up, and the proxy's
 /// listening socket on its 127.0.0.1 (an ephemeral port, so no sandbox
 /// program can have taken it) for the keeper to hand to the proxy.
-fn network(net: NetPlan) -> Result<Option<(OwnedFd, u16)>, String> {
+fn network(net: NetPlan) -> Result<ProxySocket, String> {
     sys::loopback_up().map_err(|e| format!("bring up the loopback interface: {e}"))?;
     if !net.proxy {
         return Ok(None);

@@ -284,51 +284,6 @@ pub fn restrict_capabilities(keep: rustix::thread::CapabilitySet) -> io::Result<
     Ok(())
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Kernels before 5.9 have no close_range: the descriptors must be
-    /// closed all the same.
-    #[test]
-    fn descriptors_are_closed_where_close_range_is_missing() {
-        let null = std::fs::File::open("/dev/null").unwrap();
-        // High numbers no other test thread uses.
-        let fds: Vec<RawFd> = (0..3)
-            .map(|_| {
-                let fd = rustix::io::fcntl_dupfd_cloexec(&null, 1000).unwrap();
-                std::os::fd::IntoRawFd::into_raw_fd(fd)
-            })
-            .collect();
-        let open = |fd: RawFd| std::path::Path::new(&format!("/proc/self/fd/{fd}")).exists();
-        assert!(fds.iter().all(|&fd| open(fd)));
-        close_span(fds[0], fds[2], |_, _| {
-            Err(io::Error::from_raw_os_error(libc::ENOSYS))
-        })
-        .unwrap();
-        let left: Vec<RawFd> = fds.iter().copied().filter(|&fd| open(fd)).collect();
-        assert!(left.is_empty(), "still open: {left:?}");
-    }
-
-    /// fork(2) copies only the calling thread: a child of a threaded
-    /// process may find the allocator's lock held forever.
-    #[test]
-    fn fork_refuses_a_multi_threaded_process() {
-        let (tx, rx) = std::sync::mpsc::channel::<()>();
-        let other = std::thread::spawn(move || rx.recv());
-        match fork() {
-            Ok(Forked::Child) => exit_now(0),
-            Ok(Forked::Parent(pid)) => {
-                let _ = wait_for(pid);
-                panic!("forked a multi-threaded process");
-            }
-            Err(e) => assert!(e.to_string().contains("thread"), "{e}"),
-        }
-        drop(tx);
-        let _ = other.join();
-    }
-}
-
 /// Brings the loopback interface of this process's network namespace up
 /// (`SIOCSIFFLAGS` on `lo`, which a fresh namespace has down).
 pub fn loopback_up() -> io::Result<()> {
@@ -385,4 +340,49 @@ pub fn host_addresses() -> io::Result<Vec<std::net::IpAddr>> {
     // SAFETY: `head` came from getifaddrs and is freed once.
     unsafe { libc::freeifaddrs(head) };
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Kernels before 5.9 have no close_range: the descriptors must be
+    /// closed all the same.
+    #[test]
+    fn descriptors_are_closed_where_close_range_is_missing() {
+        let null = std::fs::File::open("/dev/null").unwrap();
+        // High numbers no other test thread uses.
+        let fds: Vec<RawFd> = (0..3)
+            .map(|_| {
+                let fd = rustix::io::fcntl_dupfd_cloexec(&null, 1000).unwrap();
+                std::os::fd::IntoRawFd::into_raw_fd(fd)
+            })
+            .collect();
+        let open = |fd: RawFd| std::path::Path::new(&format!("/proc/self/fd/{fd}")).exists();
+        assert!(fds.iter().all(|&fd| open(fd)));
+        close_span(fds[0], fds[2], |_, _| {
+            Err(io::Error::from_raw_os_error(libc::ENOSYS))
+        })
+        .unwrap();
+        let left: Vec<RawFd> = fds.iter().copied().filter(|&fd| open(fd)).collect();
+        assert!(left.is_empty(), "still open: {left:?}");
+    }
+
+    /// fork(2) copies only the calling thread: a child of a threaded
+    /// process may find the allocator's lock held forever.
+    #[test]
+    fn fork_refuses_a_multi_threaded_process() {
+        let (tx, rx) = std::sync::mpsc::channel::<()>();
+        let other = std::thread::spawn(move || rx.recv());
+        match fork() {
+            Ok(Forked::Child) => exit_now(0),
+            Ok(Forked::Parent(pid)) => {
+                let _ = wait_for(pid);
+                panic!("forked a multi-threaded process");
+            }
+            Err(e) => assert!(e.to_string().contains("thread"), "{e}"),
+        }
+        drop(tx);
+        let _ = other.join();
+    }
 }
