@@ -30,7 +30,7 @@ use super::state::{self, Home, Lock, Meta, SandboxDir, Spec};
 use super::{doctor, sys, wire};
 use sandkeep_proto::procfs;
 use sandkeep_proto::record::ProcessIdentity;
-use sandkeep_provider::{Limits, SandboxId, SandboxInfo};
+use sandkeep_provider::{Limits, Network, SandboxId, SandboxInfo};
 
 /// Size of each root-mode sandbox's uid/gid block.
 const BLOCK: u32 = 65536;
@@ -242,11 +242,13 @@ fn start(home: &Home, dir: &SandboxDir) -> Result<Running, String> {
         timeout: spec.timeout,
         retained: false,
         isolation: String::new(),
-        // Nothing of the network or of resources is isolated yet: say so.
+        // The network is filled in by record_network; resources are not
+        // isolated yet: say so.
         network: None,
         allow_hosts: Vec::new(),
         limits: Limits::default(),
     };
+    record_network(&mut info, &spec, net)?;
     let init_pid = match sys::fork().map_err(|e| format!("fork the init: {e}"))? {
         sys::Forked::Child => init::run(InitContext {
             spec,
@@ -315,18 +317,42 @@ fn start(home: &Home, dir: &SandboxDir) -> Result<Running, String> {
     })
 }
 
-/// What the sandbox's network will be. Without namespaces (decided
-/// later) there is no isolation at all.
-fn net_plan(_spec: &Spec) -> NetPlan {
+/// What the sandbox's network will be (the default is internet).
+/// Without namespaces (decided later) there is no isolation at all.
+fn net_plan(spec: &Spec) -> NetPlan {
     NetPlan {
         isolate: true,
-        proxy: true,
+        proxy: spec.network.unwrap_or_default() == Network::Internet,
     }
 }
 
 /// The names the proxy lets through; empty for every public address.
-fn allow_hosts(_spec: &Spec) -> Vec<String> {
-    Vec::new()
+fn allow_hosts(spec: &Spec) -> Vec<String> {
+    spec.allow_hosts.clone()
+}
+
+/// What `info` reports as enforced, and the refusal of an explicit
+/// network request that a sandbox without namespaces cannot honour.
+fn record_network(info: &mut SandboxInfo, spec: &Spec, net: NetPlan) -> Result<(), String> {
+    if !net.isolate {
+        if spec.network.is_some() || !spec.allow_hosts.is_empty() {
+            return Err(
+                "this host refuses namespaces, so the sandbox would share the host's \
+                 network: network and allow_hosts cannot be enforced (run `sandkeep doctor`)"
+                    .into(),
+            );
+        }
+        return Ok(());
+    }
+    info.network = Some(if net.proxy {
+        Network::Internet
+    } else {
+        Network::None
+    });
+    if net.proxy {
+        info.allow_hosts = spec.allow_hosts.clone();
+    }
+    Ok(())
 }
 
 /// Prepares the namespaced mode: root gets a user namespace shifted to its

@@ -11,7 +11,7 @@ use std::os::linux::net::SocketAddrExt;
 use std::time::Duration;
 
 use sandkeep::provider::local::LocalProvider;
-use sandkeep::provider::{Provider, SandboxId};
+use sandkeep::provider::{CreateSpec, Network, Provider, SandboxId};
 use support::local::*;
 use support::{host_pids_where, until};
 
@@ -495,4 +495,143 @@ async fn the_proxy_is_gone_after_kill() {
         || async { mine().is_empty() },
     )
     .await;
+}
+
+/// A sandbox of `p` created with these network parameters.
+async fn create_with(
+    p: &LocalProvider,
+    network: Option<Network>,
+    allow_hosts: &[&str],
+) -> sandkeep::provider::SandboxInfo {
+    p.create(CreateSpec {
+        network,
+        allow_hosts: allow_hosts.iter().map(|h| h.to_string()).collect(),
+        ..spec(120)
+    })
+    .await
+    .expect("create sandbox")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn network_none_is_loopback_only_without_a_proxy() {
+    let home = state_dir();
+    let p = provider(home.path());
+    let info = create_with(&p, Some(Network::None), &[]).await;
+    let id = &info.sandbox_id;
+    assert_eq!(info.network, Some(Network::None));
+    assert!(info.allow_hosts.is_empty());
+    let listed = p.list().await.unwrap();
+    let me = listed.iter().find(|s| &s.sandbox_id == id).expect("listed");
+    assert_eq!(
+        me.network,
+        Some(Network::None),
+        "list says what is enforced"
+    );
+
+    let (_, out, _) = bash(
+        &p,
+        id,
+        "env | grep -ci proxy; cat /proc/net/route | tail -n +2 | wc -l",
+    )
+    .await;
+    assert_eq!(
+        out, "0\n0\n",
+        "proxy variables or a route in a none sandbox"
+    );
+    let (_, out, err) = bash(
+        &p,
+        id,
+        "curl -sS --max-time 10 -o /dev/null https://1.1.1.1/ 2>&1; echo; ip route get 1.1.1.1 2>&1 || true",
+    )
+    .await;
+    assert!(
+        !out.contains("200"),
+        "a none sandbox reached the outside: {out} {err}"
+    );
+    // Loopback works inside.
+    let (_, out, err) = bash(
+        &p,
+        id,
+        "python3 -c 'import socket; l = socket.socket(); l.bind((\"127.0.0.1\", 0)); l.listen(); s = socket.create_connection(l.getsockname()); print(\"LOOPBACK\")'",
+    )
+    .await;
+    assert_eq!(out, "LOOPBACK\n", "{err}");
+    // Keeper and init, no proxy.
+    let sid = id.clone();
+    let mine = host_pids_where(|cmd| cmd.contains(sid.as_str()));
+    assert_eq!(mine.len(), 2, "keeper and init only: {mine:?}");
+    assert!(p.kill(id).await.unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn allow_hosts_lets_only_the_listed_names_through() {
+    let index = package_index_host();
+    let home = state_dir();
+    let p = provider(home.path());
+    let info = create_with(&p, None, &[index.as_str(), "*.pythonhosted.org"]).await;
+    let id = &info.sandbox_id;
+    assert_eq!(info.network, Some(Network::Internet));
+    assert_eq!(info.allow_hosts, [index.as_str(), "*.pythonhosted.org"]);
+    for target in ["example.com:443", "pythonhosted.org:443", "1.1.1.1:443"] {
+        let request = format!("CONNECT {target} HTTP/1.1\\r\\n\\r\\n");
+        let (_, out, err) = bash(&p, id, &via_proxy(&request)).await;
+        assert!(
+            out.starts_with("HTTP/1.1 403 Forbidden\r\n") && out.contains("not in allow_hosts"),
+            "CONNECT {target}: {out:?} {err}"
+        );
+    }
+    // A listed name that resolves to loopback is still refused.
+    let info2 = create_with(&p, None, &["localhost"]).await;
+    let (_, out, err) = bash(
+        &p,
+        &info2.sandbox_id,
+        &via_proxy("CONNECT localhost:80 HTTP/1.1\\r\\n\\r\\n"),
+    )
+    .await;
+    assert!(out.contains("is a loopback address"), "{out:?} {err}");
+    assert!(p.kill(&info2.sandbox_id).await.unwrap());
+
+    let url = format!("https://{index}/simple/");
+    if host_reaches(&url) {
+        fetch_through_the_proxy(&p, id, &url).await;
+    }
+    assert!(p.kill(id).await.unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_default_is_internet_and_process_only_reports_no_isolation() {
+    let (_home, p, info) = fresh_sandbox(120).await;
+    assert_eq!(info.network, Some(Network::Internet));
+    assert!(info.allow_hosts.is_empty());
+    assert!(p.kill(&info.sandbox_id).await.unwrap());
+
+    let home = state_dir();
+    let p = LocalProvider::new(
+        sandkeep::provider::local::LocalConfig::new(home.path(), EXE).with_process_only(true),
+    )
+    .unwrap();
+    let info = create(&p, 60).await;
+    assert_eq!(
+        info.network, None,
+        "a process-only sandbox shares the host's network"
+    );
+    assert!(p.kill(&info.sandbox_id).await.unwrap());
+    for (network, hosts) in [
+        (Some(Network::None), vec![]),
+        (None, vec!["pypi.org".to_owned()]),
+    ] {
+        let err = p
+            .create(CreateSpec {
+                network,
+                allow_hosts: hosts,
+                ..spec(60)
+            })
+            .await
+            .expect_err("process-only cannot enforce a network request");
+        assert!(
+            matches!(err, sandkeep::provider::ProviderError::Unsupported(_)),
+            "{err:?}"
+        );
+        assert!(err.to_string().contains("network"), "{err}");
+    }
 }
