@@ -635,3 +635,15 @@ async fn the_default_is_internet_and_process_only_reports_no_isolation() {
         assert!(err.to_string().contains("network"), "{err}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn doctor_reports_the_network_namespace() {
+    let home = state_dir();
+    let report = provider(home.path()).doctor().await.unwrap();
+    let check = report
+        .checks
+        .iter()
+        .find(|c| c.name == "network namespace")
+        .expect("a network namespace check");
+    assert!(check.ok, "{}", check.detail);
+}
