@@ -321,8 +321,8 @@ fn start(home: &Home, dir: &SandboxDir) -> Result<Running, String> {
 /// Without namespaces (decided later) there is no isolation at all.
 fn net_plan(spec: &Spec) -> NetPlan {
     NetPlan {
-        isolate: true,
-        proxy: spec.network.unwrap_or_default() == Network::Internet,
+        isolate: !spec.process_only,
+        proxy: !spec.process_only && spec.network.unwrap_or_default() == Network::Internet,
     }
 }
 

@@ -320,6 +320,32 @@ async fn fetch_through_the_proxy(p: &LocalProvider, id: &SandboxId, url: &str) {
     )
     .await;
     assert_eq!(out, "200", "{url} through SOCKS5: {err}");
+    // Plain http:// is forwarded: the sandbox gets what the host gets.
+    let plain = url.replacen("https://", "http://", 1);
+    let direct = std::process::Command::new("curl")
+        .args([
+            "-sS",
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code}",
+            "--max-time",
+            "30",
+            &plain,
+        ])
+        .output()
+        .expect("run curl on the host");
+    let (_, out, err) = bash(
+        p,
+        id,
+        &format!("curl -sS -o /dev/null -w '%{{http_code}}' --max-time 30 {plain}"),
+    )
+    .await;
+    assert_eq!(
+        out,
+        String::from_utf8_lossy(&direct.stdout),
+        "{plain} through the proxy answers differently than directly: {err}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -488,6 +514,8 @@ async fn the_proxy_is_gone_after_kill() {
     if rustix::process::geteuid().is_root() {
         assert_eq!(proxies.len(), 1, "one proxy running as nobody: {before:?}");
     }
+    let netns = std::fs::read_link(format!("/proc/{}/ns/net", proxy_or_init(&before)))
+        .expect("the sandbox's network namespace");
     assert!(p.kill(&id).await.unwrap());
     until(
         Duration::from_secs(10),
@@ -495,6 +523,28 @@ async fn the_proxy_is_gone_after_kill() {
         || async { mine().is_empty() },
     )
     .await;
+    // No host process is left in, or holds a descriptor of, that namespace.
+    let holders = host_pids_where(|_| true)
+        .into_iter()
+        .filter(|pid| {
+            std::fs::read_link(format!("/proc/{pid}/ns/net")).is_ok_and(|l| l == netns)
+                || std::fs::read_dir(format!("/proc/{pid}/fd")).is_ok_and(|fds| {
+                    fds.flatten()
+                        .any(|fd| std::fs::read_link(fd.path()).is_ok_and(|l| l == netns))
+                })
+        })
+        .collect::<Vec<_>>();
+    assert!(holders.is_empty(), "{netns:?} is still held by {holders:?}");
+}
+
+/// A pid of `pids` inside the sandbox's network namespace: the one whose
+/// namespace differs from this test's.
+fn proxy_or_init(pids: &[i32]) -> i32 {
+    let ours = std::fs::read_link("/proc/self/ns/net").unwrap();
+    *pids
+        .iter()
+        .find(|pid| std::fs::read_link(format!("/proc/{pid}/ns/net")).is_ok_and(|l| l != ours))
+        .expect("a process of the sandbox in its own network namespace")
 }
 
 /// A sandbox of `p` created with these network parameters.
