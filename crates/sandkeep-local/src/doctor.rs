@@ -150,6 +150,19 @@ pub fn probe_main() -> i32 {
             in_child(move || overlay_probe(root)),
             "copy-on-write layers can be mounted",
         ),
+        check(
+            "network namespace",
+            in_child(move || {
+                if !root {
+                    self_map()?;
+                }
+                // SAFETY: probe children are single-threaded.
+                unsafe { rustix::thread::unshare_unsafe(UnshareFlags::NEWNET) }
+                    .map_err(|e| format!("unshare(CLONE_NEWNET): {e}"))?;
+                sys::loopback_up().map_err(|e| format!("bring up loopback: {e}"))
+            }),
+            "each sandbox has loopback only; \"internet\" goes through a filtering egress proxy",
+        ),
         Check {
             name: "cgroups".into(),
             ok: true,
@@ -180,7 +193,7 @@ pub fn probe_main() -> i32 {
     let (isolation, reason, remediation) = match (namespaces_ok, root) {
         (true, true) => (
             "userns-idmap",
-            "running as root: private pid/mount/uts/ipc namespaces, sandbox root is an unprivileged \
+            "running as root: private pid/mount/uts/ipc/network namespaces, sandbox root is an unprivileged \
              65536-id block of host uids, copy-on-write overlays over the host's system directories \
              (idmapped where the kernel allows; `userns-shifted`, with host-owned files read-only, otherwise)",
             vec![],

@@ -11,7 +11,6 @@
 
 use std::collections::BTreeMap;
 use std::ffi::CString;
-use std::io::Write;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 
 use rustix::event::{PollFd, PollFlags};
@@ -60,13 +59,27 @@ pub enum Mode {
     ProcessOnly { uid: Option<u32> },
 }
 
+/// The sandbox's network, as the keeper decided it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NetPlan {
+    /// A network namespace of its own (loopback only).
+    pub isolate: bool,
+    /// An egress proxy listening on the namespace's 127.0.0.1.
+    pub proxy: bool,
+}
+
+/// The egress proxy's listening socket and its port, when there is one.
+type ProxySocket = Option<(OwnedFd, u16)>;
+
 /// What the keeper hands its forked init.
 pub struct InitContext {
     pub spec: Spec,
     pub dir: SandboxDir,
     pub mode: Mode,
+    pub net: NetPlan,
     pub listener: OwnedFd,
-    /// Write end: one JSON [`InitReport`], then closed.
+    /// A seqpacket socket: one JSON [`InitReport`], with the proxy's
+    /// listening socket attached when there is one, then closed.
     pub report: OwnedFd,
 }
 
@@ -85,16 +98,22 @@ pub fn run(ctx: InitContext) -> ! {
         spec,
         dir,
         mode,
+        net,
         listener,
         report,
     } = ctx;
-    let mut report = std::fs::File::from(report);
     let home = match &mode {
         Mode::Namespaces { .. } => std::path::PathBuf::from(HOME),
         Mode::ProcessOnly { .. } => dir.home(),
     };
+    let mut proxy = None;
     let setup = match mode {
-        Mode::Namespaces { owner, userns } => setup(&spec, &dir, owner, userns),
+        Mode::Namespaces { owner, userns } => {
+            setup(&spec, &dir, owner, userns, net).map(|(isolation, warnings, p)| {
+                proxy = p;
+                (isolation, warnings)
+            })
+        }
         Mode::ProcessOnly { uid } => setup_process_only(&dir, uid),
     };
     let (ok, message) = match setup {
@@ -107,14 +126,19 @@ pub fn run(ctx: InitContext) -> ! {
         ),
         Err(e) => (false, InitReport::Failed(e)),
     };
-    let delivered = report
-        .write_all(&serde_json::to_vec(&message).unwrap_or_default())
-        .is_ok();
+    let attached: Vec<_> = proxy.iter().map(|(fd, _)| fd.as_fd()).collect();
+    let delivered = wire::send(
+        &report,
+        &serde_json::to_vec(&message).unwrap_or_default(),
+        &attached,
+    )
+    .is_ok();
     drop(report);
     if !ok || !delivered {
         sys::exit_now(1);
     }
-    let env = environment(&spec, &home);
+    let proxy_port = proxy.map(|(_, port)| port);
+    let env = environment(&spec, &home, proxy_port);
     serve(listener, &env, &home)
 }
 
@@ -123,16 +147,18 @@ fn setup(
     dir: &SandboxDir,
     owner: Owner,
     userns: Option<OwnedFd>,
-) -> Result<(String, Vec<String>), String> {
+    net: NetPlan,
+) -> Result<(String, Vec<String>, ProxySocket), String> {
     sys::set_signal_mask(&[]).map_err(|e| format!("signal mask: {e}"))?;
+    let mut flags = UnshareFlags::NEWNS | UnshareFlags::NEWUTS | UnshareFlags::NEWIPC;
+    if net.isolate {
+        flags |= UnshareFlags::NEWNET;
+    }
     // SAFETY: the init is single-threaded; unsharing these namespaces
     // affects only this process.
-    unsafe {
-        rustix::thread::unshare_unsafe(
-            UnshareFlags::NEWNS | UnshareFlags::NEWUTS | UnshareFlags::NEWIPC,
-        )
-    }
-    .map_err(|e| format!("unshare mount/uts/ipc namespaces: {e}"))?;
+    unsafe { rustix::thread::unshare_unsafe(flags) }
+        .map_err(|e| format!("unshare mount/uts/ipc/network namespaces: {e}"))?;
+    let proxy = if net.isolate { network(net)? } else { None };
     rustix::system::sethostname(spec.sandbox_id.as_str().as_bytes())
         .map_err(|e| format!("sethostname: {e}"))?;
     let built = rootfs::build(dir, spec, owner, userns.as_ref().map(|f| f.as_fd()))?;
@@ -152,7 +178,24 @@ fn setup(
         (Owner::Shifted { .. }, false) => "userns-shifted",
         (Owner::Invoker, _) => "userns-single",
     };
-    Ok((isolation.to_owned(), built.warnings))
+    Ok((isolation.to_owned(), built.warnings, proxy))
+}
+
+/// Inside the fresh network namespace: loopback up, and the proxy's
+/// listening socket on its 127.0.0.1 (an ephemeral port, so no sandbox
+/// program can have taken it) for the keeper to hand to the proxy.
+fn network(net: NetPlan) -> Result<ProxySocket, String> {
+    sys::loopback_up().map_err(|e| format!("bring up the loopback interface: {e}"))?;
+    if !net.proxy {
+        return Ok(None);
+    }
+    let listener = std::net::TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, 0))
+        .map_err(|e| format!("listen for the egress proxy: {e}"))?;
+    let port = listener
+        .local_addr()
+        .map_err(|e| format!("the egress proxy's port: {e}"))?
+        .port();
+    Ok(Some((OwnedFd::from(listener), port)))
 }
 
 /// The weaker mode: no namespaces. Orphans stay below this subreaper (so
@@ -242,7 +285,7 @@ fn enter_sandbox_identity(owner: Owner, userns: Option<OwnedFd>) -> Result<(), S
 
 /// The clean environment of every sandbox process: fixed basics, then the
 /// create-time `envs`.
-fn environment(spec: &Spec, home: &std::path::Path) -> Vec<CString> {
+fn environment(spec: &Spec, home: &std::path::Path, proxy_port: Option<u16>) -> Vec<CString> {
     let namespaced = home == std::path::Path::new(HOME);
     let user = if namespaced { "root" } else { "sandbox" };
     let home = home.to_string_lossy();
@@ -266,6 +309,16 @@ fn environment(spec: &Spec, home: &std::path::Path) -> Vec<CString> {
         // its own next to its home.
         let tmp = std::path::Path::new(home.as_ref()).with_file_name("tmp");
         env.insert("TMPDIR".into(), tmp.to_string_lossy().into_owned());
+    }
+    if let Some(port) = proxy_port {
+        let url = format!("http://127.0.0.1:{port}");
+        for name in ["HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY"] {
+            env.insert(name.into(), url.clone());
+            env.insert(name.to_ascii_lowercase(), url.clone());
+        }
+        let local = "localhost,127.0.0.1,::1".to_owned();
+        env.insert("NO_PROXY".into(), local.clone());
+        env.insert("no_proxy".into(), local);
     }
     env.extend(spec.envs.clone());
     env.into_iter()

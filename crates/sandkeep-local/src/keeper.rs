@@ -12,7 +12,7 @@
 //! and runs no async runtime; it never executes sandbox code itself.
 
 use std::fs;
-use std::io::{self, Read, Write};
+use std::io::{self, Write};
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
@@ -23,13 +23,14 @@ use rustix::process::{Pid, PidfdFlags, Signal};
 use rustix::thread::UnshareFlags;
 use serde::{Deserialize, Serialize};
 
-use super::init::{self, InitContext, InitReport, Mode};
+use super::init::{self, InitContext, InitReport, Mode, NetPlan};
+use super::proxy::Proxy;
 use super::rootfs::Owner;
 use super::state::{self, Home, Lock, Meta, SandboxDir, Spec};
 use super::{doctor, sys, wire};
 use sandkeep_proto::procfs;
 use sandkeep_proto::record::ProcessIdentity;
-use sandkeep_provider::{Limits, SandboxId, SandboxInfo};
+use sandkeep_provider::{Limits, Network, SandboxId, SandboxInfo};
 
 /// Size of each root-mode sandbox's uid/gid block.
 const BLOCK: u32 = 65536;
@@ -110,7 +111,7 @@ fn run(home: Home, id: SandboxId) -> i32 {
                 },
             );
             watch(&dir, &sandbox);
-            destroy(&home, &dir, &sandbox);
+            destroy(&home, &dir, sandbox);
             0
         }
         Err(e) => {
@@ -133,6 +134,8 @@ struct Running {
     warnings: Vec<String>,
     init_pidfd: OwnedFd,
     signals: OwnedFd,
+    /// The egress proxy, killed when dropped.
+    proxy: Option<Proxy>,
 }
 
 fn start(home: &Home, dir: &SandboxDir) -> Result<Running, String> {
@@ -146,6 +149,13 @@ fn start(home: &Home, dir: &SandboxDir) -> Result<Running, String> {
         None
     };
     let mut warnings = Vec::new();
+    let mut net = net_plan(&spec);
+    // Forked before any namespace is entered: it lives on the host.
+    let mut proxy = if net.proxy {
+        Some(Proxy::fork(allow_hosts(&spec))?)
+    } else {
+        None
+    };
     let attempt = if spec.process_only {
         Err("the configuration asks for process-only sandboxes".to_owned())
     } else {
@@ -159,6 +169,13 @@ fn start(home: &Home, dir: &SandboxDir) -> Result<Running, String> {
         Mode::ProcessOnly { uid: base }
     });
     let process_only = matches!(mode, Mode::ProcessOnly { .. });
+    if process_only {
+        net = NetPlan {
+            isolate: false,
+            proxy: false,
+        };
+        proxy = None;
+    }
     for d in [
         dir.rootfs(),
         dir.upper(),
@@ -203,8 +220,13 @@ fn start(home: &Home, dir: &SandboxDir) -> Result<Running, String> {
         wire::listen(&dir.socket()).map_err(|e| format!("listen on the sandbox socket: {e}"))?;
     fs::set_permissions(dir.socket(), fs::Permissions::from_mode(0o600))
         .map_err(|e| format!("chmod socket: {e}"))?;
-    let (report_r, report_w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
-        .map_err(|e| format!("pipe: {e}"))?;
+    let (report_r, report_w) = rustix::net::socketpair(
+        rustix::net::AddressFamily::UNIX,
+        rustix::net::SocketType::SEQPACKET,
+        rustix::net::SocketFlags::CLOEXEC,
+        None,
+    )
+    .map_err(|e| format!("socketpair: {e}"))?;
     if process_only {
         // Orphans of the sandbox stay below the keeper even should the
         // init die first, so destroy() can find every one.
@@ -220,16 +242,19 @@ fn start(home: &Home, dir: &SandboxDir) -> Result<Running, String> {
         timeout: spec.timeout,
         retained: false,
         isolation: String::new(),
-        // Nothing of the network or of resources is isolated yet: say so.
+        // The network is filled in by record_network; resources are not
+        // isolated yet: say so.
         network: None,
         allow_hosts: Vec::new(),
         limits: Limits::default(),
     };
+    record_network(&mut info, &spec, net)?;
     let init_pid = match sys::fork().map_err(|e| format!("fork the init: {e}"))? {
         sys::Forked::Child => init::run(InitContext {
             spec,
             dir: dir.clone(),
             mode,
+            net,
             listener,
             report: report_w,
         }),
@@ -243,8 +268,9 @@ fn start(home: &Home, dir: &SandboxDir) -> Result<Running, String> {
         PidfdFlags::empty(),
     )
     .map_err(|e| format!("pidfd_open: {e}"))?;
-    let mut buf = Vec::new();
-    let _ = fs::File::from(report_r).read_to_end(&mut buf);
+    let mut buf = vec![0u8; 256 * 1024];
+    let (n, mut fds) = wire::recv(&report_r, &mut buf).unwrap_or_default();
+    buf.truncate(n);
     let fail = |message: String| {
         let _ = rustix::process::pidfd_send_signal(&init_pidfd, Signal::KILL);
         let _ = sys::wait_for(init_pid);
@@ -261,6 +287,16 @@ fn start(home: &Home, dir: &SandboxDir) -> Result<Running, String> {
         Ok(InitReport::Failed(e)) => return fail(format!("building the sandbox failed: {e}")),
         Err(_) => return fail("the sandbox init died during setup".into()),
     };
+    if let Some(proxy) = proxy.as_mut() {
+        match fds.pop() {
+            Some(listener) => {
+                if let Err(e) = proxy.start(listener) {
+                    return fail(e);
+                }
+            }
+            None => return fail("the init sent no socket for the egress proxy".into()),
+        }
+    }
     let init = ProcessIdentity::of(init_pid as u32).map_err(|e| e.to_string())?;
     let signals = sys::signalfd(&[libc::SIGTERM, libc::SIGINT, libc::SIGHUP])
         .map_err(|e| format!("signalfd: {e}"))?;
@@ -277,7 +313,46 @@ fn start(home: &Home, dir: &SandboxDir) -> Result<Running, String> {
         warnings,
         init_pidfd,
         signals,
+        proxy,
     })
+}
+
+/// What the sandbox's network will be (the default is internet).
+/// Without namespaces (decided later) there is no isolation at all.
+fn net_plan(spec: &Spec) -> NetPlan {
+    NetPlan {
+        isolate: !spec.process_only,
+        proxy: !spec.process_only && spec.network.unwrap_or_default() == Network::Internet,
+    }
+}
+
+/// The names the proxy lets through; empty for every public address.
+fn allow_hosts(spec: &Spec) -> Vec<String> {
+    spec.allow_hosts.clone()
+}
+
+/// What `info` reports as enforced, and the refusal of an explicit
+/// network request that a sandbox without namespaces cannot honour.
+fn record_network(info: &mut SandboxInfo, spec: &Spec, net: NetPlan) -> Result<(), String> {
+    if !net.isolate {
+        if spec.network.is_some() || !spec.allow_hosts.is_empty() {
+            return Err(
+                "this host refuses namespaces, so the sandbox would share the host's \
+                 network: network and allow_hosts cannot be enforced (run `sandkeep doctor`)"
+                    .into(),
+            );
+        }
+        return Ok(());
+    }
+    info.network = Some(if net.proxy {
+        Network::Internet
+    } else {
+        Network::None
+    });
+    if net.proxy {
+        info.allow_hosts = spec.allow_hosts.clone();
+    }
+    Ok(())
 }
 
 /// Prepares the namespaced mode: root gets a user namespace shifted to its
@@ -357,7 +432,7 @@ fn watch(dir: &SandboxDir, sandbox: &Running) {
     }
 }
 
-fn destroy(home: &Home, dir: &SandboxDir, sandbox: &Running) {
+fn destroy(home: &Home, dir: &SandboxDir, mut sandbox: Running) {
     if sandbox.meta.process_only {
         kill_descendants();
     }
@@ -366,6 +441,7 @@ fn destroy(home: &Home, dir: &SandboxDir, sandbox: &Running) {
     // namespace and its mounts go with the last of them.
     let _ = rustix::process::pidfd_send_signal(&sandbox.init_pidfd, Signal::KILL);
     let _ = sys::wait_for(sandbox.meta.init.pid as i32);
+    drop(sandbox.proxy.take());
     while sys::reap_any().is_some() {}
     // meta.json first: from now on no provider lists the sandbox.
     let _ = fs::remove_file(dir.meta());

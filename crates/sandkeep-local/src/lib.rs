@@ -28,7 +28,9 @@ mod file_reply;
 mod fileops;
 mod init;
 mod keeper;
+mod netpolicy;
 mod presence;
+mod proxy;
 mod rootfs;
 mod seccomp;
 mod spawn;
@@ -78,12 +80,6 @@ const FULL_ISOLATION: &str = "userns-idmap";
 /// [`SandboxInfo`] instead.
 fn refuse_unenforced(spec: &CreateSpec) -> Result<()> {
     let mut asked = Vec::new();
-    if spec.network.is_some() {
-        asked.push("network");
-    }
-    if !spec.allow_hosts.is_empty() {
-        asked.push("allow_hosts");
-    }
     let l = &spec.limits;
     for (name, set) in [
         ("memory_mib", l.memory_mib.is_some()),
@@ -103,6 +99,20 @@ fn refuse_unenforced(spec: &CreateSpec) -> Result<()> {
         asked.join(", "),
         if asked.len() == 1 { "it" } else { "them" }
     )))
+}
+
+/// Process-only sandboxes share the host's network: an explicit network
+/// mode or host list cannot be honoured there. (Where the kernel refuses
+/// namespaces at create time instead, the keeper refuses them itself.)
+fn refuse_shared_network(spec: &CreateSpec, process_only: bool) -> Result<()> {
+    if process_only && (spec.network.is_some() || !spec.allow_hosts.is_empty()) {
+        return Err(ProviderError::Unsupported(
+            "this server runs process-only sandboxes, which share the host's network, so \
+             network and allow_hosts cannot be enforced; create the sandbox without them"
+                .into(),
+        ));
+    }
+    Ok(())
 }
 
 /// The local provider.
@@ -308,6 +318,7 @@ impl Provider for LocalProvider {
             Some(self.home.templates().join(&spec.template))
         };
         refuse_unenforced(&spec)?;
+        refuse_shared_network(&spec, self.config.process_only)?;
         let id = Self::new_id()?;
         let dir = self.home.sandbox(&id);
         std::fs::create_dir(&dir.path).map_err(io_err(format!("create {}", dir.path.display())))?;

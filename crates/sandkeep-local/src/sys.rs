@@ -284,6 +284,64 @@ pub fn restrict_capabilities(keep: rustix::thread::CapabilitySet) -> io::Result<
     Ok(())
 }
 
+/// Brings the loopback interface of this process's network namespace up
+/// (`SIOCSIFFLAGS` on `lo`, which a fresh namespace has down).
+pub fn loopback_up() -> io::Result<()> {
+    let sock = rustix::net::socket_with(
+        rustix::net::AddressFamily::INET,
+        rustix::net::SocketType::DGRAM,
+        rustix::net::SocketFlags::CLOEXEC,
+        None,
+    )?;
+    // SAFETY: ifreq is plain old data; all zeroes is a valid value.
+    let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
+    for (dst, src) in req.ifr_name.iter_mut().zip(b"lo\0") {
+        *dst = *src as libc::c_char;
+    }
+    req.ifr_ifru.ifru_flags = (libc::IFF_UP | libc::IFF_RUNNING) as libc::c_short;
+    // SAFETY: SIOCSIFFLAGS reads one ifreq, which `req` is, with the name
+    // NUL-terminated and the flags member set; the socket is open.
+    check(unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCSIFFLAGS, &req) }).map(drop)
+}
+
+/// Every address of the host's interfaces (`getifaddrs`).
+pub fn host_addresses() -> io::Result<Vec<std::net::IpAddr>> {
+    let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: getifaddrs fills `head` with a list that we free below.
+    check(unsafe { libc::getifaddrs(&mut head) })?;
+    let mut out = Vec::new();
+    let mut cur = head;
+    while !cur.is_null() {
+        // SAFETY: `cur` is a node of the list getifaddrs returned, not yet
+        // freed; `ifa_addr` is null or points to a sockaddr of the family
+        // it names, big enough for that family's struct.
+        unsafe {
+            let ifa = &*cur;
+            if !ifa.ifa_addr.is_null() {
+                match i32::from((*ifa.ifa_addr).sa_family) {
+                    libc::AF_INET => {
+                        let sin = &*(ifa.ifa_addr as *const libc::sockaddr_in);
+                        out.push(std::net::IpAddr::V4(std::net::Ipv4Addr::from(
+                            u32::from_be(sin.sin_addr.s_addr),
+                        )));
+                    }
+                    libc::AF_INET6 => {
+                        let sin6 = &*(ifa.ifa_addr as *const libc::sockaddr_in6);
+                        out.push(std::net::IpAddr::V6(std::net::Ipv6Addr::from(
+                            sin6.sin6_addr.s6_addr,
+                        )));
+                    }
+                    _ => {}
+                }
+            }
+            cur = ifa.ifa_next;
+        }
+    }
+    // SAFETY: `head` came from getifaddrs and is freed once.
+    unsafe { libc::freeifaddrs(head) };
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

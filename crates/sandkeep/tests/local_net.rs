@@ -1,0 +1,699 @@
+//! A local sandbox's network, tried from inside as its root: nothing of
+//! the host (loopback, its other addresses, abstract unix sockets) and
+//! nothing of another sandbox is reachable; the egress proxy refuses
+//! private, loopback and metadata destinations with a 403 naming the rule,
+//! reaches a public host end to end, and is gone with the sandbox.
+
+mod support;
+
+use std::net::{IpAddr, TcpListener, UdpSocket};
+use std::os::linux::net::SocketAddrExt;
+use std::time::Duration;
+
+use sandkeep::provider::local::LocalProvider;
+use sandkeep::provider::{CreateSpec, Network, Provider, SandboxId};
+use support::local::*;
+use support::{host_pids_where, until};
+
+/// Runs `command` with bash in the sandbox; (exit code, stdout, stderr).
+async fn bash(p: &LocalProvider, id: &SandboxId, command: &str) -> (Option<i32>, String, String) {
+    let out = sh(p, id, command).await;
+    (out.exit_code, text(&out.stdout), text(&out.stderr))
+}
+
+/// A bash line that connects to HOST:PORT and prints CONNECTED on success.
+fn tcp_probe(host: &str, port: u16) -> String {
+    format!("timeout 10 bash -c 'exec 3<>/dev/tcp/{host}/{port}' && echo CONNECTED || echo REFUSED")
+}
+
+/// The host's address on its default route (no packet is sent).
+fn host_address() -> Option<IpAddr> {
+    let s = UdpSocket::bind("0.0.0.0:0").ok()?;
+    s.connect("192.0.2.255:9").ok()?;
+    Some(s.local_addr().ok()?.ip()).filter(|ip| !ip.is_loopback())
+}
+
+/// Sends a raw request to the sandbox's proxy and prints the answer.
+fn via_proxy(request: &str) -> String {
+    format!(
+        "exec 3<>/dev/tcp/127.0.0.1/${{HTTPS_PROXY##*:}} && printf '{request}' >&3 && timeout 20 cat <&3"
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn host_listeners_on_loopback_and_other_addresses_are_unreachable() {
+    let host_lo = TcpListener::bind("127.0.0.1:0").unwrap();
+    let host_any = TcpListener::bind("0.0.0.0:0").unwrap();
+    host_lo.set_nonblocking(true).unwrap();
+    host_any.set_nonblocking(true).unwrap();
+    let (_home, p, info) = fresh_sandbox(120).await;
+    let id = &info.sandbox_id;
+
+    let lo_port = host_lo.local_addr().unwrap().port();
+    let (_, out, err) = bash(&p, id, &tcp_probe("127.0.0.1", lo_port)).await;
+    assert_eq!(
+        out, "REFUSED\n",
+        "the host's 127.0.0.1:{lo_port} was reachable from the sandbox ({err})"
+    );
+    let any_port = host_any.local_addr().unwrap().port();
+    let mut targets = vec!["127.0.0.1".to_owned()];
+    if let Some(ip) = host_address() {
+        targets.push(ip.to_string());
+    } else {
+        eprintln!("NOTE: the host has no non-loopback address; only loopback was tried");
+    }
+    for host in &targets {
+        let (_, out, err) = bash(&p, id, &tcp_probe(host, any_port)).await;
+        assert_eq!(
+            out, "REFUSED\n",
+            "the host's {host}:{any_port} was reachable from the sandbox ({err})"
+        );
+    }
+    for l in [&host_lo, &host_any] {
+        assert!(
+            l.accept().is_err(),
+            "a host listener accepted a connection from the sandbox"
+        );
+    }
+    assert!(p.kill(id).await.unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_abstract_unix_socket_is_unreachable() {
+    let name = format!("sk-net-test-{}", std::process::id());
+    let addr = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes()).unwrap();
+    let host = std::os::unix::net::UnixListener::bind_addr(&addr).unwrap();
+    host.set_nonblocking(true).unwrap();
+    let (_home, p, info) = fresh_sandbox(120).await;
+    let id = &info.sandbox_id;
+    let probe = format!(
+        "python3 -c 'import socket; s = socket.socket(socket.AF_UNIX); s.connect(b\"\\0{name}\"); print(\"CONNECTED\")' || echo REFUSED"
+    );
+    let (_, out, err) = bash(&p, id, &probe).await;
+    assert_eq!(
+        out, "REFUSED\n",
+        "the host's abstract socket @{name} was reachable ({err})"
+    );
+    assert!(host.accept().is_err(), "the host socket accepted");
+    // The probe itself works: an abstract socket inside the sandbox is
+    // reachable from inside.
+    let inside = format!(
+        "python3 -c 'import socket; l = socket.socket(socket.AF_UNIX); l.bind(b\"\\0{name}\"); l.listen(); s = socket.socket(socket.AF_UNIX); s.connect(b\"\\0{name}\"); print(\"CONNECTED\")'"
+    );
+    let (_, out, err) = bash(&p, id, &inside).await;
+    assert_eq!(out, "CONNECTED\n", "the probe is broken: {err}");
+    assert!(p.kill(id).await.unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_listener_in_another_sandbox_is_unreachable() {
+    let home = state_dir();
+    let p = provider(home.path());
+    let a = create(&p, 120).await;
+    let b = create(&p, 120).await;
+    let port = 20000 + (std::process::id() % 10000) as u16;
+    // B listens on every address of its namespace, and reaches itself.
+    let listen = format!(
+        "setsid python3 -c 'import socket,time; l = socket.socket(); l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); l.bind((\"0.0.0.0\", {port})); l.listen(); open(\"/tmp/ready\", \"w\").close(); time.sleep(1000)' </dev/null >/dev/null 2>&1 & \
+         for i in $(seq 100); do [ -e /tmp/ready ] && break; timeout 0.1 tail -f /dev/null; done; {}",
+        tcp_probe("127.0.0.1", port)
+    );
+    let (_, out, err) = bash(&p, &b.sandbox_id, &listen).await;
+    assert_eq!(
+        out, "CONNECTED\n",
+        "the listener in sandbox B did not come up: {err}"
+    );
+    let (_, out, err) = bash(&p, &a.sandbox_id, &tcp_probe("127.0.0.1", port)).await;
+    assert_eq!(
+        out, "REFUSED\n",
+        "sandbox A reached sandbox B's listener ({err})"
+    );
+    // Nor can A take the port from B, or B from A: each has its own.
+    let (_, out, err) = bash(
+        &p,
+        &a.sandbox_id,
+        &format!(
+            "python3 -c 'import socket; l = socket.socket(); l.bind((\"127.0.0.1\", {port})); print(\"BOUND\")'"
+        ),
+    )
+    .await;
+    assert_eq!(out, "BOUND\n", "A could not bind its own port: {err}");
+    assert!(p.kill(&a.sandbox_id).await.unwrap());
+    assert!(p.kill(&b.sandbox_id).await.unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sandbox_has_only_loopback_and_the_proxy_in_its_environment() {
+    let (_home, p, info) = fresh_sandbox(120).await;
+    let id = &info.sandbox_id;
+    let (_, out, err) = bash(&p, id, "ls /sys/class/net 2>/dev/null || cat /proc/net/dev").await;
+    assert!(
+        !out.contains("eth") && !out.contains("ifb"),
+        "the host's interfaces are visible: {out} {err}"
+    );
+    let (_, out, _) = bash(&p, id, "cat /proc/net/route | tail -n +2 | wc -l").await;
+    assert_eq!(out.trim(), "0", "the sandbox has a route");
+    let (_, out, _) = bash(&p, id, "env | grep -i _proxy= | sort").await;
+    for name in [
+        "HTTP_PROXY",
+        "HTTPS_PROXY",
+        "ALL_PROXY",
+        "http_proxy",
+        "https_proxy",
+        "all_proxy",
+    ] {
+        assert!(
+            out.lines()
+                .any(|l| l.starts_with(&format!("{name}=http://127.0.0.1:"))),
+            "{name} missing: {out}"
+        );
+    }
+    assert!(out.contains("NO_PROXY=localhost,127.0.0.1,::1"), "{out}");
+    assert!(out.contains("no_proxy=localhost,127.0.0.1,::1"), "{out}");
+    assert!(p.kill(id).await.unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_proxy_refuses_private_loopback_and_metadata_destinations() {
+    let (_home, p, info) = fresh_sandbox(120).await;
+    let id = &info.sandbox_id;
+    let mut cases = vec![
+        ("127.0.0.1:22".to_owned(), "127.0.0.1 is a loopback address"),
+        ("10.0.0.5:443".to_owned(), "10.0.0.5 is a private address"),
+        (
+            "169.254.169.254:80".to_owned(),
+            "169.254.169.254 is a link-local (cloud metadata) address",
+        ),
+        ("localhost:80".to_owned(), "is a loopback address"),
+        ("[::1]:80".to_owned(), "::1 is a loopback address"),
+        (
+            "[::ffff:192.168.0.1]:80".to_owned(),
+            "192.168.0.1 is a private address",
+        ),
+    ];
+    let own;
+    if let Some(ip) = host_address() {
+        own = format!("{ip} is an address of the host");
+        let target = match ip {
+            IpAddr::V4(v4) => format!("{v4}:80"),
+            IpAddr::V6(v6) => format!("[{v6}]:80"),
+        };
+        cases.push((target, own.as_str()));
+    }
+    for (target, rule) in &cases {
+        let request = format!("CONNECT {target} HTTP/1.1\\r\\nHost: {target}\\r\\n\\r\\n");
+        let (_, out, err) = bash(&p, id, &via_proxy(&request)).await;
+        assert!(
+            out.starts_with("HTTP/1.1 403 Forbidden\r\n"),
+            "CONNECT {target} was not refused: {out:?} {err}"
+        );
+        assert!(
+            out.contains(rule) && out.contains("sandboxes reach public addresses only"),
+            "CONNECT {target}: the answer does not name the rule {rule:?}: {out:?}"
+        );
+    }
+    // Plain http:// forwarding is checked the same way; curl shows the body.
+    let (_, out, err) = bash(
+        &p,
+        id,
+        "curl --noproxy '' -sS -w ' %{http_code}' http://10.1.2.3/ http://localhost:8080/",
+    )
+    .await;
+    assert_eq!(
+        out,
+        "sandkeep: 10.1.2.3 is a private address; sandboxes reach public addresses only\n 403\
+         sandkeep: 127.0.0.1 is a loopback address; sandboxes reach public addresses only\n 403",
+        "{err}"
+    );
+    // The same port speaks SOCKS5 under the same policy.
+    let (code, _, err) = bash(
+        &p,
+        id,
+        "curl --noproxy '' -sS --socks5-hostname 127.0.0.1:${HTTPS_PROXY##*:} http://169.254.169.254/",
+    )
+    .await;
+    assert_eq!(code, Some(97), "SOCKS5 to the metadata address: {err}");
+    assert!(
+        err.contains("SOCKS5 connection to 169.254.169.254. (2)"),
+        "{err}"
+    );
+    assert!(p.kill(id).await.unwrap());
+}
+
+/// The package index pip is configured with, else pypi.org.
+fn package_index_host() -> String {
+    let out = std::process::Command::new("pip")
+        .args(["config", "list"])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default();
+    out.lines()
+        .filter(|l| l.contains("index-url="))
+        .find_map(|l| {
+            let url = l.split_once('=')?.1.trim_matches(|c| c == '\'' || c == '"');
+            let rest = url.split_once("://")?.1;
+            let host = rest.split(['/', ':', '@']).next()?;
+            (!host.is_empty()).then(|| host.to_owned())
+        })
+        .unwrap_or_else(|| "pypi.org".to_owned())
+}
+
+/// Whether the host itself reaches `url` (200); if not, skips the test
+/// loudly (and fails under CI=true).
+fn host_reaches(url: &str) -> bool {
+    let direct = std::process::Command::new("curl")
+        .args([
+            "-sS",
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code}",
+            "--max-time",
+            "60",
+            url,
+        ])
+        .output()
+        .expect("run curl on the host");
+    let code = String::from_utf8_lossy(&direct.stdout).into_owned();
+    support::require(
+        code == "200",
+        &format!(
+            "this test needs the network, and the host itself cannot fetch {url} (http code {code:?}: {})",
+            String::from_utf8_lossy(&direct.stderr).trim()
+        ),
+    )
+}
+
+/// Fetches `url` inside the sandbox through its proxy (curl honours
+/// HTTPS_PROXY), and makes sure nothing reaches it without the proxy.
+async fn fetch_through_the_proxy(p: &LocalProvider, id: &SandboxId, url: &str) {
+    let fetch = format!("curl -sS -o /dev/null -w '%{{http_code}}' --max-time 60 {url}");
+    let out = p
+        .exec(
+            id,
+            sandkeep::provider::ExecRequest {
+                timeout: Duration::from_secs(90),
+                ..request(&fetch)
+            },
+        )
+        .await
+        .expect("exec");
+    assert_eq!(
+        text(&out.stdout),
+        "200",
+        "{url} through the proxy: {}",
+        text(&out.stderr)
+    );
+    let (_, out, _) = bash(
+        p,
+        id,
+        &format!("curl --noproxy '*' -sS -o /dev/null -w '%{{http_code}}' --max-time 10 {url}"),
+    )
+    .await;
+    assert_eq!(out, "000", "{url} was reached without the proxy");
+    let (_, out, err) = bash(
+        p,
+        id,
+        &format!(
+            "curl --noproxy '' --socks5-hostname 127.0.0.1:${{HTTPS_PROXY##*:}} -sS -o /dev/null -w '%{{http_code}}' --max-time 60 {url}"
+        ),
+    )
+    .await;
+    assert_eq!(out, "200", "{url} through SOCKS5: {err}");
+    // Plain http:// is forwarded: the sandbox gets what the host gets.
+    let plain = url.replacen("https://", "http://", 1);
+    let direct = std::process::Command::new("curl")
+        .args([
+            "-sS",
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code}",
+            "--max-time",
+            "30",
+            &plain,
+        ])
+        .output()
+        .expect("run curl on the host");
+    let (_, out, err) = bash(
+        p,
+        id,
+        &format!("curl -sS -o /dev/null -w '%{{http_code}}' --max-time 30 {plain}"),
+    )
+    .await;
+    assert_eq!(
+        out,
+        String::from_utf8_lossy(&direct.stdout),
+        "{plain} through the proxy answers differently than directly: {err}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_public_host_is_reached_through_the_proxy() {
+    let url = format!("https://{}/simple/", package_index_host());
+    if !host_reaches(&url) {
+        return;
+    }
+    let (_home, p, info) = fresh_sandbox(120).await;
+    fetch_through_the_proxy(&p, &info.sandbox_id, &url).await;
+    assert!(p.kill(&info.sandbox_id).await.unwrap());
+}
+
+/// The throwaway account the unprivileged run uses (its own name, so
+/// that other suites creating and deleting theirs do not interfere).
+const USER: &str = "sknet";
+
+struct ThrowawayUser {
+    created: bool,
+}
+
+impl ThrowawayUser {
+    fn ensure() -> Self {
+        let exists = || {
+            std::process::Command::new("id")
+                .arg(USER)
+                .output()
+                .is_ok_and(|o| o.status.success())
+        };
+        if exists() {
+            return Self { created: false };
+        }
+        let status = std::process::Command::new("useradd")
+            .args([
+                "--system",
+                "--no-create-home",
+                "--shell",
+                "/usr/sbin/nologin",
+                USER,
+            ])
+            .status()
+            .expect("run useradd");
+        assert!(
+            status.success() || status.code() == Some(9),
+            "useradd {USER} failed: {status}"
+        );
+        Self {
+            created: status.success(),
+        }
+    }
+}
+
+impl Drop for ThrowawayUser {
+    fn drop(&mut self) {
+        if self.created {
+            let _ = std::process::Command::new("userdel").arg(USER).status();
+        }
+    }
+}
+
+/// The same guarantees when an ordinary user runs the provider: root
+/// re-runs this binary's ignored `unprivileged_inner` as `sknet`.
+#[test]
+fn an_ordinary_users_sandboxes_are_isolated_too() {
+    if !rustix::process::geteuid().is_root() {
+        return unprivileged_inner();
+    }
+    let _user = ThrowawayUser::ensure();
+    let id = |flag: &str| {
+        let out = std::process::Command::new("id")
+            .args([flag, USER])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    };
+    let mut cmd = std::process::Command::new("setpriv");
+    cmd.args([
+        &format!("--reuid={}", id("-u")),
+        &format!("--regid={}", id("-g")),
+        "--init-groups",
+        "--",
+    ])
+    .arg(std::env::current_exe().unwrap())
+    .args(support::ignored_test_args("unprivileged_inner"))
+    .env_clear()
+    .env("HOME", "/var/tmp")
+    .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+    .env("SK_NET_INNER", "1");
+    if let Ok(ci) = std::env::var("CI") {
+        cmd.env("CI", ci);
+    }
+    let out = cmd.output().expect("run setpriv");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    eprintln!("{stderr}");
+    assert!(
+        out.status.success() && stdout.contains("1 passed"),
+        "the unprivileged run as {USER} failed ({}):\n{stdout}\n{stderr}",
+        out.status
+    );
+}
+
+#[test]
+#[ignore = "run by an_ordinary_users_sandboxes_are_isolated_too as an ordinary user"]
+fn unprivileged_inner() {
+    if std::env::var_os("SK_NET_INNER").is_none() && rustix::process::geteuid().is_root() {
+        return;
+    }
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(async {
+            let host_lo = TcpListener::bind("127.0.0.1:0").unwrap();
+            let port = host_lo.local_addr().unwrap().port();
+            let (_home, p, info) = fresh_sandbox(120).await;
+            let id = &info.sandbox_id;
+            assert_eq!(info.isolation, "userns-single");
+            let (_, out, err) = bash(&p, id, &tcp_probe("127.0.0.1", port)).await;
+            assert_eq!(out, "REFUSED\n", "host loopback reachable ({err})");
+            let request = "CONNECT 169.254.169.254:80 HTTP/1.1\\r\\n\\r\\n";
+            let (_, out, err) = bash(&p, id, &via_proxy(request)).await;
+            assert!(
+                out.starts_with("HTTP/1.1 403 Forbidden\r\n") && out.contains("cloud metadata"),
+                "{out:?} {err}"
+            );
+            let url = format!("https://{}/simple/", package_index_host());
+            if host_reaches(&url) {
+                fetch_through_the_proxy(&p, id, &url).await;
+            }
+            let sid = id.clone();
+            let mine = move || host_pids_where(|cmd| cmd.contains(sid.as_str()));
+            assert!(mine().len() >= 3, "keeper, init and proxy: {:?}", mine());
+            assert!(p.kill(id).await.unwrap());
+            until(
+                Duration::from_secs(10),
+                "every process of the sandbox gone after kill",
+                || async { mine().is_empty() },
+            )
+            .await;
+        });
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_proxy_is_gone_after_kill() {
+    let (_home, p, info) = fresh_sandbox(120).await;
+    let id = info.sandbox_id.clone();
+    let mine = || host_pids_where(|cmd| cmd.contains(id.as_str()));
+    // The keeper, the init and the proxy.
+    let before = mine();
+    assert!(
+        before.len() >= 3,
+        "expected keeper, init and proxy for {id}: {before:?}"
+    );
+    let proxies: Vec<i32> = before
+        .iter()
+        .copied()
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/status")).is_ok_and(|s| {
+                s.lines()
+                    .any(|l| l.starts_with("Uid:") && l.contains("65534"))
+            })
+        })
+        .collect();
+    if rustix::process::geteuid().is_root() {
+        assert_eq!(proxies.len(), 1, "one proxy running as nobody: {before:?}");
+    }
+    let netns = std::fs::read_link(format!("/proc/{}/ns/net", proxy_or_init(&before)))
+        .expect("the sandbox's network namespace");
+    assert!(p.kill(&id).await.unwrap());
+    until(
+        Duration::from_secs(10),
+        "every process of the sandbox gone after kill",
+        || async { mine().is_empty() },
+    )
+    .await;
+    // No host process is left in, or holds a descriptor of, that namespace.
+    let holders = host_pids_where(|_| true)
+        .into_iter()
+        .filter(|pid| {
+            std::fs::read_link(format!("/proc/{pid}/ns/net")).is_ok_and(|l| l == netns)
+                || std::fs::read_dir(format!("/proc/{pid}/fd")).is_ok_and(|fds| {
+                    fds.flatten()
+                        .any(|fd| std::fs::read_link(fd.path()).is_ok_and(|l| l == netns))
+                })
+        })
+        .collect::<Vec<_>>();
+    assert!(holders.is_empty(), "{netns:?} is still held by {holders:?}");
+}
+
+/// A pid of `pids` inside the sandbox's network namespace: the one whose
+/// namespace differs from this test's.
+fn proxy_or_init(pids: &[i32]) -> i32 {
+    let ours = std::fs::read_link("/proc/self/ns/net").unwrap();
+    *pids
+        .iter()
+        .find(|pid| std::fs::read_link(format!("/proc/{pid}/ns/net")).is_ok_and(|l| l != ours))
+        .expect("a process of the sandbox in its own network namespace")
+}
+
+/// A sandbox of `p` created with these network parameters.
+async fn create_with(
+    p: &LocalProvider,
+    network: Option<Network>,
+    allow_hosts: &[&str],
+) -> sandkeep::provider::SandboxInfo {
+    p.create(CreateSpec {
+        network,
+        allow_hosts: allow_hosts.iter().map(|h| h.to_string()).collect(),
+        ..spec(120)
+    })
+    .await
+    .expect("create sandbox")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn network_none_is_loopback_only_without_a_proxy() {
+    let home = state_dir();
+    let p = provider(home.path());
+    let info = create_with(&p, Some(Network::None), &[]).await;
+    let id = &info.sandbox_id;
+    assert_eq!(info.network, Some(Network::None));
+    assert!(info.allow_hosts.is_empty());
+    let listed = p.list().await.unwrap();
+    let me = listed.iter().find(|s| &s.sandbox_id == id).expect("listed");
+    assert_eq!(
+        me.network,
+        Some(Network::None),
+        "list says what is enforced"
+    );
+
+    let (_, out, _) = bash(
+        &p,
+        id,
+        "env | grep -ci proxy; cat /proc/net/route | tail -n +2 | wc -l",
+    )
+    .await;
+    assert_eq!(
+        out, "0\n0\n",
+        "proxy variables or a route in a none sandbox"
+    );
+    let (_, out, err) = bash(
+        &p,
+        id,
+        "curl -sS --max-time 10 -o /dev/null https://1.1.1.1/ 2>&1; echo; ip route get 1.1.1.1 2>&1 || true",
+    )
+    .await;
+    assert!(
+        !out.contains("200"),
+        "a none sandbox reached the outside: {out} {err}"
+    );
+    // Loopback works inside.
+    let (_, out, err) = bash(
+        &p,
+        id,
+        "python3 -c 'import socket; l = socket.socket(); l.bind((\"127.0.0.1\", 0)); l.listen(); s = socket.create_connection(l.getsockname()); print(\"LOOPBACK\")'",
+    )
+    .await;
+    assert_eq!(out, "LOOPBACK\n", "{err}");
+    // Keeper and init, no proxy.
+    let sid = id.clone();
+    let mine = host_pids_where(|cmd| cmd.contains(sid.as_str()));
+    assert_eq!(mine.len(), 2, "keeper and init only: {mine:?}");
+    assert!(p.kill(id).await.unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn allow_hosts_lets_only_the_listed_names_through() {
+    let index = package_index_host();
+    let home = state_dir();
+    let p = provider(home.path());
+    let info = create_with(&p, None, &[index.as_str(), "*.pythonhosted.org"]).await;
+    let id = &info.sandbox_id;
+    assert_eq!(info.network, Some(Network::Internet));
+    assert_eq!(info.allow_hosts, [index.as_str(), "*.pythonhosted.org"]);
+    for target in ["example.com:443", "pythonhosted.org:443", "1.1.1.1:443"] {
+        let request = format!("CONNECT {target} HTTP/1.1\\r\\n\\r\\n");
+        let (_, out, err) = bash(&p, id, &via_proxy(&request)).await;
+        assert!(
+            out.starts_with("HTTP/1.1 403 Forbidden\r\n") && out.contains("not in allow_hosts"),
+            "CONNECT {target}: {out:?} {err}"
+        );
+    }
+    // A listed name that resolves to loopback is still refused.
+    let info2 = create_with(&p, None, &["localhost"]).await;
+    let (_, out, err) = bash(
+        &p,
+        &info2.sandbox_id,
+        &via_proxy("CONNECT localhost:80 HTTP/1.1\\r\\n\\r\\n"),
+    )
+    .await;
+    assert!(out.contains("is a loopback address"), "{out:?} {err}");
+    assert!(p.kill(&info2.sandbox_id).await.unwrap());
+
+    let url = format!("https://{index}/simple/");
+    if host_reaches(&url) {
+        fetch_through_the_proxy(&p, id, &url).await;
+    }
+    assert!(p.kill(id).await.unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_default_is_internet_and_process_only_reports_no_isolation() {
+    let (_home, p, info) = fresh_sandbox(120).await;
+    assert_eq!(info.network, Some(Network::Internet));
+    assert!(info.allow_hosts.is_empty());
+    assert!(p.kill(&info.sandbox_id).await.unwrap());
+
+    let home = state_dir();
+    let p = LocalProvider::new(
+        sandkeep::provider::local::LocalConfig::new(home.path(), EXE).with_process_only(true),
+    )
+    .unwrap();
+    let info = create(&p, 60).await;
+    assert_eq!(
+        info.network, None,
+        "a process-only sandbox shares the host's network"
+    );
+    assert!(p.kill(&info.sandbox_id).await.unwrap());
+    for (network, hosts) in [
+        (Some(Network::None), vec![]),
+        (None, vec!["pypi.org".to_owned()]),
+    ] {
+        let err = p
+            .create(CreateSpec {
+                network,
+                allow_hosts: hosts,
+                ..spec(60)
+            })
+            .await
+            .expect_err("process-only cannot enforce a network request");
+        assert!(
+            matches!(err, sandkeep::provider::ProviderError::Unsupported(_)),
+            "{err:?}"
+        );
+        assert!(err.to_string().contains("network"), "{err}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn doctor_reports_the_network_namespace() {
+    let home = state_dir();
+    let report = provider(home.path()).doctor().await.unwrap();
+    let check = report
+        .checks
+        .iter()
+        .find(|c| c.name == "network namespace")
+        .expect("a network namespace check");
+    assert!(check.ok, "{}", check.detail);
+}
