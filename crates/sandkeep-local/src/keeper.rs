@@ -23,6 +23,7 @@ use rustix::process::{Pid, PidfdFlags, Signal};
 use rustix::thread::UnshareFlags;
 use serde::{Deserialize, Serialize};
 
+use super::cgroup::{self, Resources};
 use super::init::{self, InitContext, InitReport, Mode};
 use super::rootfs::Owner;
 use super::state::{self, Home, Lock, Meta, SandboxDir, Spec};
@@ -116,6 +117,7 @@ fn run(home: Home, id: SandboxId) -> i32 {
         Err(e) => {
             eprintln!("sandkeep keeper: {e}");
             report(ready, &Readiness::Failed(e));
+            cgroup::remove_recorded(&dir.path);
             let _ = state::remove_tree(&dir.path);
             release_slot(&home, &id);
             1
@@ -146,6 +148,8 @@ fn start(home: &Home, dir: &SandboxDir) -> Result<Running, String> {
         None
     };
     let mut warnings = Vec::new();
+    // Before any namespace: the cgroups are made with the host's view.
+    let (cgroups, _enforced) = limit_resources(&spec, dir, &mut warnings)?;
     let attempt = if spec.process_only {
         Err("the configuration asks for process-only sandboxes".to_owned())
     } else {
@@ -159,14 +163,7 @@ fn start(home: &Home, dir: &SandboxDir) -> Result<Running, String> {
         Mode::ProcessOnly { uid: base }
     });
     let process_only = matches!(mode, Mode::ProcessOnly { .. });
-    for d in [
-        dir.rootfs(),
-        dir.upper(),
-        dir.work(),
-        dir.lower(),
-        dir.home(),
-        dir.tmp(),
-    ] {
+    for d in [dir.rootfs(), dir.disk(), dir.lower(), dir.home(), dir.tmp()] {
         fs::create_dir_all(&d).map_err(|e| format!("mkdir {}: {e}", d.display()))?;
     }
     fs::set_permissions(dir.home(), fs::Permissions::from_mode(0o700))
@@ -223,7 +220,8 @@ fn start(home: &Home, dir: &SandboxDir) -> Result<Running, String> {
     };
     let init_pid = match sys::fork().map_err(|e| format!("fork the init: {e}"))? {
         sys::Forked::Child => init::run(InitContext {
-            spec,
+            // The init enters the cgroups before anything else.
+            spec: enter_cgroups(cgroups, spec, &report_w),
             dir: dir.clone(),
             mode,
             listener,
@@ -234,6 +232,7 @@ fn start(home: &Home, dir: &SandboxDir) -> Result<Running, String> {
     drop(report_w);
     drop(listener);
     drop(mode);
+    drop(cgroups);
     let init_pidfd = rustix::process::pidfd_open(
         Pid::from_raw(init_pid).expect("fork returns a positive pid"),
         PidfdFlags::empty(),
@@ -274,6 +273,48 @@ fn start(home: &Home, dir: &SandboxDir) -> Result<Running, String> {
         init_pidfd,
         signals,
     })
+}
+
+/// The resource limits the sandbox asks for, each its default when
+/// unset.
+fn wanted_resources(_spec: &Spec) -> Resources {
+    Resources {
+        memory_mib: Some(2048),
+        milli_cpus: Some(2000),
+        pids: Some(1024),
+    }
+}
+
+/// Creates the sandbox's cgroups; returns them and what they enforce. A
+/// limit the host cannot enforce is a warning (`None` in the result).
+fn limit_resources(
+    spec: &Spec,
+    dir: &SandboxDir,
+    warnings: &mut Vec<String>,
+) -> Result<(cgroup::Cgroups, Resources), String> {
+    let want = wanted_resources(spec);
+    let (cgroups, enforced, failed) =
+        cgroup::create(&spec.sandbox_id, &want, &dir.path.join(cgroup::RECORD));
+    for (controller, why) in failed {
+        warnings.push(format!(
+            "the {} limit is not enforced: {why}; run `sandkeep doctor`",
+            controller.name()
+        ));
+    }
+    Ok((cgroups, enforced))
+}
+
+/// In the forked init, first of all: joins the sandbox's cgroups, so that
+/// nothing of the sandbox ever runs outside them. On failure it reports and
+/// exits.
+fn enter_cgroups(cgroups: cgroup::Cgroups, spec: Spec, report: &OwnedFd) -> Spec {
+    if let Err(e) = cgroup::join_self(&cgroups.procs) {
+        let failed = InitReport::Failed(format!("join the sandbox's cgroups: {e}"));
+        let _ = rustix::io::write(report, &serde_json::to_vec(&failed).unwrap_or_default());
+        sys::exit_now(1);
+    }
+    drop(cgroups);
+    spec
 }
 
 /// Prepares the namespaced mode: root gets a user namespace shifted to its
@@ -363,6 +404,7 @@ fn destroy(home: &Home, dir: &SandboxDir, sandbox: &Running) {
     let _ = rustix::process::pidfd_send_signal(&sandbox.init_pidfd, Signal::KILL);
     let _ = sys::wait_for(sandbox.meta.init.pid as i32);
     while sys::reap_any().is_some() {}
+    cgroup::remove_recorded(&dir.path);
     // meta.json first: from now on no provider lists the sandbox.
     let _ = fs::remove_file(dir.meta());
     if let Err(e) = state::remove_tree(&dir.path) {

@@ -21,6 +21,7 @@
 //! (the isolation probe), over `sys` (the only raw syscalls) and `wire`
 //! (the socket protocol).
 
+mod cgroup;
 mod client;
 mod config;
 mod doctor;
