@@ -431,7 +431,7 @@ pub fn oom_kills(memory: &Path, v2: bool) -> Option<u64> {
 /// reaped, so EBUSY is retried for a bounded while.
 pub fn remove(dirs: &[PathBuf]) {
     for dir in dirs {
-        for _ in 0..500 {
+        for _ in 0..250 {
             match fs::remove_dir(dir) {
                 Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
                     std::thread::sleep(std::time::Duration::from_millis(2));
