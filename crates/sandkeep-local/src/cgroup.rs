@@ -1,8 +1,8 @@
 //! Per-sandbox resource limits with cgroups: where each controller lives
 //! on this host (v2 unified, else a v1 hierarchy), creating a sandbox's
 //! cgroups with its memory, pids and cpu limits, the descriptors its init
-//! writes itself into before it runs anything, the `oom_kill` count, and
-//! removal once the sandbox's processes are gone.
+//! writes itself into before it runs anything, and removal once the
+//! sandbox's processes are gone.
 //!
 //! Layout: v2 `BASE/sandkeep/<id>` with the controllers enabled in the
 //! `subtree_control` of `BASE` and `BASE/sandkeep` (`BASE` is the v2 mount
@@ -146,13 +146,6 @@ pub fn cpu_quota_us(milli: u32) -> u64 {
     (u64::from(milli) * CPU_PERIOD_US / 1000).max(1000)
 }
 
-/// The `oom_kill` count of a v2 `memory.events` or v1 `memory.oom_control`.
-pub fn parse_oom_kills(text: &str) -> Option<u64> {
-    text.lines()
-        .find_map(|l| l.strip_prefix("oom_kill "))
-        .and_then(|v| v.trim().parse().ok())
-}
-
 fn writable(p: &Path) -> bool {
     rustix::fs::access(p, rustix::fs::Access::WRITE_OK).is_ok()
 }
@@ -215,9 +208,6 @@ pub fn detect() -> [Place; 3] {
 pub struct Cgroups {
     /// Every created leaf directory.
     pub dirs: Vec<PathBuf>,
-    /// The directory holding the memory controller's files, and whether it
-    /// is v2.
-    pub memory: Option<(PathBuf, bool)>,
     /// `cgroup.procs` of each leaf, opened for the init to write itself
     /// into.
     pub procs: Vec<OwnedFd>,
@@ -245,19 +235,16 @@ fn mkdir(path: &Path) -> io::Result<()> {
     }
 }
 
-/// Enables `names` for the children of `dir` (v2), those not yet on.
-fn enable(dir: &Path, names: &[&str]) -> io::Result<()> {
+/// Enables `c` for the children of `dir` (v2) unless it is on already.
+/// One controller per write: one the kernel refuses (say cpu, with
+/// realtime threads about) must not take the others with it.
+fn enable(dir: &Path, c: Controller) -> io::Result<()> {
     let file = dir.join("cgroup.subtree_control");
     let on = parse_controllers(&fs::read_to_string(&file)?);
-    let missing: Vec<String> = names
-        .iter()
-        .filter(|n| !on.iter().any(|o| o == *n))
-        .map(|n| format!("+{n}"))
-        .collect();
-    if missing.is_empty() {
+    if on.iter().any(|o| o == c.name()) {
         return Ok(());
     }
-    write(&file, &missing.join(" "))
+    write(&file, &format!("+{}", c.name()))
 }
 
 /// Writes one controller's limit into `dir`.
@@ -369,10 +356,7 @@ pub fn create(
         for (c, result) in cs.iter().zip(ok) {
             match result {
                 Ok(()) => match c {
-                    Controller::Memory => {
-                        enforced.memory_mib = want.memory_mib;
-                        cg.memory = Some((leaf.clone(), v2));
-                    }
+                    Controller::Memory => enforced.memory_mib = want.memory_mib,
                     Controller::Pids => enforced.pids = want.pids,
                     Controller::Cpu => enforced.milli_cpus = want.milli_cpus,
                 },
@@ -394,17 +378,25 @@ fn make_leaf(
     want: &Resources,
 ) -> io::Result<Vec<io::Result<()>>> {
     let parent = leaf.parent().expect("a leaf has a parent");
-    let names: Vec<&str> = cs.iter().map(|c| c.name()).collect();
-    if v2 {
-        let base = parent.parent().expect("the parent has a base");
-        enable(base, &names)?;
+    if !v2 {
         mkdir(parent)?;
-        enable(parent, &names)?;
-    } else {
-        mkdir(parent)?;
+        mkdir(leaf)?;
+        return Ok(cs.iter().map(|c| apply(*c, leaf, v2, want)).collect());
     }
+    let base = parent.parent().expect("the parent has a base");
+    let enabled: Vec<io::Result<()>> = cs.iter().map(|c| enable(base, *c)).collect();
+    mkdir(parent)?;
+    let enabled: Vec<io::Result<()>> = cs
+        .iter()
+        .zip(enabled)
+        .map(|(c, r)| r.and_then(|()| enable(parent, *c)))
+        .collect();
     mkdir(leaf)?;
-    Ok(cs.iter().map(|c| apply(*c, leaf, v2, want)).collect())
+    Ok(cs
+        .iter()
+        .zip(enabled)
+        .map(|(c, r)| r.and_then(|()| apply(*c, leaf, v2, want)))
+        .collect())
 }
 
 /// Moves the calling process into every cgroup of `procs` (run by the
@@ -414,16 +406,6 @@ pub fn join_self(procs: &[OwnedFd]) -> io::Result<()> {
         rustix::io::write(fd, b"0")?;
     }
     Ok(())
-}
-
-/// How many processes the memory limit killed so far.
-pub fn oom_kills(memory: &Path, v2: bool) -> Option<u64> {
-    let file = if v2 {
-        "memory.events"
-    } else {
-        "memory.oom_control"
-    };
-    parse_oom_kills(&fs::read_to_string(memory.join(file)).ok()?)
 }
 
 /// Removes `dirs` once their processes are gone: dying processes may
@@ -544,18 +526,5 @@ cgroup2 /sys/fs/cgroup/unified cgroup2 rw,relatime 0 0
         assert_eq!(cpu_max_line(100), "10000 100000");
         // Under the kernel's 1 ms minimum: clamped.
         assert_eq!(cpu_max_line(1), "1000 100000");
-    }
-
-    #[test]
-    fn oom_kill_counts_of_v1_and_v2() {
-        assert_eq!(
-            parse_oom_kills("oom_kill_disable 0\nunder_oom 0\noom_kill 3\n"),
-            Some(3)
-        );
-        assert_eq!(
-            parse_oom_kills("low 0\nhigh 0\nmax 7\noom 2\noom_kill 2\noom_group_kill 0\n"),
-            Some(2)
-        );
-        assert_eq!(parse_oom_kills("low 0\n"), None);
     }
 }

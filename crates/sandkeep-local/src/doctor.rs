@@ -135,11 +135,19 @@ fn resource_checks() -> Vec<Check> {
             let (ok, detail) = match place {
                 Place::V2 { base } => (
                     true,
-                    format!("cgroup v2 below {}: `{}` is enforced", base.display(), limit(c)),
+                    format!(
+                        "cgroup v2 below {}: `{}` is enforced",
+                        base.display(),
+                        limit(c)
+                    ),
                 ),
                 Place::V1 { mount } => (
                     true,
-                    format!("cgroup v1 at {}: `{}` is enforced", mount.display(), limit(c)),
+                    format!(
+                        "cgroup v1 at {}: `{}` is enforced",
+                        mount.display(),
+                        limit(c)
+                    ),
                 ),
                 Place::Missing(why) => (
                     false,

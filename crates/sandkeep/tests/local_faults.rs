@@ -155,7 +155,11 @@ async fn doctor_reports_the_level_and_why() {
             );
         }
     }
-    let expected = if root { "userns-idmap" } else { "userns-single" };
+    let expected = if root {
+        "userns-idmap"
+    } else {
+        "userns-single"
+    };
     assert_eq!(report.isolation, expected);
     assert!(!report.reason.is_empty());
     // And a sandbox gets the level the doctor announced.

@@ -77,7 +77,12 @@ async fn memory_past_the_limit_is_oom_killed_and_the_neighbour_lives() {
     let neighbour = create(&p, 120).await;
 
     // `tail` keeps the whole newline-free input: 200 MiB against 64.
-    let out = run(&p, &small.sandbox_id, "head -c 200M /dev/zero | tail >/dev/null").await;
+    let out = run(
+        &p,
+        &small.sandbox_id,
+        "head -c 200M /dev/zero | tail >/dev/null",
+    )
+    .await;
     assert_eq!(
         out.exit_code,
         Some(137),
@@ -186,7 +191,10 @@ async fn two_spinners_under_cpus_1_get_about_one_core() {
     let cores = cpu * 1000.0 / wall_ms;
     eprintln!("two spinners under cpus 1: {cpu:.2} s of CPU in {wall_ms} ms = {cores:.2} cores");
     assert!(cores <= 1.3, "cpus 1 gave {cores:.2} cores: {s}");
-    assert!(cores >= 0.3, "the spinners barely ran ({cores:.2} cores): {s}");
+    assert!(
+        cores >= 0.3,
+        "the spinners barely ran ({cores:.2} cores): {s}"
+    );
     p.kill(&info.sandbox_id).await.unwrap();
 }
 
@@ -248,7 +256,10 @@ async fn writes_past_disk_mib_get_enospc_and_the_host_disk_does_not_move() {
         .unwrap()
         .parse()
         .unwrap();
-    assert!(kib < 1024, "{kib} KiB of the sandbox's writes on the host disk");
+    assert!(
+        kib < 1024,
+        "{kib} KiB of the sandbox's writes on the host disk"
+    );
     // Freeing space makes the disk usable again.
     let out = sh(&p, id, "rm -f /tmp/fill && echo ok > /tmp/x && cat /tmp/x").await;
     assert_eq!(text(&out.stdout), "ok\n", "{}", text(&out.stderr));
@@ -292,7 +303,12 @@ async fn no_cgroup_outlives_its_sandbox() {
     let dirs = cgroup_dirs_of(&a.sandbox_id);
     assert!(!dirs.is_empty(), "the sandbox has no cgroup");
     // A process that left its session is in them too.
-    let out = sh(&p, &a.sandbox_id, "setsid sleep 1000 </dev/null >/dev/null 2>&1 & echo ok").await;
+    let out = sh(
+        &p,
+        &a.sandbox_id,
+        "setsid sleep 1000 </dev/null >/dev/null 2>&1 & echo ok",
+    )
+    .await;
     assert_eq!(text(&out.stdout), "ok\n");
     p.kill(&a.sandbox_id).await.unwrap();
     let left: Vec<PathBuf> = dirs.into_iter().filter(|d| d.exists()).collect();
@@ -313,7 +329,14 @@ async fn no_cgroup_outlives_its_sandbox() {
     until(
         Duration::from_secs(10),
         "the dead sandbox is cleaned",
-        || async { !p.list().await.unwrap().iter().any(|s| s.sandbox_id == b.sandbox_id) && !sandbox_dir(home.path(), &b.sandbox_id).exists() },
+        || async {
+            !p.list()
+                .await
+                .unwrap()
+                .iter()
+                .any(|s| s.sandbox_id == b.sandbox_id)
+                && !sandbox_dir(home.path(), &b.sandbox_id).exists()
+        },
     )
     .await;
     let left: Vec<PathBuf> = dirs.into_iter().filter(|d| d.exists()).collect();
