@@ -135,6 +135,9 @@ struct Running {
     warnings: Vec<String>,
     init_pidfd: OwnedFd,
     signals: OwnedFd,
+    /// The sandbox's cgroups, removed once its processes are gone (kept
+    /// here too: the sandbox's directory may be removed under us).
+    cgroup_dirs: Vec<PathBuf>,
 }
 
 fn start(home: &Home, dir: &SandboxDir) -> Result<Running, String> {
@@ -150,6 +153,7 @@ fn start(home: &Home, dir: &SandboxDir) -> Result<Running, String> {
     let mut warnings = Vec::new();
     // Before any namespace: the cgroups are made with the host's view.
     let (cgroups, _enforced) = limit_resources(&spec, dir, &mut warnings)?;
+    let cgroup_dirs = cgroups.dirs.clone();
     let attempt = if spec.process_only {
         Err("the configuration asks for process-only sandboxes".to_owned())
     } else {
@@ -272,6 +276,7 @@ fn start(home: &Home, dir: &SandboxDir) -> Result<Running, String> {
         warnings,
         init_pidfd,
         signals,
+        cgroup_dirs,
     })
 }
 
@@ -404,7 +409,7 @@ fn destroy(home: &Home, dir: &SandboxDir, sandbox: &Running) {
     let _ = rustix::process::pidfd_send_signal(&sandbox.init_pidfd, Signal::KILL);
     let _ = sys::wait_for(sandbox.meta.init.pid as i32);
     while sys::reap_any().is_some() {}
-    cgroup::remove_recorded(&dir.path);
+    cgroup::remove(&sandbox.cgroup_dirs);
     // meta.json first: from now on no provider lists the sandbox.
     let _ = fs::remove_file(dir.meta());
     if let Err(e) = state::remove_tree(&dir.path) {
