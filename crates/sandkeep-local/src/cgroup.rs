@@ -172,18 +172,32 @@ pub fn detect() -> [Place; 3] {
         .and_then(|b| fs::read_to_string(b.join("cgroup.controllers")).ok())
         .map(|t| parse_controllers(&t))
         .unwrap_or_default();
+    decide(&mounts, v2_base.as_deref(), &v2_available, writable)
+}
+
+/// Where each controller is, given the mounts, the v2 directory sandboxes
+/// would go below (if any) and the controllers it offers, and which v1
+/// hierarchies this user may write: v2 first, then v1.
+pub fn decide(
+    mounts: &Mounts,
+    v2_base: Option<&Path>,
+    v2_available: &[String],
+    v1_writable: impl Fn(&Path) -> bool,
+) -> [Place; 3] {
     Controller::ALL.map(|c| {
-        if let Some(base) = &v2_base
+        if let Some(base) = v2_base
             && v2_available.iter().any(|n| n == c.name())
         {
-            return Place::V2 { base: base.clone() };
+            return Place::V2 {
+                base: base.to_path_buf(),
+            };
         }
         match mounts
             .v1
             .iter()
             .find(|(_, cs)| cs.iter().any(|n| n == c.name()))
         {
-            Some((mount, _)) if writable(mount) => Place::V1 {
+            Some((mount, _)) if v1_writable(mount) => Place::V1 {
                 mount: mount.clone(),
             },
             Some((mount, _)) => Place::Missing(format!(
@@ -517,6 +531,64 @@ cgroup2 /sys/fs/cgroup/unified cgroup2 rw,relatime 0 0
         );
         assert_eq!(own_v2_path("4:memory:/x\n0::/\n").as_deref(), Some("/"));
         assert_eq!(own_v2_path("4:memory:/x\n"), None);
+    }
+
+    fn names(s: &str) -> Vec<String> {
+        parse_controllers(s)
+    }
+
+    #[test]
+    fn each_controller_goes_to_v2_when_offered_there_else_v1() {
+        let v2 = Path::new("/sys/fs/cgroup");
+        // v2 only, as root: everything below the v2 root.
+        let m = parse_mounts("cgroup2 /sys/fs/cgroup cgroup2 rw 0 0\n");
+        let places = decide(&m, Some(v2), &names("cpuset cpu io memory pids"), |_| true);
+        assert!(places.iter().all(|p| *p == Place::V2 { base: v2.into() }));
+        // v2 only without cpu offered: cpu is missing, the others hold.
+        let places = decide(&m, Some(v2), &names("memory pids"), |_| true);
+        assert!(matches!(&places[2], Place::Missing(why) if why.contains("cpu")));
+        assert_eq!(places[0], Place::V2 { base: v2.into() });
+        // This machine: v1 controllers, an empty v2 hierarchy.
+        let m = parse_mounts(HYBRID);
+        let unified = Path::new("/sys/fs/cgroup/unified");
+        let places = decide(&m, Some(unified), &names("hugetlb"), |_| true);
+        assert_eq!(
+            places,
+            [
+                Place::V1 {
+                    mount: "/sys/fs/cgroup/memory".into()
+                },
+                Place::V1 {
+                    mount: "/sys/fs/cgroup/pids".into()
+                },
+                Place::V1 {
+                    mount: "/sys/fs/cgroup/cpu".into()
+                },
+            ]
+        );
+        // A hybrid host whose v2 hierarchy took memory over.
+        let places = decide(&m, Some(unified), &names("memory"), |_| true);
+        assert_eq!(
+            places[0],
+            Place::V2 {
+                base: unified.into()
+            }
+        );
+        // An ordinary user: root's v1 hierarchies are not writable.
+        let places = decide(&m, None, &[], |_| false);
+        assert!(
+            places
+                .iter()
+                .all(|p| matches!(p, Place::Missing(why) if why.contains("not writable")))
+        );
+        // An ordinary user on v2 without a delegated subtree.
+        let m = parse_mounts("cgroup2 /sys/fs/cgroup cgroup2 rw 0 0\n");
+        let places = decide(&m, None, &[], |_| false);
+        assert!(
+            places
+                .iter()
+                .all(|p| matches!(p, Place::Missing(why) if why.contains("delegated")))
+        );
     }
 
     #[test]
