@@ -30,7 +30,7 @@ use super::state::{self, Home, Lock, Meta, SandboxDir, Spec};
 use super::{doctor, sys, wire};
 use sandkeep_proto::procfs;
 use sandkeep_proto::record::ProcessIdentity;
-use sandkeep_provider::{SandboxId, SandboxInfo};
+use sandkeep_provider::{Limits, SandboxId, SandboxInfo};
 
 /// Size of each root-mode sandbox's uid/gid block.
 const BLOCK: u32 = 65536;
@@ -221,6 +221,10 @@ fn start(home: &Home, dir: &SandboxDir) -> Result<Running, String> {
         timeout: spec.timeout,
         retained: false,
         isolation: String::new(),
+        // Nothing of the network or of resources is isolated yet: say so.
+        network: None,
+        allow_hosts: Vec::new(),
+        limits: Limits::default(),
     };
     let init_pid = match sys::fork().map_err(|e| format!("fork the init: {e}"))? {
         sys::Forked::Child => init::run(InitContext {

@@ -74,6 +74,38 @@ const FILE_OP_REPORT: usize = 64 * 1024;
 /// is logged as weaker at create time.
 const FULL_ISOLATION: &str = "userns-idmap";
 
+/// Refuses what no local sandbox enforces yet, naming it: a provider never
+/// pretends (SPEC.md §4). The defaults are reported as not enforced in
+/// [`SandboxInfo`] instead.
+fn refuse_unenforced(spec: &CreateSpec) -> Result<()> {
+    let mut asked = Vec::new();
+    if spec.network.is_some() {
+        asked.push("network");
+    }
+    if !spec.allow_hosts.is_empty() {
+        asked.push("allow_hosts");
+    }
+    let l = &spec.limits;
+    for (name, set) in [
+        ("memory_mib", l.memory_mib.is_some()),
+        ("cpus", l.milli_cpus.is_some()),
+        ("pids", l.pids.is_some()),
+        ("disk_mib", l.disk_mib.is_some()),
+    ] {
+        if set {
+            asked.push(name);
+        }
+    }
+    if asked.is_empty() {
+        return Ok(());
+    }
+    Err(ProviderError::Unsupported(format!(
+        "local sandboxes cannot enforce {} yet; create the sandbox without {}",
+        asked.join(", "),
+        if asked.len() == 1 { "it" } else { "them" }
+    )))
+}
+
 /// The local provider.
 #[derive(Debug, Clone)]
 pub struct LocalProvider {
@@ -276,6 +308,7 @@ impl Provider for LocalProvider {
             }
             Some(self.home.templates().join(&spec.template))
         };
+        refuse_unenforced(&spec)?;
         let id = Self::new_id()?;
         let dir = self.home.sandbox(&id);
         std::fs::create_dir(&dir.path).map_err(io_err(format!("create {}", dir.path.display())))?;
@@ -291,6 +324,9 @@ impl Provider for LocalProvider {
             home: self.home.root().to_path_buf(),
             process_only: self.config.process_only,
             template_dir,
+            network: spec.network,
+            allow_hosts: spec.allow_hosts,
+            limits: spec.limits,
         };
         state::write_json(&dir.spec(), &record).map_err(io_err("write spec.json"))?;
         let warnings = spawn::start_keeper(&self.config.exe, &self.home, &dir, &id).await?;

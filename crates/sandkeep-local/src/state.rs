@@ -16,7 +16,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use serde::{Deserialize, Serialize};
 
 use sandkeep_proto::record::ProcessIdentity;
-use sandkeep_provider::{SandboxId, SandboxInfo};
+use sandkeep_provider::{Limits, Network, SandboxId, SandboxInfo};
 
 /// Where the task helper appears inside every namespaced sandbox:
 /// `/HELPER_DIR/HELPER_NAME` (and `bin/HELPER_NAME` in a process-only
@@ -140,6 +140,14 @@ pub struct Spec {
     /// Skip namespaces: the weaker subreaper + Landlock mode.
     #[serde(default)]
     pub process_only: bool,
+    /// As requested; `None` means the default.
+    #[serde(default)]
+    pub network: Option<Network>,
+    #[serde(default)]
+    pub allow_hosts: Vec<String>,
+    /// As requested; a `None` field means the default.
+    #[serde(default)]
+    pub limits: Limits,
 }
 
 /// What a live sandbox's record holds.

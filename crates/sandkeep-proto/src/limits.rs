@@ -16,6 +16,20 @@ pub const SANDBOX_TIMEOUT_DEFAULT: u64 = 300;
 pub const RUN_TIMEOUT_MIN: u64 = 1;
 pub const RUN_TIMEOUT_MAX: u64 = 3_600;
 pub const RUN_TIMEOUT_DEFAULT: u64 = 60;
+/// Sandbox resource requests (SPEC.md §4): the least a sandbox may ask
+/// for, and the local provider's defaults (§8). The most is the server's
+/// ceiling, a server option.
+pub const MEMORY_MIB_MIN: u64 = 64;
+pub const MEMORY_MIB_DEFAULT: u64 = 2048;
+pub const MILLI_CPUS_MIN: u32 = 100;
+pub const MILLI_CPUS_DEFAULT: u32 = 2000;
+pub const PIDS_MIN: u64 = 16;
+pub const PIDS_DEFAULT: u64 = 1024;
+pub const DISK_MIB_MIN: u64 = 64;
+pub const DISK_MIB_DEFAULT: u64 = 4096;
+/// `allow_hosts` takes 1 to this many names or patterns.
+pub const ALLOW_HOSTS_MAX: usize = 64;
+
 /// Bytes saved per log stream; later output is read and dropped.
 pub const LOG_CAP_BYTES: u64 = 1_048_576;
 /// Highest accepted log offset.

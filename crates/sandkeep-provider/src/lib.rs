@@ -67,6 +67,37 @@ impl From<SandboxId> for String {
     }
 }
 
+/// Where a sandbox's processes may connect (SPEC.md §10).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Network {
+    /// Outbound connections to public addresses only.
+    #[default]
+    Internet,
+    /// Loopback only.
+    None,
+}
+
+impl fmt::Display for Network {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Internet => "internet",
+            Self::None => "none",
+        })
+    }
+}
+
+/// A sandbox's resource limits. In a [`CreateSpec`], `None` asks for the
+/// provider's default; in a [`SandboxInfo`], `None` says the limit is not
+/// enforced. CPUs are counted in thousandths so the type stays exact.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Limits {
+    pub memory_mib: Option<u64>,
+    pub milli_cpus: Option<u32>,
+    pub pids: Option<u64>,
+    pub disk_mib: Option<u64>,
+}
+
 /// What create needs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CreateSpec {
@@ -75,6 +106,12 @@ pub struct CreateSpec {
     pub timeout: u64,
     /// Added to the sandbox's clean environment.
     pub envs: BTreeMap<String, String>,
+    /// `None`: the provider's default (internet where it can isolate).
+    pub network: Option<Network>,
+    /// Host names or `*.suffix` patterns, validated; empty means no
+    /// narrowing. Non-empty implies [`Network::Internet`].
+    pub allow_hosts: Vec<String>,
+    pub limits: Limits,
 }
 
 /// A sandbox as list and create report it.
@@ -92,6 +129,16 @@ pub struct SandboxInfo {
     pub retained: bool,
     /// The named isolation level this sandbox got.
     pub isolation: String,
+    /// The network mode in force; `None` when the sandbox shares the
+    /// host's network (a fallback level).
+    #[serde(default)]
+    pub network: Option<Network>,
+    /// The names its connections are narrowed to (empty: no narrowing).
+    #[serde(default)]
+    pub allow_hosts: Vec<String>,
+    /// The limits in force.
+    #[serde(default)]
+    pub limits: Limits,
 }
 
 /// A foreground command.
@@ -165,6 +212,9 @@ pub enum ProviderError {
     Unconfirmed { sandbox: SandboxId, message: String },
     #[error("{0}")]
     Unavailable(String),
+    /// A request this provider cannot enforce here; nothing was created.
+    #[error("{0}")]
+    Unsupported(String),
     #[error("{context}: {source}")]
     Io {
         context: String,

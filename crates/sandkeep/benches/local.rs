@@ -46,6 +46,9 @@ fn main() {
         template: "base".into(),
         timeout: 600,
         envs: Default::default(),
+        network: None,
+        allow_hosts: Vec::new(),
+        limits: Default::default(),
     };
     let (create, kill, exec, isolation) = rt.block_on(async {
         let mut creates = Vec::new();

@@ -68,14 +68,7 @@ async fn server_with_a_canary_in_its_environment() {
     let p = provider(home.path());
     let mut envs = BTreeMap::new();
     envs.insert("GREETING".to_owned(), "hi there".to_owned());
-    let info = p
-        .create(CreateSpec {
-            template: "base".into(),
-            timeout: 120,
-            envs,
-        })
-        .await
-        .unwrap();
+    let info = p.create(CreateSpec { envs, ..spec(120) }).await.unwrap();
     let out = sh(
         &p,
         &info.sandbox_id,

@@ -75,6 +75,71 @@ fn cases() -> Vec<(&'static str, Value, Vec<&'static str>)> {
             json!({"image": "ubuntu"}),
             vec!["`image`", "unknown parameter"],
         ),
+        (
+            "create_sandbox",
+            json!({"network": "host"}),
+            vec!["`network`", "\"internet\" or \"none\""],
+        ),
+        (
+            "create_sandbox",
+            json!({"network": 1}),
+            vec!["`network`", "\"internet\" or \"none\""],
+        ),
+        (
+            "create_sandbox",
+            json!({"allow_hosts": []}),
+            vec!["`allow_hosts`", "1 to 64"],
+        ),
+        (
+            "create_sandbox",
+            json!({"allow_hosts": ["https://pypi.org"]}),
+            vec!["`allow_hosts`", "https://pypi.org"],
+        ),
+        (
+            "create_sandbox",
+            json!({"allow_hosts": ["pypi.org:443"]}),
+            vec!["`allow_hosts`", "no scheme, port"],
+        ),
+        (
+            "create_sandbox",
+            json!({"allow_hosts": ["169.254.169.254"]}),
+            vec!["`allow_hosts`", "IP address"],
+        ),
+        (
+            "create_sandbox",
+            json!({"allow_hosts": (0..65).map(|i| format!("h{i}.example")).collect::<Vec<_>>()}),
+            vec!["`allow_hosts`", "got 65 entries"],
+        ),
+        (
+            "create_sandbox",
+            json!({"memory_mib": 63}),
+            vec!["`memory_mib`", "at least 64", "64 to 16384"],
+        ),
+        (
+            "create_sandbox",
+            json!({"memory_mib": 1_000_000}),
+            vec!["`memory_mib`", "64 to 16384"],
+        ),
+        (
+            "create_sandbox",
+            json!({"cpus": 0.05}),
+            vec!["`cpus`", "at least 0.1"],
+        ),
+        (
+            "create_sandbox",
+            json!({"cpus": "two"}),
+            vec!["`cpus`", "number"],
+        ),
+        (
+            "create_sandbox",
+            json!({"pids": 15}),
+            vec!["`pids`", "at least 16"],
+        ),
+        (
+            "create_sandbox",
+            json!({"disk_mib": 10_000_000}),
+            vec!["`disk_mib`", "64 to 65536"],
+        ),
         // kill_sandbox
         ("kill_sandbox", json!({}), vec!["`sandbox_id`", "missing"]),
         (

@@ -57,6 +57,25 @@ pub struct CreateArgs {
     /// PASSWORD are redacted from task logs.
     #[arg(long = "env", value_name = "K=V", value_parser = parse_env)]
     pub envs: Vec<(String, String)>,
+    /// `internet` (outbound to public addresses only) or `none` (loopback
+    /// only) [default: internet].
+    #[arg(long, value_name = "MODE")]
+    pub network: Option<String>,
+    /// Only this host name or `*.suffix` pattern is reachable (repeatable).
+    #[arg(long = "allow-host", value_name = "HOST")]
+    pub allow_hosts: Vec<String>,
+    /// Memory limit in MiB [default: 2048].
+    #[arg(long, value_name = "MIB")]
+    pub memory_mib: Option<u64>,
+    /// CPUs, fractions allowed [default: 2].
+    #[arg(long, value_name = "N")]
+    pub cpus: Option<f64>,
+    /// Most processes at once [default: 1024].
+    #[arg(long, value_name = "N")]
+    pub pids: Option<u64>,
+    /// Most MiB the sandbox may write [default: 4096].
+    #[arg(long, value_name = "MIB")]
+    pub disk_mib: Option<u64>,
     #[command(flatten)]
     pub output: OutputArgs,
 }
@@ -104,6 +123,12 @@ async fn create(args: CreateArgs) -> Outcome {
         template: args.template,
         timeout: args.timeout,
         envs: (!envs.is_empty()).then_some(envs),
+        network: args.network,
+        allow_hosts: (!args.allow_hosts.is_empty()).then_some(args.allow_hosts),
+        memory_mib: args.memory_mib,
+        cpus: args.cpus,
+        pids: args.pids,
+        disk_mib: args.disk_mib,
     };
     // Stateless: the sandbox must not be destroyed when this process ends.
     with_context(SessionKind::Stateless, async |ctx| {

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use crate::mcp;
 use crate::provider;
-use crate::service::Service;
+use crate::service::{Ceilings, Service};
 
 #[derive(Debug, clap::Args)]
 pub struct ServeArgs {
@@ -38,6 +38,18 @@ pub struct ServeArgs {
     /// the existing ones keep working.
     #[arg(long, value_name = "N", default_value_t = 128, value_parser = clap::value_parser!(u32).range(1..=65_536))]
     pub max_sessions: u32,
+    /// The most memory_mib a create_sandbox may ask for [default: 16384].
+    #[arg(long, value_name = "MIB", value_parser = clap::value_parser!(u64).range(64..))]
+    pub max_memory_mib: Option<u64>,
+    /// The most cpus a create_sandbox may ask for [default: this host's CPUs].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=4096))]
+    pub max_cpus: Option<u32>,
+    /// The most pids a create_sandbox may ask for [default: 32768].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(16..))]
+    pub max_pids: Option<u64>,
+    /// The most disk_mib a create_sandbox may ask for [default: 65536].
+    #[arg(long, value_name = "MIB", value_parser = clap::value_parser!(u64).range(64..))]
+    pub max_disk_mib: Option<u64>,
     /// Seconds of inactivity after which an HTTP session ends (and its
     /// unretained sandboxes are destroyed).
     #[arg(long, value_name = "SECS", default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..=86_400))]
@@ -81,7 +93,14 @@ pub fn run(args: ServeArgs) -> i32 {
         Some(mcp::http::Auth::Token { value, .. }) => Some(value.as_str()),
         _ => None,
     };
-    let service = Arc::new(Service::new(provider, secrets(token)));
+    let defaults = Ceilings::default();
+    let ceilings = Ceilings {
+        memory_mib: args.max_memory_mib.unwrap_or(defaults.memory_mib),
+        milli_cpus: args.max_cpus.map_or(defaults.milli_cpus, |c| c * 1000),
+        pids: args.max_pids.unwrap_or(defaults.pids),
+        disk_mib: args.max_disk_mib.unwrap_or(defaults.disk_mib),
+    };
+    let service = Arc::new(Service::new(provider, secrets(token)).with_ceilings(ceilings));
     let (Some(addr), Some(auth)) = (addr, auth) else {
         return mcp::stdio::run(service);
     };

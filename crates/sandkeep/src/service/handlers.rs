@@ -64,12 +64,24 @@ impl Service {
         validate::template(&template)?;
         let envs = args.envs.unwrap_or_default();
         validate::envs(&envs)?;
+        let network = validate::network(args.network.as_deref())?;
+        let allow_hosts = validate::allow_hosts(args.allow_hosts)?;
+        let limits = validate::limits(
+            &self.ceilings,
+            args.memory_mib,
+            args.cpus,
+            args.pids,
+            args.disk_mib,
+        )?;
         let info = self
             .provider
             .create(CreateSpec {
                 template,
                 timeout,
                 envs,
+                network,
+                allow_hosts,
+                limits,
             })
             .await?;
         if !session.adopt(info.sandbox_id.clone()) {
@@ -84,6 +96,9 @@ impl Service {
             created_at: info.created_at,
             expires_at: info.expires_at,
             isolation: info.isolation,
+            network: info.network.map(|n| n.to_string()),
+            allow_hosts: info.allow_hosts,
+            limits: LimitsResult::from(info.limits),
         })
     }
 
@@ -118,6 +133,9 @@ impl Service {
                 expires_at: i.expires_at,
                 retained: i.retained,
                 isolation: i.isolation,
+                network: i.network.map(|n| n.to_string()),
+                allow_hosts: i.allow_hosts,
+                limits: LimitsResult::from(i.limits),
             })
             .collect();
         Ok(ListSandboxesResult { sandboxes })

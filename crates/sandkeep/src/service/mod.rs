@@ -59,6 +59,30 @@ pub struct Service {
     provider: Arc<dyn Provider>,
     masker: Masker,
     helpers: helper::HelperPaths,
+    ceilings: Ceilings,
+}
+
+/// The most a `create_sandbox` may ask for (SPEC.md §7: server options).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ceilings {
+    pub memory_mib: u64,
+    pub milli_cpus: u32,
+    pub pids: u64,
+    pub disk_mib: u64,
+}
+
+impl Default for Ceilings {
+    /// Generous for one agent's sandbox, far from one host's whole: 16 GiB,
+    /// every CPU of this host, 32768 processes, 64 GiB written.
+    fn default() -> Self {
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get() as u32);
+        Self {
+            memory_mib: 16_384,
+            milli_cpus: cpus.saturating_mul(1000),
+            pids: 32_768,
+            disk_mib: 65_536,
+        }
+    }
 }
 
 /// What [`Service::end_session`] did.
@@ -84,7 +108,13 @@ impl Service {
             provider,
             masker: Masker::new(secrets),
             helpers: helper::HelperPaths::default(),
+            ceilings: Ceilings::default(),
         }
+    }
+
+    /// The same service with other ceilings for `create_sandbox`.
+    pub fn with_ceilings(self, ceilings: Ceilings) -> Self {
+        Self { ceilings, ..self }
     }
 
     pub fn provider(&self) -> &Arc<dyn Provider> {

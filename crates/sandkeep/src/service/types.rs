@@ -35,9 +35,56 @@ pub struct CreateSandboxArgs {
     /// TOKEN, SECRET or PASSWORD are redacted from task logs.
     #[serde(default)]
     pub envs: Option<BTreeMap<String, String>>,
+    /// "internet" (default): outbound connections to public addresses
+    /// only; "none": loopback only.
+    #[serde(default)]
+    #[schemars(extend("enum" = ["internet", "none"]))]
+    pub network: Option<String>,
+    /// Host names or "*.suffix" patterns: only these are reachable
+    /// (implies "internet").
+    #[serde(default)]
+    #[schemars(length(min = 1, max = ALLOW_HOSTS_MAX))]
+    pub allow_hosts: Option<Vec<String>>,
+    /// Memory limit in MiB, up to the server's ceiling. Default 2048.
+    #[serde(default)]
+    #[schemars(range(min = MEMORY_MIB_MIN))]
+    pub memory_mib: Option<u64>,
+    /// CPUs (fractions allowed), up to the server's ceiling. Default 2.
+    #[serde(default)]
+    #[schemars(range(min = 0.1))]
+    pub cpus: Option<f64>,
+    /// Most processes at once, up to the server's ceiling. Default 1024.
+    #[serde(default)]
+    #[schemars(range(min = PIDS_MIN))]
+    pub pids: Option<u64>,
+    /// Most MiB the sandbox may write, up to the server's ceiling.
+    /// Default 4096.
+    #[serde(default)]
+    #[schemars(range(min = DISK_MIB_MIN))]
+    pub disk_mib: Option<u64>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+/// The limits in force; null where the host cannot enforce one.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct LimitsResult {
+    pub memory_mib: Option<u64>,
+    pub cpus: Option<f64>,
+    pub pids: Option<u64>,
+    pub disk_mib: Option<u64>,
+}
+
+impl From<crate::provider::Limits> for LimitsResult {
+    fn from(l: crate::provider::Limits) -> Self {
+        Self {
+            memory_mib: l.memory_mib,
+            cpus: l.milli_cpus.map(|m| f64::from(m) / 1000.0),
+            pids: l.pids,
+            disk_mib: l.disk_mib,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct CreateSandboxResult {
     /// The sandbox's id: pass it as sandbox_id to other tools.
     pub sandbox_id: String,
@@ -48,6 +95,12 @@ pub struct CreateSandboxResult {
     pub expires_at: u64,
     /// The isolation level the sandbox got.
     pub isolation: String,
+    /// The network mode in force ("internet" or "none"); null when the
+    /// sandbox shares the host's network.
+    pub network: Option<String>,
+    /// The names connections are narrowed to (empty: none).
+    pub allow_hosts: Vec<String>,
+    pub limits: LimitsResult,
 }
 
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
@@ -68,7 +121,7 @@ pub struct KillSandboxResult {
 #[serde(deny_unknown_fields)]
 pub struct ListSandboxesArgs {}
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct SandboxEntry {
     pub sandbox_id: String,
     pub template: String,
@@ -80,9 +133,12 @@ pub struct SandboxEntry {
     /// lives until expires_at or kill_sandbox.
     pub retained: bool,
     pub isolation: String,
+    pub network: Option<String>,
+    pub allow_hosts: Vec<String>,
+    pub limits: LimitsResult,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct ListSandboxesResult {
     pub sandboxes: Vec<SandboxEntry>,
 }

@@ -4,8 +4,9 @@
 use sandkeep_proto::TaskId;
 use sandkeep_proto::limits::*;
 
+use super::Ceilings;
 use super::ToolError;
-use crate::provider::SandboxId;
+use crate::provider::{Limits, Network, SandboxId};
 
 /// Longest accepted path or working directory, in bytes (Linux PATH_MAX).
 pub(super) const PATH_MAX_BYTES: usize = 4096;
@@ -54,6 +55,25 @@ pub(super) fn rule(tool: &str, param: &str) -> String {
             format!("must be a non-empty path string of at most {PATH_MAX_BYTES} bytes without NUL")
         }
         (_, "content") => "must be a string".into(),
+        (_, "network") => "must be \"internet\" or \"none\"".into(),
+        (_, "allow_hosts") => format!(
+            "must be an array of 1 to {ALLOW_HOSTS_MAX} host names or \"*.suffix\" patterns \
+             (no scheme, port, path or IP address)"
+        ),
+        (_, "memory_mib") => {
+            format!(
+                "must be an integer of at least {MEMORY_MIB_MIN} (MiB), at most the server's ceiling"
+            )
+        }
+        (_, "cpus") => "must be a number of at least 0.1, at most the server's ceiling".into(),
+        (_, "pids") => {
+            format!("must be an integer of at least {PIDS_MIN}, at most the server's ceiling")
+        }
+        (_, "disk_mib") => {
+            format!(
+                "must be an integer of at least {DISK_MIB_MIN} (MiB), at most the server's ceiling"
+            )
+        }
         _ => "is not accepted".into(),
     }
 }
@@ -235,9 +255,174 @@ pub(super) fn envs<'a>(
     Ok(())
 }
 
+pub(super) fn network(value: Option<&str>) -> Result<Option<Network>, ToolError> {
+    match value {
+        None => Ok(None),
+        Some("internet") => Ok(Some(Network::Internet)),
+        Some("none") => Ok(Some(Network::None)),
+        Some(other) => Err(ToolError::invalid(
+            "network",
+            &rule("", "network"),
+            format_args!("got {other:?}; nothing was created"),
+        )),
+    }
+}
+
+/// Host names or `*.suffix` patterns, lowercased. Addresses are refused:
+/// the rule names hosts, and a sandbox never reaches private addresses.
+pub(super) fn allow_hosts(hosts: Option<Vec<String>>) -> Result<Vec<String>, ToolError> {
+    let Some(hosts) = hosts else {
+        return Ok(Vec::new());
+    };
+    let refuse = |detail: String| {
+        Err(ToolError::invalid(
+            "allow_hosts",
+            &rule("", "allow_hosts"),
+            format_args!("{detail}; nothing was created"),
+        ))
+    };
+    if hosts.is_empty() || hosts.len() > ALLOW_HOSTS_MAX {
+        return refuse(format!("got {} entries", hosts.len()));
+    }
+    let mut out = Vec::with_capacity(hosts.len());
+    for host in hosts {
+        let name = host.to_ascii_lowercase();
+        let bare = name.strip_prefix("*.").unwrap_or(&name);
+        let labels_ok = bare.len() <= 253
+            && bare.split('.').all(|l| {
+                !l.is_empty()
+                    && l.len() <= 63
+                    && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+                    && !l.starts_with('-')
+                    && !l.ends_with('-')
+            });
+        let an_address = bare.parse::<std::net::Ipv4Addr>().is_ok()
+            || bare
+                .rsplit('.')
+                .next()
+                .is_some_and(|tld| tld.bytes().all(|b| b.is_ascii_digit()));
+        if !labels_ok || an_address {
+            return refuse(format!("{host:?} is not a host name or *.suffix pattern"));
+        }
+        out.push(name);
+    }
+    Ok(out)
+}
+
+/// Each requested limit within its minimum and the server's ceiling.
+pub(super) fn limits(
+    ceilings: &Ceilings,
+    memory_mib: Option<u64>,
+    cpus: Option<f64>,
+    pids: Option<u64>,
+    disk_mib: Option<u64>,
+) -> Result<Limits, ToolError> {
+    let bounded = |param: &str, v: Option<u64>, min: u64, max: u64| match v {
+        Some(v) if !(min..=max).contains(&v) => Err(ToolError::invalid(
+            param,
+            &rule("", param),
+            format_args!("got {v}; this server allows {min} to {max}; nothing was created"),
+        )),
+        v => Ok(v),
+    };
+    let milli_cpus = match cpus {
+        None => None,
+        Some(c) => {
+            let max = f64::from(ceilings.milli_cpus) / 1000.0;
+            if !(0.1..=max).contains(&c) {
+                return Err(ToolError::invalid(
+                    "cpus",
+                    &rule("", "cpus"),
+                    format_args!("got {c}; this server allows 0.1 to {max}; nothing was created"),
+                ));
+            }
+            Some((c * 1000.0).round() as u32)
+        }
+    };
+    Ok(Limits {
+        memory_mib: bounded(
+            "memory_mib",
+            memory_mib,
+            MEMORY_MIB_MIN,
+            ceilings.memory_mib,
+        )?,
+        milli_cpus,
+        pids: bounded("pids", pids, PIDS_MIN, ceilings.pids)?,
+        disk_mib: bounded("disk_mib", disk_mib, DISK_MIB_MIN, ceilings.disk_mib)?,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn allow_hosts_takes_names_and_suffix_patterns_only() {
+        let ok = allow_hosts(Some(vec!["PyPI.org".into(), "*.github.com".into()])).unwrap();
+        assert_eq!(ok, ["pypi.org", "*.github.com"]);
+        for bad in [
+            "",
+            "https://pypi.org",
+            "pypi.org:443",
+            "10.0.0.1",
+            "::1",
+            "a/b",
+            "*.",
+            "-a.com",
+            "1.2.3.4",
+        ] {
+            let e = allow_hosts(Some(vec![bad.into()])).unwrap_err().to_string();
+            assert!(e.contains("`allow_hosts`"), "{bad}: {e}");
+        }
+        let e = allow_hosts(Some(Vec::new())).unwrap_err().to_string();
+        assert!(e.contains("got 0 entries"), "{e}");
+        let many = (0..=ALLOW_HOSTS_MAX)
+            .map(|i| format!("h{i}.example"))
+            .collect();
+        assert!(allow_hosts(Some(many)).is_err());
+    }
+
+    #[test]
+    fn limits_are_bounded_by_minimum_and_ceiling() {
+        let c = Ceilings {
+            memory_mib: 4096,
+            milli_cpus: 2000,
+            pids: 2048,
+            disk_mib: 8192,
+        };
+        let l = limits(&c, Some(64), Some(1.5), Some(16), Some(8192)).unwrap();
+        assert_eq!(
+            (l.memory_mib, l.milli_cpus, l.pids, l.disk_mib),
+            (Some(64), Some(1500), Some(16), Some(8192))
+        );
+        let e = limits(&c, Some(4097), None, None, None)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("`memory_mib`") && e.contains("64 to 4096"),
+            "{e}"
+        );
+        let e = limits(&c, None, Some(2.5), None, None)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("`cpus`") && e.contains("0.1 to 2"), "{e}");
+        let e = limits(&c, None, None, Some(15), None)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("`pids`"), "{e}");
+        assert_eq!(
+            limits(&c, None, None, None, None).unwrap(),
+            Limits::default()
+        );
+    }
+
+    #[test]
+    fn network_is_one_of_two_words() {
+        assert_eq!(network(Some("none")).unwrap(), Some(Network::None));
+        assert_eq!(network(None).unwrap(), None);
+        let e = network(Some("host")).unwrap_err().to_string();
+        assert!(e.contains("`network`") && e.contains("\"host\""), "{e}");
+    }
 
     #[test]
     fn ranges_name_parameter_and_bounds() {

@@ -31,6 +31,9 @@ pub fn spec(timeout: u64) -> CreateSpec {
         template: "base".into(),
         timeout,
         envs: BTreeMap::new(),
+        network: None,
+        allow_hosts: Vec::new(),
+        limits: Default::default(),
     }
 }
 
