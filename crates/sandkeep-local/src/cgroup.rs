@@ -17,7 +17,7 @@ use std::io::{self, Write};
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 
-use sandkeep_provider::SandboxId;
+use sandkeep_provider::{Limits, SandboxId};
 
 /// The CFS period written with a cpu quota (100 ms, the kernel's default).
 const CPU_PERIOD_US: u64 = 100_000;
@@ -45,6 +45,15 @@ pub enum Controller {
 
 impl Controller {
     pub const ALL: [Controller; 3] = [Controller::Memory, Controller::Pids, Controller::Cpu];
+
+    /// The create_sandbox parameter it enforces.
+    pub fn limit(self) -> &'static str {
+        match self {
+            Controller::Memory => "memory_mib",
+            Controller::Pids => "pids",
+            Controller::Cpu => "cpus",
+        }
+    }
 
     pub fn name(self) -> &'static str {
         match self {
@@ -215,6 +224,50 @@ pub fn decide(
             )),
         }
     })
+}
+
+/// Why each limit `asked` names explicitly cannot be enforced here (a
+/// default that cannot is reported as not enforced instead): the
+/// controllers this host lacks, and `disk_mib` without a mount namespace.
+pub fn unenforceable(asked: &Limits, process_only: bool) -> Vec<(&'static str, String)> {
+    let mut refused = Vec::new();
+    let explicit = [
+        asked.memory_mib.is_some(),
+        asked.pids.is_some(),
+        asked.milli_cpus.is_some(),
+    ];
+    if explicit.contains(&true) {
+        for ((c, place), explicit) in Controller::ALL.into_iter().zip(detect()).zip(explicit) {
+            if let (Place::Missing(why), true) = (place, explicit) {
+                refused.push((c.limit(), why));
+            }
+        }
+    }
+    if asked.disk_mib.is_some() && process_only {
+        refused.push((
+            "disk_mib",
+            "process-only sandboxes have no mount namespace to size".to_owned(),
+        ));
+    }
+    refused
+}
+
+/// [`unenforceable`] as the message of a refusal, naming each limit and
+/// why.
+pub fn refuse_unenforceable(asked: &Limits, process_only: bool) -> Result<(), String> {
+    let refused = unenforceable(asked, process_only);
+    if refused.is_empty() {
+        return Ok(());
+    }
+    let list: Vec<String> = refused
+        .iter()
+        .map(|(limit, why)| format!("`{limit}` ({why})"))
+        .collect();
+    Err(format!(
+        "this host cannot enforce {}; create the sandbox without {} (`sandkeep doctor` says what to fix)",
+        list.join(", "),
+        if refused.len() == 1 { "it" } else { "them" }
+    ))
 }
 
 /// A sandbox's created cgroups.

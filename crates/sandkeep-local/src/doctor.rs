@@ -123,11 +123,7 @@ fn overlay_probe(root: bool) -> Result<(), String> {
 /// v1), or why sandboxes here go without it.
 fn resource_checks() -> Vec<Check> {
     use super::cgroup::{self, Controller, Place};
-    let limit = |c: Controller| match c {
-        Controller::Memory => "memory_mib",
-        Controller::Pids => "pids",
-        Controller::Cpu => "cpus",
-    };
+    let limit = |c: Controller| c.limit();
     Controller::ALL
         .into_iter()
         .zip(cgroup::detect())

@@ -152,7 +152,7 @@ fn start(home: &Home, dir: &SandboxDir) -> Result<Running, String> {
     };
     let mut warnings = Vec::new();
     // Before any namespace: the cgroups are made with the host's view.
-    let (cgroups, _enforced) = limit_resources(&spec, dir, &mut warnings)?;
+    let (cgroups, enforced) = limit_resources(&spec, dir, &mut warnings)?;
     let cgroup_dirs = cgroups.dirs.clone();
     let attempt = if spec.process_only {
         Err("the configuration asks for process-only sandboxes".to_owned())
@@ -224,7 +224,7 @@ fn start(home: &Home, dir: &SandboxDir) -> Result<Running, String> {
         // Nothing of the network or of resources is isolated yet: say so.
         network: None,
         allow_hosts: Vec::new(),
-        limits: Limits::default(),
+        limits: enforced_limits(enforced, &spec, process_only)?,
     };
     let init_pid = match sys::fork().map_err(|e| format!("fork the init: {e}"))? {
         sys::Forked::Child => init::run(InitContext {
@@ -286,16 +286,19 @@ fn start(home: &Home, dir: &SandboxDir) -> Result<Running, String> {
 
 /// The resource limits the sandbox asks for, each its default when
 /// unset.
-fn wanted_resources(_spec: &Spec) -> Resources {
+fn wanted_resources(spec: &Spec) -> Resources {
+    use sandkeep_proto::limits as l;
+    let asked = &spec.limits;
     Resources {
-        memory_mib: Some(2048),
-        milli_cpus: Some(2000),
-        pids: Some(1024),
+        memory_mib: Some(asked.memory_mib.unwrap_or(l::MEMORY_MIB_DEFAULT)),
+        milli_cpus: Some(asked.milli_cpus.unwrap_or(l::MILLI_CPUS_DEFAULT)),
+        pids: Some(asked.pids.unwrap_or(l::PIDS_DEFAULT)),
     }
 }
 
 /// Creates the sandbox's cgroups; returns them and what they enforce. A
-/// limit the host cannot enforce is a warning (`None` in the result).
+/// default limit the host cannot enforce is a warning (`None` in the
+/// result), an explicitly requested one an error.
 fn limit_resources(
     spec: &Spec,
     dir: &SandboxDir,
@@ -305,12 +308,47 @@ fn limit_resources(
     let (cgroups, enforced, failed) =
         cgroup::create(&spec.sandbox_id, &want, &dir.path.join(cgroup::RECORD));
     for (controller, why) in failed {
+        let explicit = match controller {
+            cgroup::Controller::Memory => spec.limits.memory_mib.is_some(),
+            cgroup::Controller::Pids => spec.limits.pids.is_some(),
+            cgroup::Controller::Cpu => spec.limits.milli_cpus.is_some(),
+        };
+        if explicit {
+            // run() removes the cgroups already made, with the directory.
+            return Err(format!(
+                "`{}` cannot be enforced: {why}",
+                controller.limit()
+            ));
+        }
         warnings.push(format!(
             "the {} limit is not enforced: {why}; run `sandkeep doctor`",
             controller.name()
         ));
     }
     Ok((cgroups, enforced))
+}
+
+/// What the sandbox's record says is enforced: the cgroups' limits, and
+/// `disk_mib` wherever there is a mount namespace to size its disk in.
+fn enforced_limits(enforced: Resources, spec: &Spec, process_only: bool) -> Result<Limits, String> {
+    let disk_mib = if process_only {
+        if spec.limits.disk_mib.is_some() {
+            return Err("`disk_mib` cannot be enforced without namespaces".into());
+        }
+        None
+    } else {
+        Some(
+            spec.limits
+                .disk_mib
+                .unwrap_or(sandkeep_proto::limits::DISK_MIB_DEFAULT),
+        )
+    };
+    Ok(Limits {
+        memory_mib: enforced.memory_mib,
+        milli_cpus: enforced.milli_cpus,
+        pids: enforced.pids,
+        disk_mib,
+    })
 }
 
 /// In the forked init, first of all: joins the sandbox's cgroups, so that

@@ -85,17 +85,6 @@ fn refuse_unenforced(spec: &CreateSpec) -> Result<()> {
     if !spec.allow_hosts.is_empty() {
         asked.push("allow_hosts");
     }
-    let l = &spec.limits;
-    for (name, set) in [
-        ("memory_mib", l.memory_mib.is_some()),
-        ("cpus", l.milli_cpus.is_some()),
-        ("pids", l.pids.is_some()),
-        ("disk_mib", l.disk_mib.is_some()),
-    ] {
-        if set {
-            asked.push(name);
-        }
-    }
     if asked.is_empty() {
         return Ok(());
     }
@@ -309,6 +298,8 @@ impl Provider for LocalProvider {
             Some(self.home.templates().join(&spec.template))
         };
         refuse_unenforced(&spec)?;
+        cgroup::refuse_unenforceable(&spec.limits, self.config.process_only)
+            .map_err(ProviderError::Unsupported)?;
         let id = Self::new_id()?;
         let dir = self.home.sandbox(&id);
         std::fs::create_dir(&dir.path).map_err(io_err(format!("create {}", dir.path.display())))?;

@@ -108,8 +108,10 @@ fn bind_with(source: &Path, target: &Path, flags: MountFlags) -> Result<(), Stri
 }
 
 /// The size of the sandbox's disk: its `disk_mib`.
-fn disk_mib(_spec: &Spec) -> u64 {
-    4096
+fn disk_mib(spec: &Spec) -> u64 {
+    spec.limits
+        .disk_mib
+        .unwrap_or(sandkeep_proto::limits::DISK_MIB_DEFAULT)
 }
 
 fn chown(path: &Path, owner: Owner, uid: u32, gid: u32) -> Result<(), String> {

@@ -229,8 +229,8 @@ async fn writes_past_disk_mib_get_enospc_and_the_host_disk_does_not_move() {
     // Writes spread over /tmp, /dev/shm, /root and a copy-on-write /etc
     // share the 64 MiB: together they stop with ENOSPC.
     let probe = "for d in /tmp /dev/shm /root /etc; do \
-                   head -c 30M /dev/zero > $d/fill 2>>/tmp/err || { echo full at $d; break; }; \
-                 done; cat /tmp/err";
+                   head -c 30M /dev/zero 2>&1 >$d/fill || { echo full at $d; break; }; \
+                 done";
     let out = run(&p, id, probe).await;
     let s = text(&out.stdout);
     assert!(
