@@ -191,8 +191,9 @@ async fn two_spinners_under_cpus_1_get_about_one_core() {
     let cores = cpu * 1000.0 / wall_ms;
     eprintln!("two spinners under cpus 1: {cpu:.2} s of CPU in {wall_ms} ms = {cores:.2} cores");
     assert!(cores <= 1.3, "cpus 1 gave {cores:.2} cores: {s}");
+    // A shared, busy host may give them less; they must have run at all.
     assert!(
-        cores >= 0.3,
+        cores >= 0.1,
         "the spinners barely ran ({cores:.2} cores): {s}"
     );
     p.kill(&info.sandbox_id).await.unwrap();
