@@ -89,7 +89,38 @@ async fn memory_past_the_limit_is_oom_killed_and_the_neighbour_lives() {
         "not OOM-killed: {}",
         text(&out.stderr)
     );
-    // The kill hit only the allocator: the sandbox, its neighbour and the
+    // A background task killed by the limit ends `failed` with 137.
+    let helper = p.task_helper(&small.sandbox_id).await.unwrap();
+    let task = "0123456789abcdef0123456789abcdef";
+    let order = serde_json::json!({
+        "task_id": task,
+        "command": "head -c 200M /dev/zero | tail >/dev/null",
+        "timeout": 60,
+    });
+    let out = sh(&p, &small.sandbox_id, &format!("{helper} start '{order}'")).await;
+    assert_eq!(out.exit_code, Some(0), "start: {}", text(&out.stderr));
+    let status_cmd = format!("{helper} status '{}'", serde_json::json!({"task_id": task}));
+    let start = std::time::Instant::now();
+    let status = loop {
+        let out = sh(&p, &small.sandbox_id, &status_cmd).await;
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("status: {e}: {}", text(&out.stderr)));
+        if v["state"] != "running" {
+            break v;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "still running: {v}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(
+        (status["state"].as_str(), status["exit_code"].as_i64()),
+        (Some("failed"), Some(137)),
+        "{status}"
+    );
+
+    // The kills hit only the allocators: the sandbox, its neighbour and the
     // host go on, and the neighbour may still use more than 64 MiB.
     let out = sh(&p, &small.sandbox_id, "echo alive").await;
     assert_eq!(text(&out.stdout), "alive\n");
