@@ -351,6 +351,13 @@ fn apply(c: Controller, dir: &Path, v2: bool, want: &Resources) -> io::Result<()
     }
 }
 
+/// Whether `milli` thousandths of a CPU are at least all the CPUs this
+/// process may run on (its affinity), so that no quota is needed.
+fn cpu_quota_is_moot(milli: u32) -> bool {
+    std::thread::available_parallelism()
+        .is_ok_and(|n| u64::from(milli) >= 1000 * n.get() as u64)
+}
+
 fn wanted(c: Controller, want: &Resources) -> bool {
     match c {
         Controller::Memory => want.memory_mib.is_some(),
@@ -376,6 +383,12 @@ pub fn create(
     let mut leaves: Vec<(PathBuf, bool, Vec<Controller>)> = Vec::new();
     for (c, place) in Controller::ALL.into_iter().zip(places) {
         if !wanted(c, want) {
+            continue;
+        }
+        if c == Controller::Cpu && want.milli_cpus.is_some_and(cpu_quota_is_moot) {
+            // A quota of every CPU this process may use holds without a
+            // cgroup (and spares create a costly migration).
+            enforced.milli_cpus = want.milli_cpus;
             continue;
         }
         let (leaf, v2) = match place {
