@@ -335,16 +335,23 @@ impl Provider for LocalProvider {
 
     async fn kill(&self, id: &SandboxId) -> Result<bool> {
         let dir = self.home.sandbox(id);
-        blocking(move || match state::read_json::<Meta>(&dir.meta()) {
-            Ok(meta) => {
-                let was_live = meta.keeper.is_alive() && meta.info.expires_at > state::now_secs();
-                terminate(&dir, &meta)?;
-                Ok(was_live)
+        blocking(move || {
+            match presence::trusted_record(&dir)
+                .and_then(|()| state::read_json::<Meta>(&dir.meta()))
+            {
+                Ok(meta) => {
+                    let was_live =
+                        meta.keeper.is_alive() && meta.info.expires_at > state::now_secs();
+                    terminate(&dir, &meta)?;
+                    Ok(was_live)
+                }
+                Err(_) => match inspect(&dir) {
+                    Presence::Unreadable(e) => {
+                        Err(io_err(format!("read {}", dir.meta().display()))(e))
+                    }
+                    _ => Ok(false),
+                },
             }
-            Err(_) => match inspect(&dir) {
-                Presence::Unreadable(e) => Err(io_err(format!("read {}", dir.meta().display()))(e)),
-                _ => Ok(false),
-            },
         })
         .await?
     }
@@ -381,8 +388,12 @@ impl Provider for LocalProvider {
                 let Ok(id) = SandboxId::parse(&entry.file_name().to_string_lossy()) else {
                     continue;
                 };
-                if let Presence::Live(meta) = inspect(&home.sandbox(&id)) {
-                    out.push(meta.info);
+                match inspect(&home.sandbox(&id)) {
+                    Presence::Live(meta) => out.push(meta.info),
+                    Presence::Unreadable(e) => {
+                        tracing::warn!("sandbox {id} is not listed: {e}");
+                    }
+                    Presence::Transient | Presence::Gone => {}
                 }
             }
             out.sort_by(|a, b| (a.created_at, &a.sandbox_id).cmp(&(b.created_at, &b.sandbox_id)));

@@ -48,9 +48,25 @@ pub enum Presence {
     Gone,
 }
 
+/// Nothing is read from, nor signalled for, a record another user could
+/// have planted: the sandbox directory and its `meta.json` (when there is
+/// one) must be this user's and private.
+pub fn trusted_record(dir: &SandboxDir) -> std::io::Result<()> {
+    state::check_trusted(&dir.path)?;
+    match state::check_trusted(&dir.meta()) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        other => other,
+    }
+}
+
 /// Decides whether a sandbox directory is a live sandbox; removes it when
 /// its keeper is dead (crash, reboot) so it is never reported.
 pub fn inspect(dir: &SandboxDir) -> Presence {
+    match trusted_record(dir) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Presence::Gone,
+        Err(e) => return Presence::Unreadable(e),
+        Ok(()) => {}
+    }
     match state::read_json::<Meta>(&dir.meta()) {
         Ok(meta) if meta.keeper.is_alive() => {
             if meta.info.expires_at > state::now_secs() {

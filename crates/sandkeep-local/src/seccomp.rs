@@ -50,6 +50,27 @@ const DENIED: &[i64] = &[
     libc::SYS_settimeofday,
     libc::SYS_clock_settime,
     libc::SYS_quotactl,
+    // The rest of what Docker's default profile denies to a container
+    // without extra capabilities: io_uring (its own path around seccomp),
+    // process inspection, NUMA placement, clock steering, legacy calls.
+    libc::SYS_io_uring_setup,
+    libc::SYS_io_uring_enter,
+    libc::SYS_io_uring_register,
+    libc::SYS_quotactl_fd,
+    libc::SYS_clock_adjtime,
+    libc::SYS_kcmp,
+    libc::SYS_lookup_dcookie,
+    libc::SYS_fanotify_init,
+    libc::SYS_mbind,
+    libc::SYS_set_mempolicy,
+    libc::SYS_get_mempolicy,
+    libc::SYS_move_pages,
+    libc::SYS_migrate_pages,
+    libc::SYS_vhangup,
+    libc::SYS_uselib,
+    libc::SYS_ustat,
+    libc::SYS_sysfs,
+    libc::SYS_nfsservctl,
 ];
 
 /// Refused with EPERM when their flags (argument 0) ask for a new user

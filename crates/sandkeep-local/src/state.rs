@@ -74,8 +74,45 @@ impl Home {
             fs::set_permissions(&self.root, fs::Permissions::from_mode(0o700))?;
             fs::set_permissions(self.sandboxes(), fs::Permissions::from_mode(0o700))?;
         }
+        for dir in [self.root.clone(), self.sandboxes(), self.uid_slots()] {
+            check_trusted(&dir)?;
+        }
         Ok(())
     }
+}
+
+/// Refuses a path this user does not own, a symbolic link, or one that
+/// group or others can write, as OpenSSH refuses such key files: another
+/// user could plant records there (a keeper pid the provider would signal,
+/// a spec it would run).
+pub fn check_trusted(path: &Path) -> io::Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = fs::symlink_metadata(path)?;
+    let me = rustix::process::geteuid().as_raw();
+    let why = if meta.file_type().is_symlink() {
+        "is a symbolic link".to_owned()
+    } else if meta.uid() != me {
+        format!(
+            "is owned by uid {}, not by this user (uid {me})",
+            meta.uid()
+        )
+    } else if meta.mode() & 0o022 != 0 {
+        format!(
+            "is writable by group or others (mode {:o})",
+            meta.mode() & 0o7777
+        )
+    } else {
+        return Ok(());
+    };
+    Err(io::Error::new(
+        io::ErrorKind::PermissionDenied,
+        format!(
+            "{} {why}: sandkeep refuses state another user could have written; make it yours \
+             and private (`chown {me} PATH && chmod go-w PATH`) or set SANDKEEP_HOME to a \
+             directory of your own",
+            path.display()
+        ),
+    ))
 }
 
 /// One sandbox's directory on the host.

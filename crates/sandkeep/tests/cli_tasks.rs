@@ -219,6 +219,20 @@ fn logs_follow_streams_output_as_it_is_saved_and_exits_with_the_tasks_code() {
 }
 
 #[test]
+fn escape_sequences_from_a_sandbox_are_shown_escaped_but_logs_stay_exact() {
+    let home = Home::new();
+    let sandbox = home.sandbox();
+    // Its output: a window-title sequence, a bell and a screen clear.
+    let task = home.start(&sandbox, "printf '\\033]0;pwned\\007hi\\033[2J\\n'");
+    settled(&home, &sandbox, &task);
+    let raw = "\x1b]0;pwned\x07hi\x1b[2J\n";
+    assert_eq!(home.ok(&["task", "logs", &sandbox, &task]), raw);
+    let get = home.ok(&["task", "get", &sandbox, &task]);
+    assert!(!get.contains('\x1b') && !get.contains('\x07'), "{get:?}");
+    assert!(get.contains("\\u{1b}]0;pwned\\u{7}hi\\u{1b}[2J"), "{get:?}");
+}
+
+#[test]
 fn logs_put_characters_cut_by_page_ends_back_together() {
     let home = Home::new();
     let sandbox = home.sandbox();

@@ -174,6 +174,45 @@ async fn no_nested_user_namespace_and_a_seccomp_filter() {
     assert!(p.kill(id).await.unwrap());
 }
 
+/// What Docker's default profile denies is refused with EPERM, not merely
+/// failing for want of arguments: each call gets arguments that would
+/// otherwise fail differently (EFAULT/EINVAL/EBADF).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn docker_denied_syscalls_are_refused_io_uring_included() {
+    let (_home, p, info) = fresh_sandbox(120).await;
+    let probe = r#"python3 -c '
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+for name, nr in [("io_uring_setup", 425), ("io_uring_enter", 426), ("io_uring_register", 427), ("kcmp", 312), ("mbind", 237), ("clock_adjtime", 305)]:
+    libc.syscall(nr, -1, 0, 0, 0, 0)
+    print(name, ctypes.get_errno())
+'"#;
+    let out = sh(&p, &info.sandbox_id, probe).await;
+    assert_eq!(out.exit_code, Some(0), "{}", text(&out.stderr));
+    let eperm = libc::EPERM.to_string();
+    let lines = text(&out.stdout);
+    assert_eq!(lines.lines().count(), 6, "{lines}");
+    for line in lines.lines() {
+        let (name, errno) = line.split_once(' ').unwrap();
+        assert_eq!(
+            errno, eperm,
+            "{name} was not refused by seccomp: errno {errno}"
+        );
+    }
+    // The same probe on the host gets other errors: the probe can tell.
+    let host = std::process::Command::new("bash")
+        .args(["-c", probe])
+        .output()
+        .unwrap();
+    let host = String::from_utf8_lossy(&host.stdout);
+    assert!(
+        host.lines()
+            .any(|l| l.starts_with("io_uring_setup") && !l.ends_with(&format!(" {eperm}"))),
+        "{host}"
+    );
+    assert!(p.kill(&info.sandbox_id).await.unwrap());
+}
+
 /// sandkeep's own state (here under /var/tmp, inside an overlaid tree).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sandkeeps_state_directory_is_unreachable() {

@@ -460,3 +460,82 @@ async fn fifty_concurrent_clients_polling_get_task_get_correct_answers() {
         .stop()
         .await;
 }
+
+/// Resident memory of a process, from /proc.
+fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmRSS in /proc/PID/status")
+}
+
+/// With the default caps: 5,000 initializes never followed up (the first
+/// 128 open sessions, the rest are told 503) and 5,000 more requests, then
+/// resident memory is under 64 MiB once the sessions expire.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_is_bounded_after_5000_abandoned_sessions_and_10000_requests() {
+    let home = Home::new();
+    let server = HttpServer::start(
+        &home,
+        &["--http", "127.0.0.1:0", "--session-idle-timeout", "2"],
+    )
+    .await;
+    let pid = server.child.id().unwrap();
+    let port = server.port();
+    let auth = format!("Bearer {}", server.token.clone().unwrap());
+    let started = Instant::now();
+    let (mut opened, mut busy, mut requests) = (0, 0, 0);
+    let client = reqwest::Client::new();
+    for n in 0..10_000 {
+        let body = if n < 5_000 {
+            json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+                "protocolVersion": "2025-11-25", "capabilities": {},
+                "clientInfo": {"name": "abandoned", "version": "0"}}})
+        } else {
+            json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"})
+        };
+        let status = client
+            .post(format!("http://127.0.0.1:{port}/mcp"))
+            .header("authorization", &auth)
+            .header("accept", "application/json, text/event-stream")
+            .json(&body)
+            .send()
+            .await
+            .expect("the server answers")
+            .status();
+        match (n < 5_000, status.as_u16()) {
+            (true, 200) => opened += 1,
+            (true, 503) => busy += 1,
+            (false, _) => {}
+            (true, other) => panic!("initialize #{n} answered {other}"),
+        }
+        requests += 1;
+        assert!(
+            started.elapsed() < Duration::from_secs(240),
+            "10,000 requests took over 240 s"
+        );
+    }
+    assert_eq!(requests, 10_000);
+    assert!(opened >= 128 && busy > 0, "opened {opened}, refused {busy}");
+    let peak = rss_kib(pid);
+    until(
+        Duration::from_secs(60),
+        "resident memory under 64 MiB",
+        || std::future::ready(rss_kib(pid) < 64 * 1024),
+    )
+    .await;
+    // The sessions expired: a new one opens again.
+    until(
+        Duration::from_secs(30),
+        "a session place after expiry",
+        || async { post(port, &[("authorization", &auth)]).await == 200 },
+    )
+    .await;
+    eprintln!(
+        "opened {opened}, refused {busy}; RSS peak {peak} KiB, after expiry {} KiB",
+        rss_kib(pid)
+    );
+    server.stop().await;
+}

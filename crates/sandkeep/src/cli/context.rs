@@ -129,9 +129,12 @@ impl CliError {
         if let (true, Some(value)) = (json, &self.structured) {
             super::output::print_json(value);
         }
-        eprintln!("sandkeep: error: {}", self.message);
+        eprintln!(
+            "sandkeep: error: {}",
+            super::output::printable(&self.message, true)
+        );
         if let Some(hint) = self.hint {
-            eprintln!("  hint: {hint}");
+            eprintln!("  hint: {}", super::output::printable(&hint, true));
         }
         self.code
     }

@@ -48,6 +48,27 @@ pub fn print_json<T: Serialize>(value: &T) {
     let _ = emit(&json_line(value));
 }
 
+/// Sandbox data made safe for a terminal: control characters (escape
+/// sequences, carriage returns, bells, C1 controls) are shown escaped, as
+/// `\u{1b}`, so a task's output cannot move the cursor, retitle the window
+/// or hide text. Line breaks and tabs are kept where `lines` says so.
+/// Raw bytes are `task logs`' job, never a table's.
+pub fn printable(text: &str, lines: bool) -> std::borrow::Cow<'_, str> {
+    let escape = |c: char| c.is_control() && !(lines && matches!(c, '\n' | '\t'));
+    if !text.chars().any(escape) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        if escape(c) {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
 /// A table with a header row and left-aligned columns separated by two
 /// spaces.
 pub struct Table {
@@ -61,8 +82,14 @@ impl Table {
         }
     }
 
+    /// Cells are shown with control characters escaped ([`printable`]).
     pub fn row(&mut self, cells: Vec<String>) {
-        self.rows.push(cells);
+        self.rows.push(
+            cells
+                .into_iter()
+                .map(|c| printable(&c, false).into_owned())
+                .collect(),
+        );
     }
 
     pub fn render(&self) -> String {
@@ -109,7 +136,8 @@ pub fn print_fields(fields: &[(&str, String)]) {
     let width = fields.iter().map(|(l, _)| l.len()).max().unwrap_or(0);
     let mut out = String::new();
     for (label, value) in fields {
-        for (i, line) in wrap(value, LINE_WIDTH.saturating_sub(width + 2))
+        let value = printable(value, false);
+        for (i, line) in wrap(&value, LINE_WIDTH.saturating_sub(width + 2))
             .iter()
             .enumerate()
         {
@@ -196,6 +224,20 @@ pub fn yes_no(b: bool) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn control_characters_are_escaped_and_text_is_kept() {
+        assert_eq!(printable("plain ünïcode", false), "plain ünïcode");
+        assert_eq!(
+            printable("a\x1b]0;pwned\x07b\rc\u{9b}31m", false),
+            "a\\u{1b}]0;pwned\\u{7}b\\rc\\u{9b}31m"
+        );
+        assert_eq!(printable("l1\n\tl2\x1b[2J", true), "l1\n\tl2\\u{1b}[2J");
+        assert_eq!(printable("l1\nl2", false), "l1\\nl2");
+        let mut t = Table::new(&["A"]);
+        t.row(vec!["x\x1b[31my".into()]);
+        assert_eq!(t.render(), "A\nx\\u{1b}[31my\n");
+    }
 
     #[test]
     fn tables_align_columns_and_trim_the_last() {

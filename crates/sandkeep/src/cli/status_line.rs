@@ -29,7 +29,10 @@ impl StatusLine {
         }
         // Kept short rather than measured: a wrapped line could not be
         // erased with one carriage return.
-        let text: String = text.chars().take(76).collect();
+        let text: String = super::output::printable(text, false)
+            .chars()
+            .take(76)
+            .collect();
         let mut err = std::io::stderr().lock();
         let _ = write!(err, "\r\x1b[2K{text}");
         let _ = err.flush();

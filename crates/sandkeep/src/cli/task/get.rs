@@ -98,7 +98,8 @@ pub fn print_task(task: &TaskResult, json: bool, pages: bool) {
             continue;
         }
         outln!("--- {name} (up to byte {next} of {saved}) ---");
-        let _ = output::emit(text);
+        // A page for a person: escape sequences shown, not obeyed.
+        let _ = output::emit(&output::printable(text, true));
         if !text.ends_with('\n') {
             outln!();
         }

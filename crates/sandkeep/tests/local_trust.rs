@@ -1,0 +1,163 @@
+//! A state directory is trusted only when it is this user's and private
+//! (SPEC.md §7): one that another user owns or can write is refused before
+//! anything is read from it, and a planted sandbox record is never acted
+//! on — above all, the process it names is never signalled.
+
+mod support;
+
+use std::os::unix::fs::{PermissionsExt, chown};
+use std::path::Path;
+use std::process::{Child, Command};
+
+use sandkeep::provider::local::{LocalConfig, LocalProvider};
+use sandkeep::provider::{Provider, Release, SandboxId};
+use sandkeep_proto::record::ProcessIdentity;
+use serde_json::json;
+use support::local::{EXE, provider, state_dir};
+
+/// The uid of `nobody`: an owner that is not this (root) test.
+const OTHER_UID: u32 = 65534;
+
+fn refusal(home: &Path) -> String {
+    match LocalProvider::new(LocalConfig::new(home, EXE)) {
+        Ok(_) => panic!("{} was accepted", home.display()),
+        Err(e) => e.to_string(),
+    }
+}
+
+#[test]
+fn a_state_directory_owned_by_another_user_is_refused() {
+    let home = state_dir();
+    chown(home.path(), Some(OTHER_UID), None).unwrap();
+    let e = refusal(home.path());
+    assert!(
+        e.contains(&home.path().display().to_string())
+            && e.contains(&format!("owned by uid {OTHER_UID}"))
+            && e.contains("SANDKEEP_HOME"),
+        "{e}"
+    );
+}
+
+#[test]
+fn a_state_directory_others_can_write_is_refused() {
+    let home = state_dir();
+    std::fs::set_permissions(home.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let e = refusal(home.path());
+    assert!(e.contains("writable by group or others (mode 777)"), "{e}");
+    // Its sandboxes directory too, once the top is fixed.
+    std::fs::set_permissions(home.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+    provider(home.path());
+    let sandboxes = home.path().join("sb");
+    std::fs::set_permissions(&sandboxes, std::fs::Permissions::from_mode(0o770)).unwrap();
+    let e = refusal(home.path());
+    assert!(e.contains(&sandboxes.display().to_string()), "{e}");
+}
+
+#[test]
+fn the_cli_names_the_untrusted_directory_and_the_fix() {
+    let home = state_dir();
+    chown(home.path(), Some(OTHER_UID), None).unwrap();
+    let out = Command::new(EXE)
+        .args(["sandbox", "list"])
+        .env("SANDKEEP_HOME", home.path())
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&home.path().display().to_string()) && stderr.contains("chmod go-w"),
+        "{stderr}"
+    );
+}
+
+/// A `sleep` the planted records name as their keeper and init.
+struct Bait(Child);
+
+impl Bait {
+    fn new() -> Self {
+        Self(Command::new("sleep").arg("300").spawn().unwrap())
+    }
+
+    fn identity(&self) -> ProcessIdentity {
+        ProcessIdentity::of(self.0.id()).unwrap()
+    }
+
+    fn assert_untouched(&mut self) {
+        assert!(
+            self.0.try_wait().unwrap().is_none(),
+            "the process a planted record named was signalled"
+        );
+    }
+}
+
+impl Drop for Bait {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Writes `sandboxes/ID/meta.json` naming `bait` as a live keeper.
+fn plant(home: &Path, id: &str, bait: &Bait) -> std::path::PathBuf {
+    let dir = home.join("sb").join(id);
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let who = bait.identity();
+    let meta = json!({
+        "info": {"sandbox_id": id, "template": "base", "created_at": 0,
+                 "expires_at": 9_999_999_999u64, "timeout": 300, "retained": false,
+                 "isolation": "userns-idmap"},
+        "keeper": {"pid": who.pid, "start_time": who.start_time},
+        "init": {"pid": who.pid, "start_time": who.start_time},
+    });
+    let file = dir.join("meta.json");
+    std::fs::write(&file, meta.to_string()).unwrap();
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
+    dir
+}
+
+async fn assert_never_acted_on(p: &LocalProvider, id: &str, bait: &mut Bait) {
+    let id = SandboxId::parse(id).unwrap();
+    let listed = p.list().await.unwrap();
+    assert!(listed.iter().all(|s| s.sandbox_id != id), "{listed:?}");
+    let kill = p.kill(&id).await;
+    assert!(kill.is_err(), "kill of a planted record: {kill:?}");
+    let end = p.kill_unless_retained(&id).await;
+    assert!(!matches!(end, Ok(Release::Destroyed)), "{end:?}");
+    bait.assert_untouched();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_record_owned_by_another_user_is_never_signalled() {
+    let home = state_dir();
+    let p = provider(home.path());
+    let mut bait = Bait::new();
+    let dir = plant(home.path(), "sb-planted", &bait);
+    chown(dir.join("meta.json"), Some(OTHER_UID), None).unwrap();
+    assert_never_acted_on(&p, "sb-planted", &mut bait).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_record_in_a_directory_others_can_write_is_never_signalled() {
+    let home = state_dir();
+    let p = provider(home.path());
+    let mut bait = Bait::new();
+    let dir = plant(home.path(), "sb-open", &bait);
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+    assert_never_acted_on(&p, "sb-open", &mut bait).await;
+}
+
+/// The control: the same record, this user's and private, is believed —
+/// so the two tests above fail if the trust check goes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_private_record_of_this_user_is_believed() {
+    let home = state_dir();
+    let p = provider(home.path());
+    let bait = Bait::new();
+    plant(home.path(), "sb-mine", &bait);
+    let listed = p.list().await.unwrap();
+    assert!(
+        listed.iter().any(|s| s.sandbox_id.as_str() == "sb-mine"),
+        "{listed:?}"
+    );
+}
