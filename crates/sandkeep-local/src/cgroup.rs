@@ -354,8 +354,7 @@ fn apply(c: Controller, dir: &Path, v2: bool, want: &Resources) -> io::Result<()
 /// Whether `milli` thousandths of a CPU are at least all the CPUs this
 /// process may run on (its affinity), so that no quota is needed.
 fn cpu_quota_is_moot(milli: u32) -> bool {
-    std::thread::available_parallelism()
-        .is_ok_and(|n| u64::from(milli) >= 1000 * n.get() as u64)
+    std::thread::available_parallelism().is_ok_and(|n| u64::from(milli) >= 1000 * n.get() as u64)
 }
 
 fn wanted(c: Controller, want: &Resources) -> bool {
