@@ -119,6 +119,51 @@ fn overlay_probe(root: bool) -> Result<(), String> {
     .map_err(|e| format!("overlay over /usr: {e}"))
 }
 
+/// One check per resource limit: where its cgroup controller is (v2 or
+/// v1), or why sandboxes here go without it.
+fn resource_checks() -> Vec<Check> {
+    use super::cgroup::{self, Controller, Place};
+    let limit = |c: Controller| c.limit();
+    Controller::ALL
+        .into_iter()
+        .zip(cgroup::detect())
+        .map(|(c, place)| {
+            let (ok, detail) = match place {
+                Place::V2 { base } => (
+                    true,
+                    format!(
+                        "cgroup v2 below {}: `{}` is enforced",
+                        base.display(),
+                        limit(c)
+                    ),
+                ),
+                Place::V1 { mount } => (
+                    true,
+                    format!(
+                        "cgroup v1 at {}: `{}` is enforced",
+                        mount.display(),
+                        limit(c)
+                    ),
+                ),
+                Place::Missing(why) => (
+                    false,
+                    format!(
+                        "{why}: `{}` is not enforced and create_sandbox refuses it; run as root, \
+                         or enable the controller for a delegated cgroup v2 subtree \
+                         (systemd: Delegate=yes)",
+                        limit(c)
+                    ),
+                ),
+            };
+            Check {
+                name: format!("{} limit", c.name()),
+                ok,
+                detail,
+            }
+        })
+        .collect()
+}
+
 /// The body of `sandkeep __keeper probe`.
 pub fn probe_main() -> i32 {
     let root = rustix::process::geteuid().is_root();
@@ -163,15 +208,6 @@ pub fn probe_main() -> i32 {
             }),
             "each sandbox has loopback only; \"internet\" goes through a filtering egress proxy",
         ),
-        Check {
-            name: "cgroups".into(),
-            ok: true,
-            detail: if Path::new("/sys/fs/cgroup/cgroup.controllers").exists() {
-                "cgroup v2 present; not required: destruction relies on the pid namespace".into()
-            } else {
-                "no unified cgroup v2 hierarchy; not required: destruction relies on the pid namespace".into()
-            },
-        },
     ];
     let landlock = check(
         "landlock",
@@ -190,6 +226,19 @@ pub fn probe_main() -> i32 {
     };
     let mut checks = checks;
     checks.push(landlock);
+    checks.extend(resource_checks());
+    checks.push(Check {
+        name: "disk limit".into(),
+        ok: namespaces_ok,
+        detail: if namespaces_ok {
+            "every writable place of a sandbox is on one tmpfs of `disk_mib` (its pages also count \
+             against `memory_mib`): `disk_mib` is enforced"
+                .into()
+        } else {
+            "no mount namespace: sandboxes write to the host's disk and `disk_mib` is not enforced"
+                .into()
+        },
+    });
     let (isolation, reason, remediation) = match (namespaces_ok, root) {
         (true, true) => (
             "userns-idmap",

@@ -23,6 +23,7 @@ use rustix::process::{Pid, PidfdFlags, Signal};
 use rustix::thread::UnshareFlags;
 use serde::{Deserialize, Serialize};
 
+use super::cgroup::{self, Resources};
 use super::init::{self, InitContext, InitReport, Mode, NetPlan};
 use super::proxy::Proxy;
 use super::rootfs::Owner;
@@ -117,6 +118,7 @@ fn run(home: Home, id: SandboxId) -> i32 {
         Err(e) => {
             eprintln!("sandkeep keeper: {e}");
             report(ready, &Readiness::Failed(e));
+            cgroup::remove_recorded(&dir.path);
             let _ = state::remove_tree(&dir.path);
             release_slot(&home, &id);
             1
@@ -136,6 +138,9 @@ struct Running {
     signals: OwnedFd,
     /// The egress proxy, killed when dropped.
     proxy: Option<Proxy>,
+    /// The sandbox's cgroups, removed once its processes are gone (kept
+    /// here too: the sandbox's directory may be removed under us).
+    cgroup_dirs: Vec<PathBuf>,
 }
 
 fn start(home: &Home, dir: &SandboxDir) -> Result<Running, String> {
@@ -156,6 +161,9 @@ fn start(home: &Home, dir: &SandboxDir) -> Result<Running, String> {
     } else {
         None
     };
+    // Before any namespace: the cgroups are made with the host's view.
+    let (cgroups, enforced) = limit_resources(&spec, dir, &mut warnings)?;
+    let cgroup_dirs = cgroups.dirs.clone();
     let attempt = if spec.process_only {
         Err("the configuration asks for process-only sandboxes".to_owned())
     } else {
@@ -176,14 +184,7 @@ fn start(home: &Home, dir: &SandboxDir) -> Result<Running, String> {
         };
         proxy = None;
     }
-    for d in [
-        dir.rootfs(),
-        dir.upper(),
-        dir.work(),
-        dir.lower(),
-        dir.home(),
-        dir.tmp(),
-    ] {
+    for d in [dir.rootfs(), dir.disk(), dir.lower(), dir.home(), dir.tmp()] {
         fs::create_dir_all(&d).map_err(|e| format!("mkdir {}: {e}", d.display()))?;
     }
     fs::set_permissions(dir.home(), fs::Permissions::from_mode(0o700))
@@ -246,12 +247,13 @@ fn start(home: &Home, dir: &SandboxDir) -> Result<Running, String> {
         // isolated yet: say so.
         network: None,
         allow_hosts: Vec::new(),
-        limits: Limits::default(),
+        limits: enforced_limits(enforced, &spec, process_only)?,
     };
     record_network(&mut info, &spec, net)?;
     let init_pid = match sys::fork().map_err(|e| format!("fork the init: {e}"))? {
         sys::Forked::Child => init::run(InitContext {
-            spec,
+            // The init enters the cgroups before anything else.
+            spec: enter_cgroups(cgroups, spec, &report_w),
             dir: dir.clone(),
             mode,
             net,
@@ -263,6 +265,7 @@ fn start(home: &Home, dir: &SandboxDir) -> Result<Running, String> {
     drop(report_w);
     drop(listener);
     drop(mode);
+    drop(cgroups);
     let init_pidfd = rustix::process::pidfd_open(
         Pid::from_raw(init_pid).expect("fork returns a positive pid"),
         PidfdFlags::empty(),
@@ -314,7 +317,88 @@ fn start(home: &Home, dir: &SandboxDir) -> Result<Running, String> {
         init_pidfd,
         signals,
         proxy,
+        cgroup_dirs,
     })
+}
+
+/// The resource limits the sandbox asks for, each its default when
+/// unset.
+fn wanted_resources(spec: &Spec) -> Resources {
+    use sandkeep_proto::limits as l;
+    let asked = &spec.limits;
+    Resources {
+        memory_mib: Some(asked.memory_mib.unwrap_or(l::MEMORY_MIB_DEFAULT)),
+        milli_cpus: Some(asked.milli_cpus.unwrap_or(l::MILLI_CPUS_DEFAULT)),
+        pids: Some(asked.pids.unwrap_or(l::PIDS_DEFAULT)),
+    }
+}
+
+/// Creates the sandbox's cgroups; returns them and what they enforce. A
+/// default limit the host cannot enforce is a warning (`None` in the
+/// result), an explicitly requested one an error.
+fn limit_resources(
+    spec: &Spec,
+    dir: &SandboxDir,
+    warnings: &mut Vec<String>,
+) -> Result<(cgroup::Cgroups, Resources), String> {
+    let want = wanted_resources(spec);
+    let (cgroups, enforced, failed) =
+        cgroup::create(&spec.sandbox_id, &want, &dir.path.join(cgroup::RECORD));
+    for (controller, why) in failed {
+        let explicit = match controller {
+            cgroup::Controller::Memory => spec.limits.memory_mib.is_some(),
+            cgroup::Controller::Pids => spec.limits.pids.is_some(),
+            cgroup::Controller::Cpu => spec.limits.milli_cpus.is_some(),
+        };
+        if explicit {
+            // run() removes the cgroups already made, with the directory.
+            return Err(format!(
+                "`{}` cannot be enforced: {why}",
+                controller.limit()
+            ));
+        }
+        warnings.push(format!(
+            "the {} limit is not enforced: {why}; run `sandkeep doctor`",
+            controller.name()
+        ));
+    }
+    Ok((cgroups, enforced))
+}
+
+/// What the sandbox's record says is enforced: the cgroups' limits, and
+/// `disk_mib` wherever there is a mount namespace to size its disk in.
+fn enforced_limits(enforced: Resources, spec: &Spec, process_only: bool) -> Result<Limits, String> {
+    let disk_mib = if process_only {
+        if spec.limits.disk_mib.is_some() {
+            return Err("`disk_mib` cannot be enforced without namespaces".into());
+        }
+        None
+    } else {
+        Some(
+            spec.limits
+                .disk_mib
+                .unwrap_or(sandkeep_proto::limits::DISK_MIB_DEFAULT),
+        )
+    };
+    Ok(Limits {
+        memory_mib: enforced.memory_mib,
+        milli_cpus: enforced.milli_cpus,
+        pids: enforced.pids,
+        disk_mib,
+    })
+}
+
+/// In the forked init, first of all: joins the sandbox's cgroups, so that
+/// nothing of the sandbox ever runs outside them. On failure it reports and
+/// exits.
+fn enter_cgroups(cgroups: cgroup::Cgroups, spec: Spec, report: &OwnedFd) -> Spec {
+    if let Err(e) = cgroup::join_self(&cgroups.procs) {
+        let failed = InitReport::Failed(format!("join the sandbox's cgroups: {e}"));
+        let _ = rustix::io::write(report, &serde_json::to_vec(&failed).unwrap_or_default());
+        sys::exit_now(1);
+    }
+    drop(cgroups);
+    spec
 }
 
 /// What the sandbox's network will be (the default is internet).
@@ -443,6 +527,7 @@ fn destroy(home: &Home, dir: &SandboxDir, mut sandbox: Running) {
     let _ = sys::wait_for(sandbox.meta.init.pid as i32);
     drop(sandbox.proxy.take());
     while sys::reap_any().is_some() {}
+    cgroup::remove(&sandbox.cgroup_dirs);
     // meta.json first: from now on no provider lists the sandbox.
     let _ = fs::remove_file(dir.meta());
     if let Err(e) = state::remove_tree(&dir.path) {

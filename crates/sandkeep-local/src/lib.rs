@@ -21,6 +21,7 @@
 //! (the isolation probe), over `sys` (the only raw syscalls) and `wire`
 //! (the socket protocol).
 
+mod cgroup;
 mod client;
 mod config;
 mod doctor;
@@ -74,32 +75,6 @@ const FILE_OP_REPORT: usize = 64 * 1024;
 /// Isolation levels that are the full design for their mode; anything else
 /// is logged as weaker at create time.
 const FULL_ISOLATION: &str = "userns-idmap";
-
-/// Refuses what no local sandbox enforces yet, naming it: a provider never
-/// pretends (SPEC.md §4). The defaults are reported as not enforced in
-/// [`SandboxInfo`] instead.
-fn refuse_unenforced(spec: &CreateSpec) -> Result<()> {
-    let mut asked = Vec::new();
-    let l = &spec.limits;
-    for (name, set) in [
-        ("memory_mib", l.memory_mib.is_some()),
-        ("cpus", l.milli_cpus.is_some()),
-        ("pids", l.pids.is_some()),
-        ("disk_mib", l.disk_mib.is_some()),
-    ] {
-        if set {
-            asked.push(name);
-        }
-    }
-    if asked.is_empty() {
-        return Ok(());
-    }
-    Err(ProviderError::Unsupported(format!(
-        "local sandboxes cannot enforce {} yet; create the sandbox without {}",
-        asked.join(", "),
-        if asked.len() == 1 { "it" } else { "them" }
-    )))
-}
 
 /// Process-only sandboxes share the host's network: an explicit network
 /// mode or host list cannot be honoured there. (Where the kernel refuses
@@ -317,8 +292,9 @@ impl Provider for LocalProvider {
             }
             Some(self.home.templates().join(&spec.template))
         };
-        refuse_unenforced(&spec)?;
         refuse_shared_network(&spec, self.config.process_only)?;
+        cgroup::refuse_unenforceable(&spec.limits, self.config.process_only)
+            .map_err(ProviderError::Unsupported)?;
         let id = Self::new_id()?;
         let dir = self.home.sandbox(&id);
         std::fs::create_dir(&dir.path).map_err(io_err(format!("create {}", dir.path.display())))?;

@@ -108,8 +108,8 @@ pub fn inspect(dir: &SandboxDir) -> Presence {
     }
 }
 
-/// Removes what a dead keeper left; kills its init first should it have
-/// outlived the keeper.
+/// Removes what a dead keeper left (its files and cgroups); kills its init
+/// first should it have outlived the keeper.
 pub fn clean_stale(dir: &SandboxDir, meta: Option<&Meta>) {
     if let Some(meta) = meta
         && meta.init.is_alive()
@@ -120,6 +120,7 @@ pub fn clean_stale(dir: &SandboxDir, meta: Option<&Meta>) {
         let _ = rustix::process::pidfd_send_signal(&fd, Signal::KILL);
         wait_exit(&fd, KILL_TIMEOUT);
     }
+    crate::cgroup::remove_recorded(&dir.path);
     let _ = state::remove_tree(&dir.path);
 }
 

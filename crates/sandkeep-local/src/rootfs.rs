@@ -2,11 +2,18 @@
 //! mount namespace before it gives up its privileges.
 //!
 //! The root is a tmpfs populated from an allow-list of the host's top-level
-//! directories, each a copy-on-write overlay whose upper layer lives in the
-//! sandbox's state directory; everything else (other homes, `/root`, `/run`,
-//! `/tmp`, `/mnt`, sandkeep's state) is simply absent. Host secrets that the
-//! allowed directories contain are masked. This module only mounts; it
-//! decides no identity and runs no sandbox code.
+//! directories, each a copy-on-write overlay; everything else (other homes,
+//! `/root`, `/run`, `/tmp`, `/mnt`, sandkeep's state) is simply absent. Host
+//! secrets that the allowed directories contain are masked. This module
+//! only mounts; it decides no identity and runs no sandbox code.
+//!
+//! Everything the sandbox can write lives on **one** tmpfs of `disk_mib`
+//! (the "disk"): the root directory, the overlays' upper and work layers,
+//! `/root`, `/tmp`, `/run`, `/dev` and `/dev/shm` are directories of it
+//! (bind mounts), so the sandbox's writes together end in ENOSPC at
+//! `disk_mib` and never reach the host's disk. Its pages are memory,
+//! charged to the writer's memory cgroup: files count against `memory_mib`
+//! too. The masks are read-only 4 KiB tmpfs mounts.
 
 use std::fs;
 use std::os::fd::{AsFd, BorrowedFd};
@@ -93,19 +100,26 @@ fn bind(source: &Path, target: &Path, read_only: bool) -> Result<(), String> {
     Ok(())
 }
 
+/// Binds `source` on `target` with the mount flags `flags`.
+fn bind_with(source: &Path, target: &Path, flags: MountFlags) -> Result<(), String> {
+    bind(source, target, false)?;
+    rustix::mount::mount_remount(target, MountFlags::BIND | flags, "")
+        .map_err(|e| format!("set the flags of {}: {e}", target.display()))
+}
+
+/// The size of the sandbox's disk: its `disk_mib`.
+fn disk_mib(spec: &Spec) -> u64 {
+    spec.limits
+        .disk_mib
+        .unwrap_or(sandkeep_proto::limits::DISK_MIB_DEFAULT)
+}
+
 fn chown(path: &Path, owner: Owner, uid: u32, gid: u32) -> Result<(), String> {
     if let Owner::Shifted { base } = owner {
         std::os::unix::fs::lchown(path, Some(base + uid), Some(base + gid))
             .map_err(ctx(format!("chown {}", path.display())))?;
     }
     Ok(())
-}
-
-fn owner_opts(owner: Owner) -> String {
-    match owner {
-        Owner::Shifted { base } => format!(",uid={base},gid={base}"),
-        Owner::Invoker => String::new(),
-    }
 }
 
 /// Builds the tree at `dir.rootfs()` and pivots into it.
@@ -123,6 +137,30 @@ pub fn build(
     .map_err(ctx("make / private"))?;
     let root = dir.rootfs();
     let nosuid = MountFlags::NOSUID | MountFlags::NODEV;
+    let disk = dir.disk();
+    mount_tmpfs(
+        &disk,
+        &format!("mode=0700,size={}m", disk_mib(spec)),
+        nosuid,
+    )?;
+    // The disk's own root is never seen; each of these is, as the
+    // directory the comment names, owned by sandbox root.
+    for (name, mode) in [
+        ("root", 0o755), // `/` of the base template
+        ("upper", 0o755),
+        ("work", 0o700),
+        ("home", 0o700), // `/root`
+        ("tmp", 0o1777),
+        ("run", 0o755),
+        ("dev", 0o755),
+        ("shm", 0o1777), // `/dev/shm`
+    ] {
+        let p = disk.join(name);
+        fs::create_dir(&p).map_err(ctx(format!("mkdir {}", p.display())))?;
+        fs::set_permissions(&p, fs::Permissions::from_mode(mode))
+            .map_err(ctx(format!("chmod {}", p.display())))?;
+        chown(&p, owner, 0, 0)?;
+    }
     let mut built = Built {
         idmapped: idmap.is_some(),
         warnings: Vec::new(),
@@ -140,7 +178,7 @@ pub fn build(
             &mut built,
         )?,
         None => {
-            mount_tmpfs(&root, &format!("mode=0755{}", owner_opts(owner)), nosuid)?;
+            bind_with(&disk.join("root"), &root, nosuid)?;
             for name in ALLOWED {
                 host_entry(dir, &root, name, owner, &mut idmap, &mut built)?;
             }
@@ -168,10 +206,9 @@ pub fn build(
             .map_err(ctx(format!("chmod {}", p.display())))?;
         chown(&p, owner, 0, 0)?;
     }
-    let own = owner_opts(owner);
-    mount_tmpfs(&root.join("tmp"), &format!("mode=1777{own}"), nosuid)?;
-    mount_tmpfs(&root.join("run"), &format!("mode=0755{own}"), nosuid)?;
-    bind(&dir.home(), &root.join("root"), false)?;
+    bind_with(&disk.join("tmp"), &root.join("tmp"), nosuid)?;
+    bind_with(&disk.join("run"), &root.join("run"), nosuid)?;
+    bind_with(&disk.join("home"), &root.join("root"), nosuid)?;
 
     rustix::mount::mount(
         "proc",
@@ -188,7 +225,7 @@ pub fn build(
             bind(&p, &p, true)?;
         }
     }
-    build_dev(&root.join("dev"), owner)?;
+    build_dev(&disk, &root.join("dev"))?;
 
     let helper = root.join(HELPER_DIR).join(HELPER_NAME);
     fs::File::create(&helper).map_err(ctx("create the helper mount point"))?;
@@ -237,8 +274,8 @@ fn overlay(
     idmap: &mut Option<BorrowedFd<'_>>,
     built: &mut Built,
 ) -> Result<(), String> {
-    let upper = dir.upper().join(name);
-    let work = dir.work().join(name);
+    let upper = dir.disk().join("upper").join(name);
+    let work = dir.disk().join("work").join(name);
     fs::create_dir_all(&upper).map_err(ctx(format!("mkdir {}", upper.display())))?;
     fs::create_dir_all(&work).map_err(ctx(format!("mkdir {}", work.display())))?;
     // The overlay's root directory takes the upper directory's owner and
@@ -345,10 +382,10 @@ fn mount_overlay(
     .map_err(|e| format!("overlay on {}: {e}", target.display()))
 }
 
-fn build_dev(dev: &Path, owner: Owner) -> Result<(), String> {
-    mount_tmpfs(
+fn build_dev(disk: &Path, dev: &Path) -> Result<(), String> {
+    bind_with(
+        &disk.join("dev"),
         dev,
-        &format!("mode=0755{}", owner_opts(owner)),
         MountFlags::NOSUID | MountFlags::NOEXEC,
     )?;
     for name in DEVICES {
@@ -381,9 +418,9 @@ fn build_dev(dev: &Path, owner: Owner) -> Result<(), String> {
     .map_err(ctx("mount devpts"))?;
     let shm = dev.join("shm");
     fs::create_dir(&shm).map_err(ctx("mkdir /dev/shm"))?;
-    mount_tmpfs(
+    bind_with(
+        &disk.join("shm"),
         &shm,
-        &format!("mode=1777{}", owner_opts(owner)),
         MountFlags::NOSUID | MountFlags::NODEV,
     )
 }

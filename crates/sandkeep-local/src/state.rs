@@ -137,11 +137,11 @@ impl SandboxDir {
     pub fn home(&self) -> PathBuf {
         self.path.join("home")
     }
-    pub fn upper(&self) -> PathBuf {
-        self.path.join("upper")
-    }
-    pub fn work(&self) -> PathBuf {
-        self.path.join("work")
+    /// Mount point of the sandbox's sized scratch tmpfs (`disk_mib`),
+    /// which holds every writable layer of a namespaced sandbox; mounted in
+    /// the sandbox's mount namespace only, so on the host it stays empty.
+    pub fn disk(&self) -> PathBuf {
+        self.path.join("disk")
     }
     pub fn lower(&self) -> PathBuf {
         self.path.join("lower")

@@ -128,7 +128,6 @@ async fn doctor_reports_the_level_and_why() {
         "mount namespace",
         "pid namespace",
         "overlayfs",
-        "cgroups",
         "landlock",
     ] {
         let check = report
@@ -138,7 +137,25 @@ async fn doctor_reports_the_level_and_why() {
             .unwrap_or_else(|| panic!("no {name} check"));
         assert!(check.ok, "{name}: {}", check.detail);
     }
-    let expected = if rustix::process::geteuid().is_root() {
+    // One check per resource limit; as root each is enforced here, the
+    // controllers saying which cgroup version holds them.
+    let root = rustix::process::geteuid().is_root();
+    for name in ["memory limit", "pids limit", "cpu limit", "disk limit"] {
+        let check = report
+            .checks
+            .iter()
+            .find(|c| c.name == name)
+            .unwrap_or_else(|| panic!("no {name} check"));
+        if root {
+            assert!(check.ok, "{name}: {}", check.detail);
+            assert!(
+                name == "disk limit" || check.detail.contains("cgroup v"),
+                "{name}: {}",
+                check.detail
+            );
+        }
+    }
+    let expected = if root {
         "userns-idmap"
     } else {
         "userns-single"

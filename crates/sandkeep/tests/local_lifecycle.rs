@@ -222,9 +222,11 @@ async fn files_are_written_read_listed_and_refused_precisely() {
         p.read_file(id, "dir", 10).await,
         Err(ProviderError::FileError { .. })
     ));
-    // The home's files live on the host under the sandbox's own uid block.
-    let on_host = sandbox_dir(home.path(), id).join("home/dir/sub/f.txt");
-    let md = std::fs::metadata(&on_host).expect("home file on the host");
+    // The home's files (on the sandbox's sized disk, seen from the host
+    // through its init) belong to the sandbox's own uid block.
+    let init = recorded_pid(home.path(), id, "init");
+    let on_host = std::path::PathBuf::from(format!("/proc/{init}/root/root/dir/sub/f.txt"));
+    let md = std::fs::metadata(&on_host).expect("home file seen from the host");
     assert!(
         md.uid() >= 1 << 30,
         "home files must not be owned by host uid {}",

@@ -126,6 +126,48 @@ fn inner_checks() {
         .block_on(checks());
 }
 
+/// An ordinary user: a limit is enforced exactly when the doctor finds its
+/// controller (a delegated cgroup v2 subtree; this machine's v1
+/// hierarchies belong to root); otherwise it reads `None` and an explicit
+/// request is refused by name. The disk is sized either way.
+async fn limits_are_reported_as_the_doctor_says(
+    p: &sandkeep::provider::local::LocalProvider,
+    info: &sandkeep::provider::SandboxInfo,
+) {
+    let report = p.doctor().await.unwrap();
+    let ok = |name: &str| {
+        report
+            .checks
+            .iter()
+            .find(|c| c.name == name)
+            .unwrap_or_else(|| panic!("no {name} check"))
+            .ok
+    };
+    assert_eq!(info.limits.memory_mib.is_some(), ok("memory limit"));
+    assert_eq!(info.limits.pids.is_some(), ok("pids limit"));
+    // A cpus of every CPU there is (the default on 2 cores) holds without
+    // a cgroup: enforced either way then.
+    let cores = std::thread::available_parallelism().unwrap().get() as u32;
+    assert_eq!(
+        info.limits.milli_cpus.is_some(),
+        ok("cpu limit") || 2000 >= 1000 * cores
+    );
+    assert_eq!(info.limits.disk_mib, Some(4096));
+    if !ok("memory limit") {
+        let asked = sandkeep::provider::CreateSpec {
+            limits: sandkeep::provider::Limits {
+                memory_mib: Some(128),
+                ..Default::default()
+            },
+            ..spec(60)
+        };
+        match p.create(asked).await {
+            Err(ProviderError::Unsupported(m)) => assert!(m.contains("memory_mib"), "{m}"),
+            other => panic!("an unenforceable memory_mib was not refused: {other:?}"),
+        }
+    }
+}
+
 async fn checks() {
     let home = state_dir();
     let p = provider(home.path());
@@ -134,6 +176,7 @@ async fn checks() {
     eprintln!("unprivileged create took {:?}", t.elapsed());
     let id = &info.sandbox_id;
     assert_eq!(info.isolation, "userns-single");
+    limits_are_reported_as_the_doctor_says(&p, &info).await;
 
     let me = rustix::process::geteuid().as_raw();
     let out = sh(&p, id, "id -u; cat /proc/self/uid_map; echo $HOME; pwd").await;

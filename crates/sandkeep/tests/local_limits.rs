@@ -1,0 +1,376 @@
+//! Per-sandbox resource limits (SPEC.md §10 "Resources") against real
+//! sandboxes, as root: memory (OOM kill inside, the host and a neighbour
+//! unharmed), pids (fork fails with EAGAIN), cpu (two spinners get about
+//! one core), disk (ENOSPC, the host's disk untouched; `/tmp` and
+//! `/dev/shm` sized), what a sandbox reports as enforced, and that no
+//! cgroup of a sandbox outlives it. Every probe is bounded.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use sandkeep::provider::{CreateSpec, Limits, Provider, SandboxId};
+use support::local::*;
+use support::*;
+
+fn root() -> bool {
+    rustix::process::geteuid().is_root()
+}
+
+fn with_limits(limits: Limits) -> CreateSpec {
+    CreateSpec {
+        limits,
+        ..spec(120)
+    }
+}
+
+/// A request with a longer timeout than the default 20 s.
+async fn run(
+    p: &sandkeep::provider::local::LocalProvider,
+    id: &SandboxId,
+    command: &str,
+) -> sandkeep::provider::ExecOutput {
+    let mut r = request(command);
+    r.timeout = Duration::from_secs(60);
+    p.exec(id, r).await.expect("exec")
+}
+
+/// Every cgroup directory named after `id` below a `sandkeep` directory
+/// of any cgroup hierarchy mounted on this host (v1 and v2).
+fn cgroup_dirs_of(id: &SandboxId) -> Vec<PathBuf> {
+    let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap();
+    let mut found = Vec::new();
+    for line in mounts.lines() {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        if f.len() > 2 && (f[2] == "cgroup" || f[2] == "cgroup2") {
+            let d = Path::new(f[1]).join("sandkeep").join(id.as_str());
+            if d.exists() {
+                found.push(d);
+            }
+        }
+    }
+    found
+}
+
+/// Free bytes of the filesystem holding `path`.
+fn free_bytes(path: &Path) -> u64 {
+    let s = rustix::fs::statvfs(path).unwrap();
+    s.f_bavail * s.f_frsize
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_past_the_limit_is_oom_killed_and_the_neighbour_lives() {
+    if !root() {
+        return;
+    }
+    let home = state_dir();
+    let p = provider(home.path());
+    let small = p
+        .create(with_limits(Limits {
+            memory_mib: Some(64),
+            ..Limits::default()
+        }))
+        .await
+        .expect("create with memory_mib 64");
+    assert_eq!(small.limits.memory_mib, Some(64));
+    let neighbour = create(&p, 120).await;
+
+    // `tail` keeps the whole newline-free input: 200 MiB against 64.
+    let out = run(
+        &p,
+        &small.sandbox_id,
+        "head -c 200M /dev/zero | tail >/dev/null",
+    )
+    .await;
+    assert_eq!(
+        out.exit_code,
+        Some(137),
+        "not OOM-killed: {}",
+        text(&out.stderr)
+    );
+    // A background task killed by the limit ends `failed` with 137.
+    let helper = p.task_helper(&small.sandbox_id).await.unwrap();
+    let task = "0123456789abcdef0123456789abcdef";
+    let order = serde_json::json!({
+        "task_id": task,
+        "command": "head -c 200M /dev/zero | tail >/dev/null",
+        "timeout": 60,
+    });
+    let out = sh(&p, &small.sandbox_id, &format!("{helper} start '{order}'")).await;
+    assert_eq!(out.exit_code, Some(0), "start: {}", text(&out.stderr));
+    let status_cmd = format!("{helper} status '{}'", serde_json::json!({"task_id": task}));
+    let start = std::time::Instant::now();
+    let status = loop {
+        let out = sh(&p, &small.sandbox_id, &status_cmd).await;
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("status: {e}: {}", text(&out.stderr)));
+        if v["state"] != "running" {
+            break v;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "still running: {v}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(
+        (status["state"].as_str(), status["exit_code"].as_i64()),
+        (Some("failed"), Some(137)),
+        "{status}"
+    );
+
+    // The kills hit only the allocators: the sandbox, its neighbour and the
+    // host go on, and the neighbour may still use more than 64 MiB.
+    let out = sh(&p, &small.sandbox_id, "echo alive").await;
+    assert_eq!(text(&out.stdout), "alive\n");
+    let out = run(
+        &p,
+        &neighbour.sandbox_id,
+        "head -c 100M /dev/zero | tail | wc -c",
+    )
+    .await;
+    assert_eq!(out.exit_code, Some(0), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout).trim(), "104857600");
+    let host = std::process::Command::new("true").status().unwrap();
+    assert!(host.success());
+    p.kill(&small.sandbox_id).await.unwrap();
+    p.kill(&neighbour.sandbox_id).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forking_past_pids_fails_with_eagain_inside() {
+    if !root() {
+        return;
+    }
+    let home = state_dir();
+    let p = provider(home.path());
+    let info = p
+        .create(with_limits(Limits {
+            pids: Some(16),
+            ..Limits::default()
+        }))
+        .await
+        .expect("create with pids 16");
+    assert_eq!(info.limits.pids, Some(16));
+    // Python reports the errno of the failed fork; every child it made
+    // waits on a pipe that closes when the parent exits.
+    let probe = r#"python3 - <<'EOF'
+import errno, os
+r, w = os.pipe()
+made = 0
+try:
+    for _ in range(64):
+        if os.fork() == 0:
+            os.close(w)
+            os.read(r, 1)
+            os._exit(0)
+        made += 1
+    print("forked", made)
+except OSError as e:
+    print("failed after", made, errno.errorcode[e.errno])
+EOF"#;
+    let out = run(&p, &info.sandbox_id, probe).await;
+    let s = text(&out.stdout);
+    assert!(
+        s.starts_with("failed after") && s.trim_end().ends_with("EAGAIN"),
+        "fork past pids 16 did not fail with EAGAIN: {s}{}",
+        text(&out.stderr)
+    );
+    let made: usize = s.split_whitespace().nth(2).unwrap().parse().unwrap();
+    assert!(made < 16, "{made} processes made under pids 16");
+    // Once they are gone the sandbox forks again.
+    let out = sh(&p, &info.sandbox_id, "echo again").await;
+    assert_eq!(text(&out.stdout), "again\n");
+    p.kill(&info.sandbox_id).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_spinners_under_cpus_1_get_about_one_core() {
+    if !root() {
+        return;
+    }
+    let home = state_dir();
+    let p = provider(home.path());
+    let info = p
+        .create(with_limits(Limits {
+            milli_cpus: Some(1000),
+            ..Limits::default()
+        }))
+        .await
+        .expect("create with cpus 1");
+    assert_eq!(info.limits.milli_cpus, Some(1000));
+    // Two spinners for 3 s of wall time; `times` then prints the CPU time
+    // of every waited-for descendant (user, then system).
+    let probe = "start=$(date +%s%N); \
+                 for i in 1 2; do timeout 3 sh -c 'while :; do :; done' & done; wait; \
+                 end=$(date +%s%N); echo wall $(( (end - start) / 1000000 )); times";
+    let out = run(&p, &info.sandbox_id, probe).await;
+    let s = text(&out.stdout);
+    let wall_ms: f64 = s
+        .lines()
+        .find_map(|l| l.strip_prefix("wall "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no wall time: {s}"));
+    // `times`: second line "XmY.YYYs XmY.YYYs" for the children.
+    let secs = |t: &str| -> f64 {
+        let (m, rest) = t.split_once('m').unwrap();
+        m.parse::<f64>().unwrap() * 60.0 + rest.trim_end_matches('s').parse::<f64>().unwrap()
+    };
+    let children = s.lines().last().unwrap();
+    let cpu: f64 = children.split_whitespace().map(secs).sum();
+    let cores = cpu * 1000.0 / wall_ms;
+    eprintln!("two spinners under cpus 1: {cpu:.2} s of CPU in {wall_ms} ms = {cores:.2} cores");
+    assert!(cores <= 1.3, "cpus 1 gave {cores:.2} cores: {s}");
+    // A shared, busy host may give them less; they must have run at all.
+    assert!(
+        cores >= 0.1,
+        "the spinners barely ran ({cores:.2} cores): {s}"
+    );
+    p.kill(&info.sandbox_id).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_past_disk_mib_get_enospc_and_the_host_disk_does_not_move() {
+    if !root() {
+        return;
+    }
+    let home = state_dir();
+    let p = provider(home.path());
+    let info = p
+        .create(with_limits(Limits {
+            disk_mib: Some(64),
+            memory_mib: Some(512),
+            ..Limits::default()
+        }))
+        .await
+        .expect("create with disk_mib 64");
+    assert_eq!(info.limits.disk_mib, Some(64));
+    let id = &info.sandbox_id;
+
+    // Every writable place is sized to the one disk.
+    let out = sh(&p, id, "df -k / /tmp /dev/shm /root /run | tail -n +2").await;
+    let df = text(&out.stdout);
+    assert_eq!(df.lines().count(), 5, "{df}{}", text(&out.stderr));
+    for line in df.lines() {
+        let size: u64 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
+        assert_eq!(size, 64 * 1024, "not sized to disk_mib: {line}");
+    }
+
+    let before = free_bytes(home.path());
+    // Writes spread over /tmp, /dev/shm, /root and a copy-on-write /etc
+    // share the 64 MiB: together they stop with ENOSPC.
+    let probe = "for d in /tmp /dev/shm /root /etc; do \
+                   head -c 30M /dev/zero 2>&1 >$d/fill || { echo full at $d; break; }; \
+                 done";
+    let out = run(&p, id, probe).await;
+    let s = text(&out.stdout);
+    assert!(
+        s.contains("full at") && s.contains("No space left on device"),
+        "no ENOSPC past disk_mib 64: {s}{}",
+        text(&out.stderr)
+    );
+    let after = free_bytes(home.path());
+    let moved = before.saturating_sub(after);
+    assert!(
+        moved <= 64 << 20,
+        "the host's free space moved by {moved} bytes (> disk_mib)"
+    );
+    // Precisely: nothing of it is in the sandbox's directory on the host.
+    let du = std::process::Command::new("du")
+        .args(["-sk", "-x"])
+        .arg(sandbox_dir(home.path(), id))
+        .output()
+        .unwrap();
+    let kib: u64 = text(&du.stdout)
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(
+        kib < 1024,
+        "{kib} KiB of the sandbox's writes on the host disk"
+    );
+    // Freeing space makes the disk usable again.
+    let out = sh(&p, id, "rm -f /tmp/fill && echo ok > /tmp/x && cat /tmp/x").await;
+    assert_eq!(text(&out.stdout), "ok\n", "{}", text(&out.stderr));
+    p.kill(id).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn defaults_are_enforced_and_reported() {
+    if !root() {
+        return;
+    }
+    let (_home, p, info) = fresh_sandbox(60).await;
+    assert_eq!(
+        info.limits,
+        Limits {
+            memory_mib: Some(2048),
+            milli_cpus: Some(2000),
+            pids: Some(1024),
+            disk_mib: Some(4096),
+        }
+    );
+    let listed = p.list().await.unwrap();
+    assert_eq!(listed[0].limits, info.limits);
+    let out = sh(&p, &info.sandbox_id, "df -k /tmp /dev/shm | tail -n +2").await;
+    for line in text(&out.stdout).lines() {
+        let size: u64 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
+        assert_eq!(size, 4096 * 1024, "{line}");
+    }
+    p.kill(&info.sandbox_id).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_cgroup_outlives_its_sandbox() {
+    if !root() {
+        return;
+    }
+    let home = state_dir();
+    let p = provider(home.path());
+    // Killed through its keeper.
+    let a = create(&p, 60).await;
+    let dirs = cgroup_dirs_of(&a.sandbox_id);
+    assert!(!dirs.is_empty(), "the sandbox has no cgroup");
+    // A process that left its session is in them too.
+    let out = sh(
+        &p,
+        &a.sandbox_id,
+        "setsid sleep 1000 </dev/null >/dev/null 2>&1 & echo ok",
+    )
+    .await;
+    assert_eq!(text(&out.stdout), "ok\n");
+    p.kill(&a.sandbox_id).await.unwrap();
+    let left: Vec<PathBuf> = dirs.into_iter().filter(|d| d.exists()).collect();
+    assert!(left.is_empty(), "cgroups left after kill: {left:?}");
+
+    // A keeper SIGKILLed: whoever finds the dead sandbox cleans them.
+    let b = create(&p, 60).await;
+    let dirs = cgroup_dirs_of(&b.sandbox_id);
+    assert!(!dirs.is_empty());
+    let keeper = recorded_pid(home.path(), &b.sandbox_id, "keeper");
+    send_signal(keeper, rustix::process::Signal::KILL);
+    until(Duration::from_secs(10), "the keeper is gone", || async {
+        !process_exists(keeper)
+            || std::fs::read_to_string(format!("/proc/{keeper}/stat"))
+                .is_ok_and(|s| s.contains(") Z "))
+    })
+    .await;
+    until(
+        Duration::from_secs(10),
+        "the dead sandbox is cleaned",
+        || async {
+            !p.list()
+                .await
+                .unwrap()
+                .iter()
+                .any(|s| s.sandbox_id == b.sandbox_id)
+                && !sandbox_dir(home.path(), &b.sandbox_id).exists()
+        },
+    )
+    .await;
+    let left: Vec<PathBuf> = dirs.into_iter().filter(|d| d.exists()).collect();
+    assert!(left.is_empty(), "cgroups left after cleanup: {left:?}");
+}
