@@ -243,8 +243,7 @@ fn start(home: &Home, dir: &SandboxDir) -> Result<Running, String> {
         timeout: spec.timeout,
         retained: false,
         isolation: String::new(),
-        // The network is filled in by record_network; resources are not
-        // isolated yet: say so.
+        // Filled in by record_network from what is actually enforced.
         network: None,
         allow_hosts: Vec::new(),
         limits: enforced_limits(enforced, &spec, process_only)?,
