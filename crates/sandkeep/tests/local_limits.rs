@@ -61,7 +61,7 @@ fn free_bytes(path: &Path) -> u64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn memory_past_the_limit_is_oom_killed_and_the_neighbour_lives() {
-    if !root() {
+    if !require(root(), "cgroup limits are set up as root") {
         return;
     }
     let home = state_dir();
@@ -140,7 +140,7 @@ async fn memory_past_the_limit_is_oom_killed_and_the_neighbour_lives() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn forking_past_pids_fails_with_eagain_inside() {
-    if !root() {
+    if !require(root(), "cgroup limits are set up as root") {
         return;
     }
     let home = state_dir();
@@ -187,7 +187,7 @@ EOF"#;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_spinners_under_cpus_1_get_about_one_core() {
-    if !root() {
+    if !require(root(), "cgroup limits are set up as root") {
         return;
     }
     let home = state_dir();
@@ -232,7 +232,7 @@ async fn two_spinners_under_cpus_1_get_about_one_core() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn writes_past_disk_mib_get_enospc_and_the_host_disk_does_not_move() {
-    if !root() {
+    if !require(root(), "cgroup limits are set up as root") {
         return;
     }
     let home = state_dir();
@@ -300,7 +300,7 @@ async fn writes_past_disk_mib_get_enospc_and_the_host_disk_does_not_move() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn defaults_are_enforced_and_reported() {
-    if !root() {
+    if !require(root(), "cgroup limits are set up as root") {
         return;
     }
     let (_home, p, info) = fresh_sandbox(60).await;
@@ -325,7 +325,7 @@ async fn defaults_are_enforced_and_reported() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_cgroup_outlives_its_sandbox() {
-    if !root() {
+    if !require(root(), "cgroup limits are set up as root") {
         return;
     }
     let home = state_dir();

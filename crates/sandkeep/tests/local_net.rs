@@ -363,49 +363,6 @@ async fn a_public_host_is_reached_through_the_proxy() {
 /// that other suites creating and deleting theirs do not interfere).
 const USER: &str = "sknet";
 
-struct ThrowawayUser {
-    created: bool,
-}
-
-impl ThrowawayUser {
-    fn ensure() -> Self {
-        let exists = || {
-            std::process::Command::new("id")
-                .arg(USER)
-                .output()
-                .is_ok_and(|o| o.status.success())
-        };
-        if exists() {
-            return Self { created: false };
-        }
-        let status = std::process::Command::new("useradd")
-            .args([
-                "--system",
-                "--no-create-home",
-                "--shell",
-                "/usr/sbin/nologin",
-                USER,
-            ])
-            .status()
-            .expect("run useradd");
-        assert!(
-            status.success() || status.code() == Some(9),
-            "useradd {USER} failed: {status}"
-        );
-        Self {
-            created: status.success(),
-        }
-    }
-}
-
-impl Drop for ThrowawayUser {
-    fn drop(&mut self) {
-        if self.created {
-            let _ = std::process::Command::new("userdel").arg(USER).status();
-        }
-    }
-}
-
 /// The same guarantees when an ordinary user runs the provider: root
 /// re-runs this binary's ignored `unprivileged_inner` as `sknet`.
 #[test]
@@ -413,7 +370,7 @@ fn an_ordinary_users_sandboxes_are_isolated_too() {
     if !rustix::process::geteuid().is_root() {
         return unprivileged_inner();
     }
-    let _user = ThrowawayUser::ensure();
+    let _user = ThrowawayUser::ensure(USER);
     let id = |flag: &str| {
         let out = std::process::Command::new("id")
             .args([flag, USER])

@@ -8,7 +8,7 @@
 mod support;
 
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Instant;
 
 use sandkeep::provider::{FileKind, Provider, ProviderError};
@@ -22,64 +22,13 @@ fn id_of(flag: &str) -> u32 {
     String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
 }
 
-/// The user `sktest`, created for the test if missing and then deleted
-/// again (also when the test fails), so the suite leaves no account behind.
-struct ThrowawayUser {
-    created: bool,
-}
-
-impl ThrowawayUser {
-    fn ensure() -> Self {
-        let exists = Command::new("id")
-            .arg(USER)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .unwrap()
-            .success();
-        if exists {
-            return Self { created: false };
-        }
-        let status = Command::new("useradd")
-            .args([
-                "--system",
-                "--no-create-home",
-                "--shell",
-                "/usr/sbin/nologin",
-                USER,
-            ])
-            .status()
-            .expect("run useradd");
-        // 9: created meanwhile by a concurrent run, which will delete it.
-        assert!(
-            status.success() || status.code() == Some(9),
-            "useradd {USER} failed: {status}"
-        );
-        Self {
-            created: status.success(),
-        }
-    }
-}
-
-impl Drop for ThrowawayUser {
-    fn drop(&mut self) {
-        if !self.created {
-            return;
-        }
-        match Command::new("userdel").arg(USER).status() {
-            Ok(s) if s.success() => {}
-            other => eprintln!("warning: userdel {USER} failed ({other:?}); remove it by hand"),
-        }
-    }
-}
-
 #[test]
 fn unprivileged_mode_works_and_holds() {
     if !rustix::process::geteuid().is_root() {
         // Already unprivileged: run the checks here.
         return inner_checks();
     }
-    let _user = ThrowawayUser::ensure();
+    let _user = ThrowawayUser::ensure(USER);
     let (uid, gid) = (id_of("-u"), id_of("-g"));
     let out = Command::new("setpriv")
         .args([

@@ -114,3 +114,64 @@ pub async fn start_zoo(p: &LocalProvider, id: &SandboxId, marker: &str) {
     )
     .await;
 }
+
+/// A system account created for a test if missing and deleted again on
+/// drop (also when the test fails), so the suite leaves no account behind.
+/// Each suite uses its own name, so suites running at once do not delete
+/// each other's.
+pub struct ThrowawayUser {
+    name: &'static str,
+    created: bool,
+}
+
+impl ThrowawayUser {
+    pub fn ensure(name: &'static str) -> Self {
+        let exists = std::process::Command::new("id")
+            .arg(name)
+            .output()
+            .is_ok_and(|o| o.status.success());
+        if exists {
+            return Self {
+                name,
+                created: false,
+            };
+        }
+        let status = std::process::Command::new("useradd")
+            .args([
+                "--system",
+                "--no-create-home",
+                "--shell",
+                "/usr/sbin/nologin",
+                name,
+            ])
+            .status()
+            .expect("run useradd");
+        // 9: created meanwhile by a concurrent run, which will delete it.
+        assert!(
+            status.success() || status.code() == Some(9),
+            "useradd {name} failed: {status}"
+        );
+        Self {
+            name,
+            created: status.success(),
+        }
+    }
+}
+
+impl Drop for ThrowawayUser {
+    fn drop(&mut self) {
+        if !self.created {
+            return;
+        }
+        match std::process::Command::new("userdel")
+            .arg(self.name)
+            .status()
+        {
+            Ok(s) if s.success() => {}
+            other => eprintln!(
+                "warning: userdel {} failed ({other:?}); remove it by hand",
+                self.name
+            ),
+        }
+    }
+}
