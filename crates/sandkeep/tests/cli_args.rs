@@ -304,7 +304,11 @@ fn doctor_reports_isolation_state_directory_and_helper() {
         "user namespace",
         "pid namespace",
         "overlayfs",
-        "cgroups",
+        "network namespace",
+        "memory limit",
+        "pids limit",
+        "cpu limit",
+        "disk limit",
     ] {
         assert!(
             text.contains(field),
