@@ -42,6 +42,12 @@ pub const PAGE_LIMIT_DEFAULT: u64 = 16_384;
 pub const MAX_TASK_DIRS: usize = 128;
 /// How long cancel waits for the terminal record, milliseconds.
 pub const CANCEL_WAIT_MS: u64 = 3_000;
+/// wait_task's timeout in seconds (SPEC.md §4 wait_task).
+pub const WAIT_TIMEOUT_MIN: u64 = 1;
+pub const WAIT_TIMEOUT_MAX: u64 = 300;
+pub const WAIT_TIMEOUT_DEFAULT: u64 = 30;
+/// list_tasks shows at most this many characters of a task's command.
+pub const LISTED_COMMAND_MAX_CHARS: usize = 256;
 /// run_command returns at most this many trailing bytes per stream.
 pub const RUN_OUTPUT_MAX_BYTES: usize = 65_536;
 /// Environment values shorter than this are not redacted (they would

@@ -15,6 +15,8 @@ pub mod verb {
     pub const STATUS: &str = "status";
     pub const CANCEL: &str = "cancel";
     pub const LIST: &str = "list";
+    pub const WAIT: &str = "wait";
+    pub const DELETE: &str = "delete";
 }
 
 /// `sandkeep-task start JSON`.
@@ -142,6 +144,74 @@ impl StatusRequest {
     }
 }
 
+/// `sandkeep-task wait JSON`: a status request that answers only once the
+/// task is settled, either log has saved bytes past its offset, or
+/// `timeout` seconds have passed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WaitRequest {
+    pub task_id: TaskId,
+    #[serde(default)]
+    pub stdout_offset: u64,
+    #[serde(default)]
+    pub stderr_offset: u64,
+    #[serde(default = "default_limit")]
+    pub limit: u64,
+    /// Seconds, within [`limits::WAIT_TIMEOUT_MIN`]..=[`limits::WAIT_TIMEOUT_MAX`].
+    #[serde(default = "default_wait_timeout")]
+    pub timeout: u64,
+}
+
+fn default_wait_timeout() -> u64 {
+    limits::WAIT_TIMEOUT_DEFAULT
+}
+
+impl WaitRequest {
+    /// The status request the answer is read with.
+    pub fn status_request(&self) -> StatusRequest {
+        StatusRequest {
+            task_id: self.task_id.clone(),
+            stdout_offset: self.stdout_offset,
+            stderr_offset: self.stderr_offset,
+            limit: self.limit,
+        }
+    }
+
+    /// Checks offsets, page limit and timeout against SPEC.md §4/§8.
+    pub fn validate(&self) -> Result<(), RequestError> {
+        self.status_request().validate()?;
+        check_range(
+            "timeout",
+            self.timeout,
+            limits::WAIT_TIMEOUT_MIN,
+            limits::WAIT_TIMEOUT_MAX,
+        )
+    }
+}
+
+/// The reply to `wait`: the status seen when it answered, and how long it
+/// waited.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WaitReply {
+    #[serde(flatten)]
+    pub status: TaskStatus,
+    pub waited_ms: u64,
+}
+
+/// `sandkeep-task delete JSON`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DeleteRequest {
+    pub task_id: TaskId,
+}
+
+/// The reply to `delete`: the task's directory and logs are gone.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeleteReply {
+    pub task_id: TaskId,
+    pub deleted: bool,
+}
+
 /// What a task looks like without its logs: the reply to `start`, and one
 /// entry of `list`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -178,10 +248,26 @@ pub struct CancelReply {
     pub confirmed: bool,
 }
 
-/// The reply to `list`.
+/// One entry of `list`: the summary, the start of the command (redacted
+/// like the logs) and the bytes saved so far.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ListedTask {
+    #[serde(flatten)]
+    pub summary: TaskSummary,
+    /// The first [`limits::LISTED_COMMAND_MAX_CHARS`] characters; empty for
+    /// a task started by a helper that did not save it.
+    #[serde(default)]
+    pub command: String,
+    #[serde(default)]
+    pub stdout_bytes: u64,
+    #[serde(default)]
+    pub stderr_bytes: u64,
+}
+
+/// The reply to `list`, newest start first.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ListReply {
-    pub tasks: Vec<TaskSummary>,
+    pub tasks: Vec<ListedTask>,
 }
 
 /// Why a request failed. The host maps these to tool errors.
@@ -201,6 +287,8 @@ pub enum ErrorKind {
     /// The private task directory is unsafe (symlink, foreign owner, open
     /// permissions).
     UnsafeTaskDir,
+    /// The task is still running, so it was not deleted.
+    TaskRunning,
     /// Anything else (I/O failure, spawn failure).
     Internal,
 }

@@ -31,6 +31,9 @@ pub enum HelperError {
     )]
     TooManyTasks(PathBuf),
 
+    #[error("task {0} is still running, so it was not deleted: cancel it first")]
+    TaskRunning(TaskId),
+
     #[error("working directory {} does not exist or is not a directory", .0.display())]
     NoSuchCwd(PathBuf),
 
@@ -56,6 +59,7 @@ impl HelperError {
             Self::TaskExists(_) => ErrorKind::TaskExists,
             Self::TooManyTasks(_) => ErrorKind::TooManyTasks,
             Self::NoSuchCwd(_) => ErrorKind::NoSuchCwd,
+            Self::TaskRunning(_) => ErrorKind::TaskRunning,
             Self::UnsafeTaskDir { .. } => ErrorKind::UnsafeTaskDir,
             Self::Io { .. } | Self::Internal(_) => ErrorKind::Internal,
         }

@@ -1,5 +1,5 @@
 //! sandkeep's in-sandbox helper: the private task directory, the verbs
-//! start / status / cancel / list, and the supervisor that runs each task.
+//! start / status / wait / cancel / delete / list, and the supervisor that runs each task.
 //!
 //! The helper is a short-lived command answering with exactly one JSON
 //! object on stdout (the verb's reply, or an error reply with exit code 1).
@@ -10,6 +10,7 @@
 
 mod cancel;
 mod capture;
+mod delete;
 mod error;
 mod nullio;
 pub mod procfs;
@@ -18,6 +19,7 @@ mod start;
 mod status;
 mod supervisor;
 mod taskdir;
+mod wait;
 
 use std::io::Write;
 
@@ -29,7 +31,7 @@ use sandkeep_proto::wire::{ErrorReply, verb};
 pub use error::HelperError;
 pub use supervisor::SUPERVISE_VERB;
 
-const USAGE: &str = "usage: sandkeep-task start JSON | status JSON | cancel JSON | list [{}]";
+const USAGE: &str = "usage: sandkeep-task start JSON | status JSON | wait JSON | cancel JSON | delete JSON | list [{}]";
 
 /// Runs the helper with its command-line arguments (without argv\[0\]) and
 /// returns the process exit code.
@@ -55,7 +57,9 @@ pub fn main_with_args(args: Vec<String>) -> i32 {
             reply(parse(json).and_then(start::start))
         }
         Some(verb::STATUS) => reply(parse(json).and_then(status::status)),
+        Some(verb::WAIT) => reply(parse(json).and_then(wait::wait)),
         Some(verb::CANCEL) => reply(parse(json).and_then(cancel::cancel)),
+        Some(verb::DELETE) => reply(parse(json).and_then(delete::delete)),
         Some(verb::LIST) => reply(no_arguments(json).and_then(|()| status::list())),
         _ => reply::<()>(Err(HelperError::BadRequest(USAGE.into()))),
     }

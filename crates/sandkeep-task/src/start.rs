@@ -11,11 +11,12 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use sandkeep_proto::TaskState;
-use sandkeep_proto::limits::MAX_TASK_DIRS;
+use sandkeep_proto::limits::{LISTED_COMMAND_MAX_CHARS, MAX_TASK_DIRS};
 use sandkeep_proto::wire::{StartRequest, TaskSummary};
 
 use crate::error::{HelperError, IoContext};
 use crate::nullio::discarding_output;
+use crate::redact::{Redactor, secrets_of_env};
 use crate::status::observe;
 use crate::supervisor::{READY, SUPERVISE_VERB};
 use crate::taskdir::{TaskDir, TaskRoot};
@@ -34,6 +35,10 @@ pub fn start(req: StartRequest) -> Result<TaskSummary, HelperError> {
         }
         root.create_task_dir(&req.task_id)?
     };
+    if let Err(e) = dir.write_command(&listed_command(&req.command)) {
+        dir.remove();
+        return Err(e).context(|| format!("saving the command of task {}", req.task_id));
+    }
     let order = StartRequest {
         cwd: Some(cwd),
         ..req
@@ -59,6 +64,19 @@ pub fn start(req: StartRequest) -> Result<TaskSummary, HelperError> {
             finished_at: None,
         },
     })
+}
+
+/// The first characters of the command as `list` shows them, redacted
+/// like the logs (SPEC.md §4 list_tasks).
+fn listed_command(command: &str) -> String {
+    // Redacted in full before cutting, so a secret crossing the cut is
+    // still recognised.
+    let mut redactor = Redactor::new(secrets_of_env(std::env::vars_os()));
+    let mut out = Vec::with_capacity(command.len());
+    redactor.push(command.as_bytes(), &mut out);
+    redactor.finish(&mut out);
+    let redacted = String::from_utf8_lossy(&out);
+    redacted.chars().take(LISTED_COMMAND_MAX_CHARS).collect()
 }
 
 /// The directory the command runs in: `cwd` (relative to the home

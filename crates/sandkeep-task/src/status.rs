@@ -4,7 +4,7 @@
 //! Read-only: it never writes a record nor signals anything.
 
 use sandkeep_proto::TaskState;
-use sandkeep_proto::wire::{ListReply, StatusRequest, TaskStatus, TaskSummary};
+use sandkeep_proto::wire::{ListReply, ListedTask, StatusRequest, TaskStatus, TaskSummary};
 use sandkeep_proto::{StateRecord, TaskId};
 
 use crate::error::{HelperError, IoContext};
@@ -102,7 +102,7 @@ pub fn status_of(dir: &TaskDir, req: &StatusRequest) -> Result<TaskStatus, Helpe
     })
 }
 
-/// Every task of this user with its state, oldest start first.
+/// Every task of this user with its state, newest start first.
 pub fn list() -> Result<ListReply, HelperError> {
     let Some(root) = TaskRoot::open_existing()? else {
         return Ok(ListReply { tasks: Vec::new() });
@@ -111,9 +111,18 @@ pub fn list() -> Result<ListReply, HelperError> {
     for id in root.task_ids()? {
         // A directory removed while listing is simply not listed.
         if let Some(dir) = root.open_task_dir(&id)? {
-            tasks.push(observe(&dir)?.summary(&id));
+            let context = |what: &str| format!("reading the {what} of task {id}");
+            tasks.push(ListedTask {
+                summary: observe(&dir)?.summary(&id),
+                command: dir.read_command().context(|| context("command"))?,
+                stdout_bytes: dir.log_len(STDOUT_LOG).context(|| context("stdout log"))?,
+                stderr_bytes: dir.log_len(STDERR_LOG).context(|| context("stderr log"))?,
+            });
         }
     }
-    tasks.sort_by(|a, b| (a.started_at, &a.task_id).cmp(&(b.started_at, &b.task_id)));
+    tasks.sort_by(|a, b| {
+        let key = |t: &ListedTask| (t.summary.started_at, t.summary.task_id.clone());
+        key(b).cmp(&key(a))
+    });
     Ok(ListReply { tasks })
 }

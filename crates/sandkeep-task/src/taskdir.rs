@@ -27,6 +27,8 @@ const STATE_TEMP: &str = "state.json.tmp";
 pub const STDOUT_LOG: &str = "stdout.log";
 pub const STDERR_LOG: &str = "stderr.log";
 pub const CONTROL_FIFO: &str = "control";
+/// The start of the task's command, redacted, for `list`.
+pub const COMMAND_FILE: &str = "command";
 
 /// `${XDG_STATE_HOME:-$HOME/.local/state}/sandkeep/tasks`, from `env`.
 pub fn root_path_from(
@@ -206,6 +208,58 @@ impl TaskDir {
     /// Removes the directory of a task that never started.
     pub fn remove(self) {
         let _ = fs::remove_dir_all(&self.path);
+    }
+
+    /// Removes the directory of a settled task with everything in it.
+    pub fn delete(self) -> io::Result<()> {
+        fs::remove_dir_all(&self.path)
+    }
+
+    /// Seconds since the directory was created (its ctime), for telling a
+    /// task still being started from one whose start failed long ago.
+    pub fn age_secs(&self) -> io::Result<u64> {
+        let st = rustix::fs::fstat(&self.fd)?;
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        Ok(now.saturating_sub(u64::try_from(st.st_ctime).unwrap_or(0)))
+    }
+
+    /// Saves the (already redacted and shortened) command for `list`.
+    pub fn write_command(&self, command: &str) -> io::Result<()> {
+        let fd = rustix::fs::openat(
+            &self.fd,
+            COMMAND_FILE,
+            OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | file_flags(),
+            Mode::from_raw_mode(0o600),
+        )?;
+        File::from(fd).write_all(command.as_bytes())
+    }
+
+    /// The saved command; empty when none was saved.
+    pub fn read_command(&self) -> io::Result<String> {
+        let fd = match rustix::fs::openat(
+            &self.fd,
+            COMMAND_FILE,
+            OFlags::RDONLY | file_flags(),
+            Mode::empty(),
+        ) {
+            Ok(fd) => fd,
+            Err(Errno::NOENT) => return Ok(String::new()),
+            Err(e) => return Err(e.into()),
+        };
+        let mut bytes = Vec::new();
+        File::from(fd).read_to_end(&mut bytes)?;
+        Ok(String::from_utf8_lossy(&bytes).into_owned())
+    }
+
+    /// The number of bytes saved in a log (0 before it exists).
+    pub fn log_len(&self, name: &str) -> io::Result<u64> {
+        match rustix::fs::statat(&self.fd, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW) {
+            Ok(st) => Ok(st.st_size as u64),
+            Err(Errno::NOENT) => Ok(0),
+            Err(e) => Err(e.into()),
+        }
     }
 
     /// Writes the record atomically: a reader sees the old or the new one.

@@ -204,7 +204,7 @@ fn lost_supervisor_reads_unknown_never_success() {
     assert_state(&s, TaskState::Unknown, None);
     assert_eq!(s.summary.finished_at, None);
     let listed: sandkeep_proto::wire::ListReply = user.ok(&["list"]);
-    assert_eq!(listed.tasks[0].state, TaskState::Unknown);
+    assert_eq!(listed.tasks[0].summary.state, TaskState::Unknown);
     // Nobody is left to confirm a cancel.
     let reply = user.cancel(&id);
     assert!(!reply.confirmed);

@@ -180,6 +180,45 @@ of its process group (setsid, daemons) survive; only kill_sandbox stops them.",
         input_schema: input::<CancelTaskArgs>,
         output_schema: output::<TaskResult>,
     },
+    ToolSpec {
+        name: "wait_task",
+        title: "Wait for a task",
+        description: "Wait until a task finishes or writes new output, then return what get_task would, \
+plus waited_ms. Returns as soon as the task is in a final state, or stdout / stderr has saved bytes \
+beyond stdout_offset / stderr_offset, or after timeout seconds (default 30, at most 300) with the \
+task still running. Use it instead of calling get_task in a loop: pass the returned *_next_offset \
+values back to follow the logs, and call again while the state is running. Does not renew the \
+sandbox's deadline.",
+        read_only: true,
+        destructive: false,
+        idempotent: true,
+        input_schema: input::<WaitTaskArgs>,
+        output_schema: output::<WaitTaskResult>,
+    },
+    ToolSpec {
+        name: "list_tasks",
+        title: "List a sandbox's tasks",
+        description: "List every task in a sandbox, newest first: task_id, state, exit_code, times, the \
+first 256 characters of the command (secrets redacted) and the bytes of output saved. Use it to \
+find a handle you lost. A sandbox holds at most 128 tasks; delete_task frees a place.",
+        read_only: true,
+        destructive: false,
+        idempotent: true,
+        input_schema: input::<ListTasksArgs>,
+        output_schema: output::<ListTasksResult>,
+    },
+    ToolSpec {
+        name: "delete_task",
+        title: "Delete a finished task",
+        description: "Delete a finished task (any state but running) with its saved logs, freeing one of the \
+sandbox's 128 task places. A running task is refused: cancel it first with cancel_task. The handle \
+is unknown afterwards.",
+        read_only: false,
+        destructive: true,
+        idempotent: false,
+        input_schema: input::<DeleteTaskArgs>,
+        output_schema: output::<DeleteTaskResult>,
+    },
 ];
 
 #[cfg(test)]

@@ -349,7 +349,7 @@ impl Service {
         }
     }
 
-    fn task_result(&self, id: &SandboxId, s: TaskStatus) -> TaskResult {
+    pub(super) fn task_result(&self, id: &SandboxId, s: TaskStatus) -> TaskResult {
         TaskResult {
             sandbox_id: id.to_string(),
             task_id: s.summary.task_id.to_string(),
@@ -391,7 +391,7 @@ fn new_task_id() -> Result<TaskId, ToolError> {
     Ok(TaskId::from_bytes(bytes))
 }
 
-fn helper_error(e: HelperError, id: &SandboxId, task_id: &TaskId) -> ToolError {
+pub(super) fn helper_error(e: HelperError, id: &SandboxId, task_id: &TaskId) -> ToolError {
     match e {
         HelperError::Provider(p) => p.into(),
         HelperError::Unreadable(detail) => ToolError::BadHelperReply {
@@ -416,6 +416,10 @@ fn helper_error(e: HelperError, id: &SandboxId, task_id: &TaskId) -> ToolError {
                         .to_owned()
                 }
                 ErrorKind::BadRequest => "the task helper refused the request".to_owned(),
+                ErrorKind::TaskRunning => format!(
+                    "task {task_id} in sandbox {id} is still running, so nothing was deleted: \
+                     cancel it first (cancel_task), then delete it"
+                ),
                 ErrorKind::UnsafeTaskDir => format!(
                     "the private task directory in sandbox {id} is unsafe, so no task can run there: \
                      use another sandbox (create_sandbox)"

@@ -13,7 +13,8 @@ use serde::de::DeserializeOwned;
 use crate::provider::{ExecRequest, Provider, ProviderError, SandboxId};
 
 /// How long a helper call may take. Status and start answer in
-/// milliseconds; cancel waits up to 3 s for the terminal record.
+/// milliseconds; cancel waits up to 3 s for the terminal record; `wait`
+/// gets its own timeout on top of this.
 pub(super) const CALL_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// The helper's replies are one JSON object; a status page is at most two
@@ -78,11 +79,25 @@ pub(super) async fn call<Req: Serialize, Rep: DeserializeOwned>(
     verb: &str,
     request: &Req,
 ) -> Result<Rep, HelperError> {
+    call_within(provider, paths, sandbox, verb, request, Duration::ZERO).await
+}
+
+/// [`call`] for a verb that may itself wait up to `wait` before answering
+/// (the `wait` verb): the call's timeout is that much longer.
+pub(super) async fn call_within<Req: Serialize, Rep: DeserializeOwned>(
+    provider: &dyn Provider,
+    paths: &HelperPaths,
+    sandbox: &SandboxId,
+    verb: &str,
+    request: &Req,
+    wait: Duration,
+) -> Result<Rep, HelperError> {
     let helper = paths
         .get(provider, sandbox)
         .await
         .map_err(HelperError::Provider)?;
-    let result = exec(provider, &helper, sandbox, verb, request).await;
+    let timeout = CALL_TIMEOUT + wait;
+    let result = exec(provider, &helper, sandbox, verb, request, timeout).await;
     if let Err(HelperError::Provider(ProviderError::NoSuchSandbox(_))) = &result {
         paths.forget(sandbox);
     }
@@ -95,6 +110,7 @@ async fn exec<Req: Serialize, Rep: DeserializeOwned>(
     sandbox: &SandboxId,
     verb: &str,
     request: &Req,
+    timeout: Duration,
 ) -> Result<Rep, HelperError> {
     let out = provider
         .exec(
@@ -102,7 +118,7 @@ async fn exec<Req: Serialize, Rep: DeserializeOwned>(
             ExecRequest {
                 command: wire::helper_command_line(helper, verb, request),
                 cwd: None,
-                timeout: CALL_TIMEOUT,
+                timeout,
                 stdin: None,
                 output_limit: REPLY_LIMIT,
             },
@@ -112,7 +128,7 @@ async fn exec<Req: Serialize, Rep: DeserializeOwned>(
     if out.timed_out {
         return Err(HelperError::Unreadable(format!(
             "the helper did not answer within {} s",
-            CALL_TIMEOUT.as_secs()
+            timeout.as_secs()
         )));
     }
     match out.exit_code {

@@ -86,6 +86,9 @@ impl Service {
             "start_task" => to_json(self.start_task(session, parse(tool, args)?).await?),
             "get_task" => to_json(self.get_task(parse(tool, args)?).await?),
             "cancel_task" => to_json(self.cancel_task(parse(tool, args)?).await?),
+            "wait_task" => to_json(self.wait_task(parse(tool, args)?).await?),
+            "list_tasks" => to_json(self.list_tasks(parse(tool, args)?).await?),
+            "delete_task" => to_json(self.delete_task(parse(tool, args)?).await?),
             other => return Err(ToolError::UnknownTool(other.to_owned())),
         })
     }

@@ -1,6 +1,7 @@
-//! list_tasks: every task of a sandbox with its state, from the in-sandbox
-//! helper's `list` verb. Like get_task it neither renews the deadline nor
-//! touches the session. (Added for `sandkeep task list`.)
+//! list_tasks: every task of a sandbox with its state, newest first, from
+//! the in-sandbox helper's `list` verb. Like get_task it neither renews the
+//! deadline nor touches the session. The tool and `sandkeep task list`
+//! both call [`Service::list_tasks`].
 
 use sandkeep_proto::wire::{self, ListReply};
 use schemars::JsonSchema;
@@ -20,13 +21,20 @@ pub struct ListTasksArgs {
 pub struct TaskEntry {
     pub task_id: String,
     /// running, succeeded, failed, cancelled, timed_out or unknown.
-    #[schemars(with = "String")]
+    #[schemars(schema_with = "super::types::task_state_schema")]
     pub state: sandkeep_proto::TaskState,
     pub exit_code: Option<i32>,
     /// Unix seconds.
     pub started_at: Option<u64>,
     /// Unix seconds.
     pub finished_at: Option<u64>,
+    /// The first 256 characters of the command, with secret values of the
+    /// sandbox's environment redacted as in the logs.
+    pub command: String,
+    /// Bytes of stdout saved so far.
+    pub stdout_bytes: u64,
+    /// Bytes of stderr saved so far.
+    pub stderr_bytes: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -66,11 +74,14 @@ impl Service {
                 .tasks
                 .into_iter()
                 .map(|t| TaskEntry {
-                    task_id: t.task_id.to_string(),
-                    state: t.state,
-                    exit_code: t.exit_code,
-                    started_at: t.started_at,
-                    finished_at: t.finished_at,
+                    task_id: t.summary.task_id.to_string(),
+                    state: t.summary.state,
+                    exit_code: t.summary.exit_code,
+                    started_at: t.summary.started_at,
+                    finished_at: t.summary.finished_at,
+                    command: self.masker.mask(t.command),
+                    stdout_bytes: t.stdout_bytes,
+                    stderr_bytes: t.stderr_bytes,
                 })
                 .collect(),
         })

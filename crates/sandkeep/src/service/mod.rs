@@ -41,6 +41,7 @@ mod mask;
 mod session;
 mod types;
 mod validate;
+mod wait_task;
 
 use std::sync::Arc;
 
@@ -50,6 +51,7 @@ pub use error::ToolError;
 pub use list_tasks::{ListTasksArgs, ListTasksResult, TaskEntry};
 pub use session::Session;
 pub use types::*;
+pub use wait_task::{DeleteTaskArgs, DeleteTaskResult, WaitTaskArgs, WaitTaskResult};
 
 use mask::Masker;
 pub use mask::configured_secrets;

@@ -9,7 +9,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 /// The schema of a task state (the proto crate's `TaskState` is serde-only).
-fn task_state_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+pub(super) fn task_state_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
     schemars::json_schema!({
         "type": "string",
         "enum": ["running", "succeeded", "failed", "cancelled", "timed_out", "unknown"]

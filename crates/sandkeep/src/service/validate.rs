@@ -33,6 +33,12 @@ pub(super) fn rule(tool: &str, param: &str) -> String {
             " (seconds)",
             TASK_TIMEOUT_DEFAULT,
         ),
+        ("wait_task", "timeout") => integer_rule(
+            WAIT_TIMEOUT_MIN,
+            WAIT_TIMEOUT_MAX,
+            " (seconds)",
+            WAIT_TIMEOUT_DEFAULT,
+        ),
         (_, "command") => format!("must be a string of 1 to {COMMAND_MAX_CHARS} characters"),
         (_, "template") => "must be a non-empty string naming a template, default \"base\"".into(),
         (_, "envs") => {
@@ -132,6 +138,17 @@ pub(super) fn task_timeout(v: Option<u64>) -> Result<u64, ToolError> {
         TASK_TIMEOUT_MIN,
         TASK_TIMEOUT_MAX,
         TASK_TIMEOUT_DEFAULT,
+    )
+}
+
+pub(super) fn wait_timeout(v: Option<u64>) -> Result<u64, ToolError> {
+    range(
+        "wait_task",
+        "timeout",
+        v,
+        WAIT_TIMEOUT_MIN,
+        WAIT_TIMEOUT_MAX,
+        WAIT_TIMEOUT_DEFAULT,
     )
 }
 

@@ -1,6 +1,6 @@
 //! `sandkeep task logs`: a task's saved log, page after page through
 //! get_task, and with `--follow` new bytes as they are saved, like
-//! `tail -f`, until the task ends.
+//! `tail -f`, until the task ends; between pages it sleeps in wait_task.
 //!
 //! It owns only the reading loop and how pages are joined back into the
 //! byte stream; offsets, limits and states are the service's.
@@ -17,7 +17,7 @@ use crate::cli::output;
 use crate::cli::status_line::{self, StatusLine};
 use crate::service::{TaskQueryArgs, TaskResult};
 
-use super::handle::{HandleArgs, POLL_INTERVAL};
+use super::handle::{HandleArgs, long_poll_limit};
 
 /// Print a task's saved stdout (or stderr); --follow streams it live.
 #[derive(Debug, Args)]
@@ -155,7 +155,15 @@ pub async fn run(args: LogsArgs) -> Outcome {
                     page.stderr_bytes,
                 ));
             }
-            tokio::time::sleep(POLL_INTERVAL).await;
+            // Until bytes past everything seen so far are saved (a
+            // character held back above is read again with them).
+            args.handle
+                .wait_past(
+                    &ctx.service,
+                    &stream.request(&args.handle, saved),
+                    long_poll_limit(),
+                )
+                .await?;
         }
     })
     .await;

@@ -1,5 +1,5 @@
-//! `sandkeep task wait`: polls a task until it settles, showing a status
-//! line on a terminal, and exits with the task's status.
+//! `sandkeep task wait`: sleeps in wait_task until the task settles,
+//! showing a status line on a terminal, and exits with the task's status.
 
 use std::time::{Duration, Instant};
 
@@ -11,7 +11,7 @@ use crate::cli::exit;
 use crate::cli::output;
 use crate::cli::status_line::{self, StatusLine};
 
-use super::handle::{HandleArgs, POLL_INTERVAL};
+use super::handle::{HandleArgs, long_poll_limit};
 
 /// Wait until a task ends and exit with its status.
 #[derive(Debug, Args)]
@@ -36,8 +36,8 @@ pub async fn run(args: WaitArgs) -> Outcome {
         .map(|s| Instant::now() + Duration::from_secs(s));
     with_context(SessionKind::Ordinary, async |ctx| {
         let mut status = StatusLine::on_stderr();
+        let mut seen = args.handle.peek(&ctx.service).await?;
         let task = loop {
-            let seen = args.handle.peek(&ctx.service).await?;
             if seen.state.is_settled() {
                 break seen;
             }
@@ -60,7 +60,14 @@ pub async fn run(args: WaitArgs) -> Outcome {
                 seen.stdout_bytes,
                 seen.stderr_bytes,
             ));
-            tokio::time::sleep(POLL_INTERVAL).await;
+            let remaining = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+            let at_most = remaining.map_or(long_poll_limit(), |r| r.min(long_poll_limit()));
+            // Offsets at the cap: no log ever has bytes past them, so only
+            // the end of the task or the timeout answers.
+            seen = args
+                .handle
+                .wait_past(&ctx.service, &args.handle.peek_query(), at_most)
+                .await?;
         };
         status.clear();
         if args.handle.output.json {

@@ -1,0 +1,123 @@
+//! wait_task and delete_task (SPEC.md §4, beyond the seed's three task
+//! tools): the long-poll on a task, and the removal of a settled one.
+//!
+//! Both go to the in-sandbox helper (`wait`, `delete` verbs). Like get_task
+//! they neither renew the deadline nor touch the session. wait_task holds
+//! one provider call open for up to its timeout; the host spends nothing
+//! on it meanwhile (one pending future), and dropping the call (a client
+//! that went away) ends the in-sandbox waiter.
+
+use std::time::Duration;
+
+use sandkeep_proto::limits::*;
+use sandkeep_proto::wire::{self, DeleteReply, DeleteRequest, WaitReply, WaitRequest};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::handlers::helper_error;
+use super::helper;
+use super::{Service, TaskResult, ToolError, validate};
+
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct WaitTaskArgs {
+    /// The sandbox_id of the task's handle.
+    pub sandbox_id: String,
+    /// The task_id of the task's handle: 32 lowercase hex characters.
+    #[schemars(regex(pattern = r"^[0-9a-f]{32}$"))]
+    pub task_id: String,
+    /// Byte offset into the saved stdout: the call returns once stdout has
+    /// bytes beyond it. Pass the previous stdout_next_offset.
+    #[serde(default)]
+    #[schemars(range(min = 0, max = OFFSET_MAX), extend("default" = 0))]
+    pub stdout_offset: Option<u64>,
+    /// Byte offset into the saved stderr: the call returns once stderr has
+    /// bytes beyond it. Pass the previous stderr_next_offset.
+    #[serde(default)]
+    #[schemars(range(min = 0, max = OFFSET_MAX), extend("default" = 0))]
+    pub stderr_offset: Option<u64>,
+    /// Bytes per stream to return.
+    #[serde(default)]
+    #[schemars(range(min = PAGE_LIMIT_MIN, max = PAGE_LIMIT_MAX))]
+    #[schemars(extend("default" = PAGE_LIMIT_DEFAULT))]
+    pub limit: Option<u64>,
+    /// Most seconds to wait when nothing happens.
+    #[serde(default)]
+    #[schemars(range(min = WAIT_TIMEOUT_MIN, max = WAIT_TIMEOUT_MAX))]
+    #[schemars(extend("default" = WAIT_TIMEOUT_DEFAULT))]
+    pub timeout: Option<u64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct WaitTaskResult {
+    #[serde(flatten)]
+    pub task: TaskResult,
+    /// How long the call waited, in milliseconds.
+    pub waited_ms: u64,
+}
+
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DeleteTaskArgs {
+    /// The sandbox_id of the task's handle.
+    pub sandbox_id: String,
+    /// The task_id of the task's handle: 32 lowercase hex characters.
+    #[schemars(regex(pattern = r"^[0-9a-f]{32}$"))]
+    pub task_id: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct DeleteTaskResult {
+    pub sandbox_id: String,
+    pub task_id: String,
+    /// True: the task, its state and its logs are gone.
+    pub deleted: bool,
+}
+
+impl Service {
+    pub async fn wait_task(&self, args: WaitTaskArgs) -> Result<WaitTaskResult, ToolError> {
+        let id = validate::sandbox_id(&args.sandbox_id)?;
+        let request = WaitRequest {
+            task_id: validate::task_id(&args.task_id)?,
+            stdout_offset: validate::offset("stdout_offset", args.stdout_offset)?,
+            stderr_offset: validate::offset("stderr_offset", args.stderr_offset)?,
+            limit: validate::limit(args.limit)?,
+            timeout: validate::wait_timeout(args.timeout)?,
+        };
+        let reply: WaitReply = helper::call_within(
+            self.provider.as_ref(),
+            &self.helpers,
+            &id,
+            wire::verb::WAIT,
+            &request,
+            Duration::from_secs(request.timeout),
+        )
+        .await
+        .map_err(|e| helper_error(e, &id, &request.task_id))?;
+        Ok(WaitTaskResult {
+            task: self.task_result(&id, reply.status),
+            waited_ms: reply.waited_ms,
+        })
+    }
+
+    pub async fn delete_task(&self, args: DeleteTaskArgs) -> Result<DeleteTaskResult, ToolError> {
+        let id = validate::sandbox_id(&args.sandbox_id)?;
+        let request = DeleteRequest {
+            task_id: validate::task_id(&args.task_id)?,
+        };
+        let reply: DeleteReply = helper::call(
+            self.provider.as_ref(),
+            &self.helpers,
+            &id,
+            wire::verb::DELETE,
+            &request,
+        )
+        .await
+        .map_err(|e| helper_error(e, &id, &request.task_id))?;
+        Ok(DeleteTaskResult {
+            sandbox_id: id.to_string(),
+            task_id: reply.task_id.to_string(),
+            deleted: reply.deleted,
+        })
+    }
+}
