@@ -10,14 +10,15 @@
 
 pub mod http;
 pub mod stdio;
+mod tasks;
 
 use std::sync::{Arc, LazyLock};
 
 use rmcp::handler::server::ServerHandler;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
-    ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
-    ToolAnnotations,
+    CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams, ContentBlock,
+    GetTaskParams, GetTaskResult, Implementation, ListToolsResult, PaginatedRequestParams,
+    ServerCapabilities, ServerConfig, Tool, ToolAnnotations,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData as McpError, RoleServer};
@@ -59,6 +60,11 @@ fn serve_runtime() -> Option<tokio::runtime::Runtime> {
         .inspect_err(|e| eprintln!("sandkeep serve: cannot start the async runtime: {e}"))
         .ok()
 }
+
+/// Tools whose call is dropped as soon as the client cancels it or goes
+/// away: they only wait, so dropping them loses nothing, and the dropped
+/// provider call ends the waiter in the sandbox.
+const ABANDONED_ON_CANCEL: &[&str] = &["wait_task"];
 
 /// How a handler maps calls to sessions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -121,7 +127,7 @@ impl SandkeepMcp {
         &self,
         request: CallToolRequestParams,
         context: &RequestContext<RoleServer>,
-    ) -> Result<CallToolResult, McpError> {
+    ) -> Result<CallToolResponse, McpError> {
         let modern = context
             .protocol_version()
             .is_some_and(|v| !v.has_initialize());
@@ -132,31 +138,55 @@ impl SandkeepMcp {
         } else {
             self.session.session.as_ref()
         };
-        match self
+        if tasks::wanted(&request, context) {
+            return Ok(tasks::start(&self.service, session, request)
+                .await
+                .unwrap_or_else(|e| tool_error(&e).into()));
+        }
+        let work = self
             .service
-            .call_json(session, &request.name, request.arguments)
-            .await
-        {
-            Ok(value) => Ok(CallToolResult::structured(value)),
+            .call_json(session, &request.name, request.arguments);
+        let outcome = if ABANDONED_ON_CANCEL.contains(&request.name.as_ref()) {
+            tokio::select! {
+                outcome = work => outcome,
+                () = context.ct.cancelled() => {
+                    return Err(McpError::internal_error("the request was cancelled", None));
+                }
+            }
+        } else {
+            work.await
+        };
+        match outcome {
+            Ok(value) => Ok(CallToolResult::structured(value).into()),
             Err(ToolError::UnknownTool(name)) => Err(McpError::invalid_params(
                 format!("tool not found: {name:?}; call tools/list for the available tools"),
                 None,
             )),
             Err(e) => {
                 tracing::debug!(tool = %request.name, error = %e, "tool error");
-                let mut result = CallToolResult::error(vec![ContentBlock::text(e.to_string())]);
-                result.structured_content = e.structured();
-                Ok(result)
+                Ok(tool_error(&e).into())
             }
         }
     }
 }
 
+/// A [`ToolError`] as an `isError: true` result.
+fn tool_error(e: &ToolError) -> CallToolResult {
+    let mut result = CallToolResult::error(vec![ContentBlock::text(e.to_string())]);
+    result.structured_content = e.structured();
+    result
+}
+
 impl ServerHandler for SandkeepMcp {
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
-            .with_server_info(Implementation::new("sandkeep", env!("CARGO_PKG_VERSION")))
-            .with_instructions(INSTRUCTIONS)
+        ServerConfig::new(
+            ServerCapabilities::builder()
+                .enable_tools()
+                .enable_tasks()
+                .build(),
+        )
+        .with_server_info(Implementation::new("sandkeep", env!("CARGO_PKG_VERSION")))
+        .with_instructions(INSTRUCTIONS)
     }
 
     async fn call_tool(
@@ -164,7 +194,23 @@ impl ServerHandler for SandkeepMcp {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
-        self.call(request, &context).await.map(Into::into)
+        self.call(request, &context).await
+    }
+
+    async fn get_task(
+        &self,
+        request: GetTaskParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<GetTaskResult, McpError> {
+        tasks::get(&self.service, request).await
+    }
+
+    async fn cancel_task(
+        &self,
+        request: CancelTaskParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        tasks::cancel(&self.service, request).await
     }
 
     async fn list_tools(
