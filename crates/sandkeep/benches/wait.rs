@@ -1,0 +1,309 @@
+//! wait_task benchmark (SPEC.md §4 wait_task), through real servers:
+//!
+//! 1. Exit → answer: a task writes the time (ns) just before it exits; the
+//!    bench notes the time wait_task answers. Median and max over samples.
+//! 2. The same completion seen by wait_task and by a get_task loop every
+//!    2 ms: latency, and CPU spent meanwhile by the server process and by
+//!    the whole machine (/proc/stat; the machine is shared, so this one is
+//!    noisy).
+//! 3. 1,000 wait_task calls held open over HTTP (one legacy session):
+//!    server RSS, and server CPU over 10 s while they all wait.
+//!
+//! Run: `cargo bench -p sandkeep --bench wait`.
+
+mod common;
+
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use common::{EXE, median, ms, state_dir};
+use rmcp::ServiceExt;
+use rmcp::model::CallToolRequestParams;
+use rmcp::service::RunningService;
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use serde_json::{Value, json};
+
+type Client = RunningService<rmcp::RoleClient, ()>;
+
+const LATENCY_SAMPLES: usize = 30;
+const IDLE_WAITERS: usize = 1_000;
+
+async fn call(client: &Client, tool: &str, args: Value) -> Value {
+    let Value::Object(map) = args else {
+        unreachable!()
+    };
+    let r = client
+        .call_tool(CallToolRequestParams::new(tool.to_owned()).with_arguments(map))
+        .await
+        .expect("tools/call");
+    assert_ne!(r.is_error, Some(true), "{tool}: {:?}", r.content);
+    r.structured_content.expect("structuredContent")
+}
+
+fn now_ns() -> u128 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_nanos()
+}
+
+/// utime + stime of a process, in clock ticks.
+fn process_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("process stat");
+    let fields: Vec<&str> = stat
+        .rsplit(')')
+        .next()
+        .unwrap()
+        .split_whitespace()
+        .collect();
+    fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
+}
+
+/// Busy clock ticks of the whole machine (all CPUs).
+fn machine_ticks() -> u64 {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap();
+    let cpu: Vec<u64> = stat
+        .lines()
+        .next()
+        .unwrap()
+        .split_whitespace()
+        .skip(1)
+        .map(|v| v.parse().unwrap())
+        .collect();
+    // user nice system (idle iowait) irq softirq steal
+    cpu[0] + cpu[1] + cpu[2] + cpu[5] + cpu[6] + cpu[7]
+}
+
+fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap()
+}
+
+/// Starts a task that records when it exits, and returns its id.
+async fn marked_task(client: &Client, sid: &str, sleep: &str, mark: &str) -> String {
+    let command = format!("sleep {sleep}; date +%s%N > {mark}");
+    let v = call(
+        client,
+        "start_task",
+        json!({"sandbox_id": sid, "command": command}),
+    )
+    .await;
+    v["task_id"].as_str().unwrap().to_owned()
+}
+
+async fn exit_ns(client: &Client, sid: &str, mark: &str) -> u128 {
+    let v = call(
+        client,
+        "read_file",
+        json!({"sandbox_id": sid, "path": mark}),
+    )
+    .await;
+    v["content"].as_str().unwrap().trim().parse().unwrap()
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let home = state_dir("sk-wait-bench-");
+    let mut child = tokio::process::Command::new(EXE)
+        .arg("serve")
+        .env("SANDKEEP_HOME", home.path())
+        .env("SANDKEEP_LOG", "warn")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn sandkeep serve");
+    let pid = child.id().unwrap();
+    let (stdout, stdin) = (child.stdout.take().unwrap(), child.stdin.take().unwrap());
+    let client = ().serve((stdout, stdin)).await.expect("handshake");
+    let sandbox = call(&client, "create_sandbox", json!({"timeout": 3600})).await;
+    let sid = sandbox["sandbox_id"].as_str().unwrap().to_owned();
+
+    // 1. Exit → answer.
+    let mut latencies = Vec::new();
+    for i in 0..LATENCY_SAMPLES {
+        let mark = format!("/tmp/exit-{i}");
+        let task = marked_task(&client, &sid, "0.3", &mark).await;
+        let v = call(
+            &client,
+            "wait_task",
+            json!({"sandbox_id": sid, "task_id": task}),
+        )
+        .await;
+        let answered = now_ns();
+        assert_eq!(v["state"], "succeeded", "{v}");
+        let exited = exit_ns(&client, &sid, &mark).await;
+        latencies.push(Duration::from_nanos((answered - exited) as u64));
+        call(
+            &client,
+            "delete_task",
+            json!({"sandbox_id": sid, "task_id": task}),
+        )
+        .await;
+    }
+    let max = *latencies.iter().max().unwrap();
+    println!(
+        "exit -> wait_task answer: median {:.1} ms, max {:.1} ms ({LATENCY_SAMPLES} samples)",
+        ms(median(latencies)),
+        ms(max)
+    );
+
+    // 2. wait_task against a 2 ms get_task loop, same 3 s task.
+    for mode in ["wait_task", "get_task every 2 ms"] {
+        let mark = format!("/tmp/cmp-{}", mode.len());
+        let task = marked_task(&client, &sid, "3", &mark).await;
+        let handle = json!({"sandbox_id": sid, "task_id": task});
+        let (server0, machine0, t0) = (process_ticks(pid), machine_ticks(), Instant::now());
+        let mut calls = 0u64;
+        if mode == "wait_task" {
+            loop {
+                calls += 1;
+                let v = call(&client, "wait_task", handle.clone()).await;
+                if v["state"] != "running" {
+                    break;
+                }
+            }
+        } else {
+            loop {
+                calls += 1;
+                let v = call(&client, "get_task", handle.clone()).await;
+                if v["state"] != "running" {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+        }
+        let answered = now_ns();
+        let (server, machine, took) = (
+            process_ticks(pid) - server0,
+            machine_ticks() - machine0,
+            t0.elapsed(),
+        );
+        let seen = Duration::from_nanos((answered - exit_ns(&client, &sid, &mark).await) as u64);
+        println!(
+            "{mode}: completion seen {:.1} ms after exit; {calls} calls in {:.2} s; server CPU {} ticks, machine CPU {} ticks (1 tick = 10 ms)",
+            ms(seen),
+            took.as_secs_f64(),
+            server,
+            machine
+        );
+        call(&client, "delete_task", handle).await;
+    }
+    call(&client, "kill_sandbox", json!({"sandbox_id": sid})).await;
+    drop(client);
+    drop(child);
+
+    idle_waiters_over_http(&home).await;
+}
+
+async fn idle_waiters_over_http(home: &tempfile::TempDir) {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let token = "wait-bench-token-0123456789abcdef";
+    let mut server = tokio::process::Command::new(EXE)
+        .args(["serve", "--http", &format!("127.0.0.1:{port}")])
+        .args(["--auth-token", token, "--max-connections", "4096"])
+        .env("SANDKEEP_HOME", home.path())
+        .env("SANDKEEP_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn sandkeep serve --http");
+    let pid = server.id().unwrap();
+    let url = format!("http://127.0.0.1:{port}/mcp");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "the HTTP server did not listen");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let config = StreamableHttpClientTransportConfig::with_uri(url).auth_header(token.to_owned());
+    let client = Arc::new(
+        ().serve(StreamableHttpClientTransport::from_config(config))
+            .await
+            .expect("HTTP session"),
+    );
+    let sandbox = call(
+        &client,
+        "create_sandbox",
+        json!({"timeout": 3600, "pids": 8192}),
+    )
+    .await;
+    let sid = sandbox["sandbox_id"].as_str().unwrap().to_owned();
+    let task = call(
+        &client,
+        "start_task",
+        json!({"sandbox_id": sid, "command": "exec sleep 3000"}),
+    )
+    .await["task_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let rss_before = rss_kib(pid);
+    let waiters: Vec<_> = (0..IDLE_WAITERS)
+        .map(|_| {
+            let client = client.clone();
+            let args = json!({"sandbox_id": sid, "task_id": task, "timeout": 300});
+            tokio::spawn(async move { call(&client, "wait_task", args).await })
+        })
+        .collect();
+    let in_sandbox = || {
+        std::fs::read_dir("/proc")
+            .unwrap()
+            .flatten()
+            .filter(|e| {
+                std::fs::read(e.path().join("cmdline")).is_ok_and(|c| {
+                    let c = String::from_utf8_lossy(&c);
+                    c.contains("\0wait\0") && c.contains(&task)
+                })
+            })
+            .count()
+    };
+    let deadline = Instant::now() + Duration::from_secs(180);
+    while in_sandbox() < IDLE_WAITERS {
+        assert!(
+            Instant::now() < deadline,
+            "only {} of {IDLE_WAITERS} waiters started",
+            in_sandbox()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let (server0, t0) = (process_ticks(pid), Instant::now());
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let idle_ticks = process_ticks(pid) - server0;
+    println!(
+        "{IDLE_WAITERS} idle wait_task calls over HTTP: server RSS {} KiB (before {} KiB), server CPU {} ticks in {:.1} s",
+        rss_kib(pid),
+        rss_before,
+        idle_ticks,
+        t0.elapsed().as_secs_f64()
+    );
+    call(
+        &client,
+        "cancel_task",
+        json!({"sandbox_id": sid, "task_id": task}),
+    )
+    .await;
+    let t = Instant::now();
+    for w in waiters {
+        let v = w.await.unwrap();
+        assert_eq!(v["state"], "cancelled", "{v}");
+    }
+    println!(
+        "all {IDLE_WAITERS} answered {:.0} ms after the cancel returned",
+        ms(t.elapsed())
+    );
+    call(&client, "kill_sandbox", json!({"sandbox_id": sid})).await;
+    let _ = server.start_kill();
+}
