@@ -454,13 +454,16 @@ async fn tools_declare_closed_input_schemas_and_output_schemas() {
         [
             "cancel_task",
             "create_sandbox",
+            "delete_task",
             "get_task",
             "kill_sandbox",
             "list_files",
             "list_sandboxes",
+            "list_tasks",
             "read_file",
             "run_command",
             "start_task",
+            "wait_task",
             "write_file"
         ]
     );
