@@ -132,6 +132,25 @@ async fn a_task_from_run_command_outlives_its_server() {
     assert_eq!(cancelled.status(), TaskStatus::Cancelled);
     assert!(t.elapsed() < Duration::from_secs(3), "{:?}", t.elapsed());
 
+    // Bad arguments: run_command's own tool error, no task.
+    match client
+        .call_tool_once(run_command(
+            json!({"sandbox_id": sb, "command": "true", "timeout": 0}),
+        ))
+        .await
+        .unwrap()
+    {
+        CallToolResponse::Complete(r) => {
+            assert_eq!(r.is_error, Some(true), "{r:?}");
+            let text = format!("{:?}", r.content);
+            assert!(
+                text.contains("`timeout`") && text.contains("1 to 3600"),
+                "{text}"
+            );
+        }
+        other => panic!("a refused run_command is no task: {other:?}"),
+    }
+
     // An id this server never made: the extension's error, nothing touched.
     for bad in [
         "nonsense",

@@ -2,8 +2,9 @@
 //! SPEC.md §4 "The MCP Tasks extension") over sandkeep's durable tasks.
 //!
 //! For a client that declares the extension, `run_command` starts the
-//! command as a task (the service's `start_task`, same sandbox, same
-//! checks) and answers a `CreateTaskResult`. The task's MCP id encodes the
+//! command as a task (its arguments checked as run_command checks them,
+//! then started as `start_task` would, same sandbox) and answers a
+//! `CreateTaskResult`. The task's MCP id encodes the
 //! whole handle, `SANDBOX_ID/TASK_ID`, so `tasks/get` and `tasks/cancel`
 //! are answered from the sandbox itself through the service's get_task /
 //! cancel_task: any server process with the same provider configuration
@@ -21,12 +22,10 @@ use rmcp::model::{
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData as McpError, RoleServer};
 use sandkeep_proto::TaskState;
-use sandkeep_proto::limits::{RUN_OUTPUT_MAX_BYTES, RUN_TIMEOUT_DEFAULT};
+use sandkeep_proto::limits::RUN_OUTPUT_MAX_BYTES;
 use serde_json::Value;
 
-use crate::service::{
-    RunCommandResult, Service, Session, StartTaskResult, TaskQueryArgs, TaskResult, ToolError,
-};
+use crate::service::{RunCommandResult, Service, Session, TaskQueryArgs, TaskResult, ToolError};
 
 /// The tool that becomes a task for clients that declare the extension.
 const TASK_TOOL: &str = "run_command";
@@ -48,20 +47,16 @@ pub(super) fn wanted(
 }
 
 /// Starts `run_command`'s command as a durable task. Invalid arguments and
-/// refusals are ordinary tool errors, exactly as the blocking call gives
-/// them; a started task (also one whose start is unconfirmed) is a task.
+/// refusals are ordinary tool errors with run_command's messages; a started
+/// task (also one whose start is unconfirmed) is a task.
 pub(super) async fn start(
     service: &Service,
     session: &Session,
     request: CallToolRequestParams,
 ) -> Result<CallToolResponse, ToolError> {
-    let mut args = request.arguments.unwrap_or_default();
-    // run_command's own default timeout, not start_task's.
-    args.entry("timeout")
-        .or_insert_with(|| Value::from(RUN_TIMEOUT_DEFAULT));
-    let started = service.call_json(session, "start_task", Some(args)).await?;
-    let started: StartTaskResult =
-        serde_json::from_value(started).expect("start_task results always decode");
+    let started = service
+        .start_run_command_task(session, request.arguments)
+        .await?;
     let now = iso8601(unix_now());
     let mut task = Task::new(
         encode_id(&started.sandbox_id, &started.task_id),

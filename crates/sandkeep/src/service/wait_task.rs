@@ -121,3 +121,26 @@ impl Service {
         })
     }
 }
+
+impl Service {
+    /// run_command's arguments, checked as run_command checks them (the
+    /// same messages), started as a durable task like start_task: the MCP
+    /// Tasks extension's way to run a command (SPEC.md §4).
+    pub async fn start_run_command_task(
+        &self,
+        session: &super::Session,
+        args: Option<serde_json::Map<String, serde_json::Value>>,
+    ) -> Result<super::StartTaskResult, ToolError> {
+        let args: super::RunCommandArgs = super::json::parse("run_command", args)?;
+        self.start_task(
+            session,
+            super::StartTaskArgs {
+                command: args.command,
+                sandbox_id: args.sandbox_id,
+                cwd: args.cwd,
+                timeout: Some(validate::run_timeout(args.timeout)?),
+            },
+        )
+        .await
+    }
+}
