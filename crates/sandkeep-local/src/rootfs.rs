@@ -505,7 +505,7 @@ fn mask(root: &Path, disk: &Path, spec: &Spec, unreadable: &[Unreadable]) -> Res
     let sealed = disk.join("sealed");
     if unreadable.iter().any(|u| matches!(u, Unreadable::File(_))) {
         fs::File::create(&sealed).map_err(ctx("create the unreadable stand-in"))?;
-        fs::set_permissions(&sealed, fs::Permissions::from_mode(0))
+        fs::set_permissions(&sealed, fs::Permissions::from_mode(0o000))
             .map_err(ctx("chmod the unreadable stand-in"))?;
     }
     let sealed_dir =

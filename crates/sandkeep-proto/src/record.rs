@@ -134,6 +134,7 @@ mod tests {
             stdout_truncated: false,
             stderr_truncated: true,
             outcome,
+            error: None,
         }
     }
 
