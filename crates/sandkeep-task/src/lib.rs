@@ -12,6 +12,7 @@ mod cancel;
 mod capture;
 mod error;
 mod nullio;
+mod oom;
 pub mod procfs;
 mod redact;
 mod start;

@@ -365,6 +365,7 @@ impl Service {
             stderr_bytes: s.stderr_bytes,
             stdout_truncated: s.stdout_truncated,
             stderr_truncated: s.stderr_truncated,
+            error: s.error,
         }
     }
 }

@@ -365,4 +365,9 @@ pub struct TaskResult {
     /// True once stdout passed 1 MiB: later bytes were not saved.
     pub stdout_truncated: bool,
     pub stderr_truncated: bool,
+    /// Why a terminal task failed, when known beyond its exit code: "out
+    /// of memory (limit N MiB)" when the sandbox's memory limit killed it.
+    /// Absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
