@@ -25,6 +25,17 @@ fn with_limits(limits: Limits) -> CreateSpec {
     }
 }
 
+/// How many times longer than on a real CPU the bounded waits here may
+/// last: scripts/cgroup-v2-vm sets `SANDKEEP_TEST_PATIENCE` when QEMU
+/// emulates the CPU, where moving 64 MiB through a pipe takes ~20 s.
+fn patience() -> u32 {
+    std::env::var("SANDKEEP_TEST_PATIENCE")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1)
+        .max(1)
+}
+
 /// A request with a longer timeout than the default 20 s.
 async fn run(
     p: &sandkeep::provider::local::LocalProvider,
@@ -32,7 +43,7 @@ async fn run(
     command: &str,
 ) -> sandkeep::provider::ExecOutput {
     let mut r = request(command);
-    r.timeout = Duration::from_secs(60);
+    r.timeout = Duration::from_secs(60) * patience();
     p.exec(id, r).await.expect("exec")
 }
 
@@ -81,7 +92,7 @@ async fn run_task(
             return v;
         }
         assert!(
-            start.elapsed() < Duration::from_secs(30),
+            start.elapsed() < Duration::from_secs(30) * patience(),
             "still running: {v}"
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
