@@ -21,13 +21,14 @@ fn root() -> bool {
 fn with_limits(limits: Limits) -> CreateSpec {
     CreateSpec {
         limits,
-        ..spec(120)
+        ..spec(120 * u64::from(patience()))
     }
 }
 
 /// How many times longer than on a real CPU the bounded waits here may
 /// last: scripts/cgroup-v2-vm sets `SANDKEEP_TEST_PATIENCE` when QEMU
-/// emulates the CPU, where moving 64 MiB through a pipe takes ~20 s.
+/// emulates the CPU, where moving 64 MiB through a pipe takes ~20 s. It
+/// stretches the sandboxes' lifetimes too.
 fn patience() -> u32 {
     std::env::var("SANDKEEP_TEST_PATIENCE")
         .ok()
@@ -79,13 +80,14 @@ async fn run_task(
     task: &str,
     command: &str,
 ) -> serde_json::Value {
-    let order = serde_json::json!({"task_id": task, "command": command, "timeout": 60});
-    let out = sh(p, id, &format!("{helper} start '{order}'")).await;
+    let order =
+        serde_json::json!({"task_id": task, "command": command, "timeout": 60 * patience()});
+    let out = run(p, id, &format!("{helper} start '{order}'")).await;
     assert_eq!(out.exit_code, Some(0), "start: {}", text(&out.stderr));
     let status_cmd = format!("{helper} status '{}'", serde_json::json!({"task_id": task}));
     let start = std::time::Instant::now();
     loop {
-        let out = sh(p, id, &status_cmd).await;
+        let out = run(p, id, &status_cmd).await;
         let v: serde_json::Value = serde_json::from_slice(&out.stdout)
             .unwrap_or_else(|e| panic!("status: {e}: {}", text(&out.stderr)));
         if v["state"] != "running" {
@@ -114,7 +116,7 @@ async fn memory_past_the_limit_is_oom_killed_and_the_neighbour_lives() {
         .await
         .expect("create with memory_mib 64");
     assert_eq!(small.limits.memory_mib, Some(64));
-    let neighbour = create(&p, 120).await;
+    let neighbour = create(&p, 120 * u64::from(patience())).await;
 
     // `tail` keeps the whole newline-free input: 200 MiB against 64.
     let out = run(
