@@ -188,7 +188,10 @@ async fn bad_requests_get_envds_and_the_apis_answers() {
         .json()
         .await
         .unwrap();
-    let id = created["sandboxID"].as_str().expect("a sandbox id").to_owned();
+    let id = created["sandboxID"]
+        .as_str()
+        .expect("a sandbox id")
+        .to_owned();
     let token = created["envdAccessToken"].as_str().unwrap().to_owned();
     let rpc = |method: &str, token: Option<&str>| {
         let mut b = http
@@ -243,7 +246,10 @@ async fn bad_requests_get_envds_and_the_apis_answers() {
 
     // A truncated envelope and an oversized one: a Connect error in the
     // end-stream message, never a hang.
-    for body in [vec![0u8, 0, 0, 0, 9, b'{'], vec![0u8, 0xff, 0xff, 0xff, 0xff]] {
+    for body in [
+        vec![0u8, 0, 0, 0, 9, b'{'],
+        vec![0u8, 0xff, 0xff, 0xff, 0xff],
+    ] {
         let r = tokio::time::timeout(
             Duration::from_secs(10),
             rpc("Start", Some(&token))
@@ -269,7 +275,11 @@ async fn bad_requests_get_envds_and_the_apis_answers() {
         .send()
         .await
         .unwrap();
-    assert_eq!(r.status(), 502, "an unknown sandbox, as E2B's proxy answers");
+    assert_eq!(
+        r.status(),
+        502,
+        "an unknown sandbox, as E2B's proxy answers"
+    );
 
     // The sandbox is an ordinary sandkeep sandbox: the CLI sees it.
     let listed = home
