@@ -6,7 +6,9 @@
 //!
 //! The interpreter comes from `SANDKEEP_TEST_PYTHON`; without it (or
 //! without the `e2b` package in it) the SDK tests are skipped with a
-//! printed reason, except under `CI=true`, where they fail.
+//! printed reason, except under `CI=true`, where they fail. The
+//! JavaScript SDK (`e2b` from npm, pinned) runs `tests/e2b/sdk.mjs` the
+//! same way, from the `node_modules` named by `SANDKEEP_TEST_E2B_JS`.
 
 mod support;
 
@@ -144,6 +146,42 @@ async fn sdk_large_files() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sdk_set_timeout_and_expiry() {
     sdk_check("set_timeout_and_expiry").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn js_sdk_runs_commands_and_files() {
+    let modules = std::env::var_os("SANDKEEP_TEST_E2B_JS").filter(|p| !p.is_empty());
+    let Some(modules) = modules.filter(|m| std::path::Path::new(m).join("e2b").is_dir()) else {
+        return skip(
+            "SANDKEEP_TEST_E2B_JS does not name a node_modules with the E2B SDK: run scripts/test",
+        );
+    };
+    let home = Home::new();
+    let server = E2bServer::start(&home).await;
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/e2b/sdk.mjs");
+    let run = tokio::process::Command::new("node")
+        .arg(script)
+        .env("E2B_JS_MODULES", &modules)
+        .env("E2B_API_URL", &server.url)
+        .env("E2B_SANDBOX_URL", &server.url)
+        .env("E2B_API_KEY", &server.key)
+        .env_remove("E2B_DOMAIN")
+        .env_remove("E2B_DEBUG")
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(Duration::from_secs(240), run)
+        .await
+        .expect("the JS SDK checks finished within 240 s")
+        .expect("run node");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("ok js_kill"),
+        "E2B JS SDK checks failed ({}):\n{stdout}\n{}\nserver:\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr),
+        server.stderr.lock().unwrap()
+    );
+    eprintln!("{}", stdout.trim());
 }
 
 /// What the SDKs never send, answered as E2B's API and envd answer it.
