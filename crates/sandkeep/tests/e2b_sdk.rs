@@ -134,6 +134,16 @@ async fn sdk_connect_timeout_kills_the_process() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sdk_send_signal_reaches_the_leader_only() {
+    sdk_check("signal_leader_only").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sdk_end_event_is_kept_30_s() {
+    sdk_check("end_retention").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sdk_files() {
     sdk_check("files").await;
 }

@@ -126,6 +126,58 @@ def _():
         sbx.kill()
 
 
+@check("signal_leader_only")
+def _():
+    sbx = make()
+    try:
+        # envd signals the process, not its group: a child survives.
+        h = sbx.commands.run(
+            "sleep 300 & echo $! > /tmp/child; wait", background=True, timeout=0
+        )
+        deadline = time.monotonic() + 10
+        while not sbx.files.exists("/tmp/child"):
+            assert time.monotonic() < deadline, "the child's pid file never appeared"
+            time.sleep(0.05)
+        child = sbx.files.read("/tmp/child").strip()
+        assert sbx.commands.kill(h.pid) is True
+        try:
+            h.wait()
+            raise AssertionError("a killed process did not raise")
+        except CommandExitException:
+            pass
+        assert sbx.commands.run(f"kill -0 {child}").exit_code == 0
+        assert sbx.commands.kill(h.pid) is False
+    finally:
+        sbx.kill()
+
+
+@check("end_retention")
+def _():
+    sbx = make()
+    try:
+        h = sbx.commands.run("exit 7", background=True, timeout=0)
+        try:
+            h.wait()
+        except CommandExitException as e:
+            assert e.exit_code == 7, e
+        ended = time.monotonic()
+        assert h.pid not in [p.pid for p in sbx.commands.list()]
+        # envd keeps the end event 30 s for Connect, then forgets the pid.
+        while True:
+            try:
+                sbx.commands.connect(h.pid).wait()
+            except CommandExitException as e:
+                assert e.exit_code == 7, e
+                assert time.monotonic() - ended < 31, "the end event outlived 30 s"
+                time.sleep(0.5)
+                continue
+            except NotFoundException:
+                break
+        assert time.monotonic() - ended >= 29, "the end event was dropped before 30 s"
+    finally:
+        sbx.kill()
+
+
 @check("files")
 def _():
     sbx = make()
