@@ -22,7 +22,7 @@ use super::rootfs::{self, Owner};
 use super::seccomp;
 use super::state::{SandboxDir, Spec};
 use super::sys;
-use super::wire::{self, Reply, Request};
+use super::wire::{self, Control, Reply, Request};
 
 /// The capabilities sandbox root keeps (Docker's default set): enough to
 /// install packages in its copy of the system, nothing that reaches the
@@ -419,6 +419,19 @@ fn on_message(conn: &mut Conn, buf: &mut [u8], env: &[CString], home: &std::path
         if let Err(e) = &received
             && e.kind() == std::io::ErrorKind::WouldBlock
         {
+            return;
+        }
+        if let Ok((n, _)) = &received
+            && let Ok(Control::Signal(signal)) = serde_json::from_slice(&buf[..*n])
+        {
+            // The leader only, as E2B's envd signals a process; a signal
+            // number the kernel refuses changes nothing.
+            if let (Some(leader), Some(signal)) = (
+                rustix::process::Pid::from_raw(pid),
+                rustix::process::Signal::from_named_raw(signal),
+            ) {
+                let _ = rustix::process::kill_process(leader, signal);
+            }
             return;
         }
         // A vanished group is not an error worth reporting.

@@ -16,7 +16,7 @@ mod exec;
 mod exit;
 mod output;
 mod sandbox;
-mod serve;
+pub(crate) mod serve;
 mod status_line;
 mod task;
 
