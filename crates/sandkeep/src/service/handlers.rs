@@ -422,10 +422,14 @@ fn helper_error(e: HelperError, id: &SandboxId, task_id: &TaskId) -> ToolError {
                 ),
                 ErrorKind::Internal => format!("the task helper in sandbox {id} failed; retry, or use another sandbox"),
             };
-            ToolError::Helper {
-                kind,
-                message: format!("{advice} ({message})"),
-            }
+            // The helper's own words add nothing to a missing task but
+            // its id, which the advice already names.
+            let message = if kind == ErrorKind::NoSuchTask {
+                advice
+            } else {
+                format!("{advice} ({message})")
+            };
+            ToolError::Helper { kind, message }
         }
     }
 }
