@@ -1,12 +1,13 @@
 //! The provider's side of one fork-server call: connect to the sandbox's
 //! socket, send the request with fresh pipes, pump stdin/stdout/stderr,
-//! enforce the timeout and collect the exit status.
+//! enforce the timeout and collect the exit status. A caller that stops
+//! waiting hangs up, and the fork server kills the command's process group.
 //!
 //! Blocking code, run on tokio's blocking pool. It knows nothing of what the
 //! request means.
 
 use std::io;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -19,6 +20,8 @@ use super::wire::{self, Reply, Request};
 const DRAIN_GRACE: Duration = Duration::from_millis(50);
 /// After a timeout kill, how long to wait for the fork server's answer.
 const KILL_GRACE: Duration = Duration::from_secs(5);
+/// The poll slot of the caller's abandon pipe.
+const ABANDONED: usize = usize::MAX;
 
 /// The last `limit` bytes of a stream.
 #[derive(Debug, Default)]
@@ -83,12 +86,17 @@ fn nonblocking(fd: &OwnedFd) -> io::Result<()> {
     Ok(())
 }
 
+/// Runs `request` and collects its outcome. `abandoned` is the read end of
+/// a pipe whose write end the caller holds while it still wants the
+/// answer: once that end is closed the call hangs up at once, which makes
+/// the fork server kill the command's process group.
 pub fn call(
     socket: &Path,
     request: &Request,
     stdin: Option<&[u8]>,
     output_limit: usize,
     timeout: Duration,
+    abandoned: BorrowedFd<'_>,
 ) -> Result<Outcome, CallError> {
     let started = Instant::now();
     let conn = wire::connect(socket).map_err(CallError::NotSent)?;
@@ -157,8 +165,10 @@ pub fn call(
             tv_sec: wait.as_secs() as i64,
             tv_nsec: i64::from(wait.subsec_nanos()),
         };
-        let mut fds = Vec::with_capacity(4);
-        let mut kinds = Vec::with_capacity(4);
+        let mut fds = Vec::with_capacity(5);
+        let mut kinds = Vec::with_capacity(5);
+        fds.push(PollFd::from_borrowed_fd(abandoned, PollFlags::IN));
+        kinds.push(ABANDONED);
         if let Some(c) = &conn {
             fds.push(PollFd::new(c, PollFlags::IN));
             kinds.push(0usize);
@@ -187,6 +197,13 @@ pub fn call(
         drop(fds);
         for k in ready {
             match k {
+                ABANDONED => {
+                    // Dropping `conn` on return is the hang-up the fork
+                    // server answers by killing the process group.
+                    return Err(CallError::Unconfirmed(
+                        "the caller stopped waiting; the command was killed".into(),
+                    ));
+                }
                 0 => {
                     let mut reply = [0u8; 4096];
                     match wire::recv(conn.as_ref().expect("polled"), &mut reply) {

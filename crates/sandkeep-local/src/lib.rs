@@ -39,6 +39,7 @@ mod state;
 mod sys;
 mod wire;
 
+use std::os::fd::AsFd;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::Stdio;
@@ -215,8 +216,12 @@ impl LocalProvider {
         self.live(id).await?;
         let socket = self.home.sandbox(id).socket();
         let id2 = id.clone();
+        // Held by this future: if it is dropped (a client cancelled or went
+        // away), the call sees the pipe close and the command is killed.
+        let (abandoned, _waiting) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
+            .map_err(|e| ProviderError::Unavailable(format!("cannot make a pipe: {e}")))?;
         blocking(move || {
-            client::call(&socket, &request, stdin.as_deref(), output_limit, timeout).map_err(|e| match e {
+            client::call(&socket, &request, stdin.as_deref(), output_limit, timeout, abandoned.as_fd()).map_err(|e| match e {
                 CallError::NotSent(_) if !socket.exists() => ProviderError::NoSuchSandbox(id2),
                 CallError::NotSent(e) => ProviderError::Unavailable(format!(
                     "sandbox {id2} does not answer ({e}); it may be shutting down, check list_sandboxes"

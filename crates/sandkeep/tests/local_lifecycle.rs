@@ -166,6 +166,37 @@ async fn exec_keeps_the_tail_of_long_output_and_times_out() {
     assert!(p.kill(id).await.unwrap());
 }
 
+/// A caller that stops waiting (a cancelled MCP request, a client gone)
+/// drops the exec future: the command's whole process group dies within
+/// a second, background children included.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropping_an_exec_kills_its_process_group() {
+    let (_home, p, info) = fresh_sandbox(120).await;
+    let id = &info.sandbox_id;
+    let r = request("sleep 1001 & echo $! > /tmp/child; exec sleep 1002");
+    let dropped = tokio::time::timeout(Duration::from_millis(500), p.exec(id, r)).await;
+    assert!(
+        dropped.is_err(),
+        "the command should still run: {dropped:?}"
+    );
+    let dropped_at = Instant::now();
+    let alive = "for f in /proc/[0-9]*/cmdline; do tr '\\0' ' ' < $f; echo; done | grep -c '^sleep 100[12]' || true";
+    loop {
+        let out = p.exec(id, request(alive)).await.unwrap();
+        let count = text(&out.stdout).trim().to_owned();
+        if count == "0" {
+            break;
+        }
+        assert!(
+            dropped_at.elapsed() < Duration::from_secs(1),
+            "{count} of the sleeps still run {:?} after the caller went away",
+            dropped_at.elapsed()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(p.kill(id).await.unwrap());
+}
+
 /// Files, relative to the home and absolute, and their errors.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn files_are_written_read_listed_and_refused_precisely() {
