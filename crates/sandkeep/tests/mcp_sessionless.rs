@@ -112,7 +112,10 @@ async fn sessionless_requests_are_told_to_pass_sandbox_id() {
         .unwrap()
         .to_owned();
     assert!(
-        texts(&created).contains("pass this sandbox_id to every call"),
+        texts(&created).contains("pass this sandbox_id to every call")
+            && created["structuredContent"]["next"]
+                .as_str()
+                .is_some_and(|n| n.contains("pass this sandbox_id")),
         "{created}"
     );
 

@@ -232,16 +232,7 @@ impl SandkeepMcp {
             () = keep_reporting(progress) => unreachable!("progress reports run until the call ends"),
         };
         match outcome {
-            Ok(value) => {
-                let mut result = CallToolResult::structured(value);
-                if era == Era::Sessionless && request.name == "create_sandbox" {
-                    result.content.push(ContentBlock::text(format!(
-                        "Next: {}.",
-                        catalog::PASS_SANDBOX_ID
-                    )));
-                }
-                Ok(result)
-            }
+            Ok(value) => Ok(CallToolResult::structured(value)),
             Err(ToolError::UnknownTool(name)) => Err(McpError::invalid_params(
                 format!("tool not found: {name:?}; call tools/list for the available tools"),
                 None,

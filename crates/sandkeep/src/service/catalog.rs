@@ -54,7 +54,8 @@ pub enum Era {
     Sessionless,
 }
 
-/// What a sessionless caller is told wherever a default would apply.
+/// What a sessionless caller is told wherever a default would apply (in
+/// create_sandbox's `next` and in the missing-sandbox error).
 pub const PASS_SANDBOX_ID: &str = "pass this sandbox_id to every call: requests on this \
 connection have no session, so there is no default sandbox";
 
@@ -350,6 +351,64 @@ mod tests {
             let o = (t.output_schema)();
             assert_eq!(o["type"], "object", "{}", t.name);
         }
+    }
+
+    #[test]
+    fn schemas_are_portable() {
+        for t in TOOLS {
+            for (kind, s) in [
+                ("input", (t.input_schema)()),
+                ("output", (t.output_schema)()),
+            ] {
+                let text = serde_json::to_string(&s).unwrap();
+                assert!(!text.contains("\"format\""), "{} {kind}: {text}", t.name);
+                assert!(!text.contains("$ref"), "{} {kind}: {text}", t.name);
+                assert!(
+                    !text.contains("\\n"),
+                    "{} {kind}: line break in {text}",
+                    t.name
+                );
+            }
+            let input = serde_json::to_string(&(t.input_schema)()).unwrap();
+            assert!(!input.contains("\"null\""), "{} input: {input}", t.name);
+            assert!(!t.about.contains('\n'), "{}", t.name);
+        }
+        // Outputs keep null where a value may be absent.
+        let o = output::<TaskResult>();
+        assert_eq!(
+            o["properties"]["exit_code"]["type"],
+            serde_json::json!(["integer", "null"])
+        );
+    }
+
+    #[test]
+    fn without_a_session_sandbox_id_is_required_and_said_so() {
+        let run = TOOLS.iter().find(|t| t.name == "run_command").unwrap();
+        let s = run.input_schema(Era::Sessionless);
+        assert!(
+            s["required"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|r| r == "sandbox_id")
+        );
+        assert!(
+            run.description(Era::Sessionless)
+                .contains("sandbox_id is required")
+        );
+        assert!(!run.description(Era::Sessionless).contains("this session"));
+        let s = run.input_schema(Era::Session);
+        assert!(
+            !s["required"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|r| r == "sandbox_id")
+        );
+        assert!(
+            run.description(Era::Session)
+                .contains("this session's last create_sandbox")
+        );
     }
 
     #[test]

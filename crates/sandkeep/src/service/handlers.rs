@@ -92,6 +92,9 @@ impl Service {
         }
         Ok(CreateSandboxResult {
             sandbox_id: info.sandbox_id.to_string(),
+            next: session
+                .is_stateless()
+                .then(|| format!("{}.", super::catalog::PASS_SANDBOX_ID)),
             template: info.template,
             created_at: info.created_at,
             expires_at: info.expires_at,

@@ -89,6 +89,10 @@ pub struct CreateSandboxResult {
     /// The sandbox's id: pass it as sandbox_id to every call that works in
     /// this sandbox.
     pub sandbox_id: String,
+    /// Present when the caller has no session (2026-07-28 HTTP requests):
+    /// there is no default sandbox, so pass sandbox_id to every call.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next: Option<String>,
     pub template: String,
     /// Unix seconds.
     pub created_at: u64,
