@@ -64,6 +64,11 @@ pub struct ServeArgs {
     /// The most disk_mib a create_sandbox may ask for [default: 65536].
     #[arg(long, value_name = "MIB", value_parser = clap::value_parser!(u64).range(64..))]
     pub max_disk_mib: Option<u64>,
+    /// With --http: also accept browser requests from this origin (e.g.
+    /// http://localhost:6274 for the MCP Inspector's web UI), exactly as the
+    /// browser sends it. Repeatable. The bearer token is still required.
+    #[arg(long, value_name = "ORIGIN", requires = "http")]
+    pub allow_origin: Vec<String>,
     /// Seconds of inactivity after which an HTTP session ends (and its
     /// unretained sandboxes are destroyed).
     #[arg(long, value_name = "SECS", default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..=86_400))]
@@ -117,9 +122,24 @@ pub fn run(args: ServeArgs) -> i32 {
         pids: args.max_pids.unwrap_or(defaults.pids),
         disk_mib: args.max_disk_mib.unwrap_or(defaults.disk_mib),
     };
+    let whereabouts = match provider::home_from_env() {
+        Ok(home) => {
+            tracing::info!(
+                "provider {}, state directory {} (SANDKEEP_HOME; the CLI and other servers see \
+                 these sandboxes only with the same directory)",
+                provider.kind(),
+                home.display()
+            );
+            mcp::Whereabouts::new(provider.kind(), &home)
+        }
+        Err(e) => {
+            tracing::warn!("provider {}, state directory unknown: {e}", provider.kind());
+            mcp::Whereabouts::default()
+        }
+    };
     let service = Arc::new(Service::new(provider, secrets(token)).with_ceilings(ceilings));
     let (Some(addr), Some(auth)) = (addr, auth) else {
-        return mcp::stdio::run(service);
+        return mcp::stdio::run(service, whereabouts);
     };
     mcp::http::run(
         service,
@@ -129,6 +149,8 @@ pub fn run(args: ServeArgs) -> i32 {
             session_idle: Duration::from_secs(args.session_idle_timeout),
             max_connections: args.max_connections as usize,
             max_sessions: args.max_sessions as usize,
+            allowed_origins: args.allow_origin.clone(),
+            whereabouts,
         },
     )
 }
