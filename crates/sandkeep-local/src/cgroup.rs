@@ -176,21 +176,50 @@ pub fn detect() -> [Place; 3] {
         let base = mount.join(parent);
         (writable(&base) && writable(&base.join("cgroup.procs"))).then_some(base)
     });
-    let v2_available = v2_base
+    let read = |base: &PathBuf, file: &str| {
+        fs::read_to_string(base.join(file))
+            .map(|t| parse_controllers(&t))
+            .unwrap_or_default()
+    };
+    let mut v2_available = v2_base
         .as_ref()
-        .and_then(|b| fs::read_to_string(b.join("cgroup.controllers")).ok())
-        .map(|t| parse_controllers(&t))
+        .map(|b| read(b, "cgroup.controllers"))
         .unwrap_or_default();
-    decide(&mounts, v2_base.as_deref(), &v2_available, writable)
+    let v2_busy = v2_base.as_deref().is_some_and(holds_processes);
+    if let (Some(base), true) = (&v2_base, v2_busy) {
+        // Only what is on already can serve the children.
+        let on = read(base, "cgroup.subtree_control");
+        v2_available.retain(|c| on.contains(c));
+    }
+    decide(
+        &mounts,
+        v2_base.as_deref(),
+        &v2_available,
+        v2_busy,
+        writable,
+    )
+}
+
+/// Whether the v2 cgroup `dir` holds processes itself while not being the
+/// hierarchy's true root: the kernel then refuses to enable a controller
+/// for its children ("no internal processes", EBUSY). This is the root of
+/// a container's cgroup namespace, where the container's own processes
+/// sit. The true root is exempt, and is the one cgroup without a
+/// `cgroup.type` file.
+fn holds_processes(dir: &Path) -> bool {
+    dir.join("cgroup.type").exists()
+        && fs::read_to_string(dir.join("cgroup.procs")).is_ok_and(|t| !t.trim().is_empty())
 }
 
 /// Where each controller is, given the mounts, the v2 directory sandboxes
-/// would go below (if any) and the controllers it offers, and which v1
-/// hierarchies this user may write: v2 first, then v1.
+/// would go below (if any), the controllers it offers to its children,
+/// whether it holds processes itself (see [`holds_processes`]), and which
+/// v1 hierarchies this user may write: v2 first, then v1.
 pub fn decide(
     mounts: &Mounts,
     v2_base: Option<&Path>,
     v2_available: &[String],
+    v2_busy: bool,
     v1_writable: impl Fn(&Path) -> bool,
 ) -> [Place; 3] {
     Controller::ALL.map(|c| {
@@ -213,6 +242,16 @@ pub fn decide(
                 "the cgroup v1 {} hierarchy at {} is not writable by this user",
                 c.name(),
                 mount.display()
+            )),
+            None if v2_busy => Place::Missing(format!(
+                "the cgroup v2 directory {} holds processes itself (the root of a container's \
+                 cgroup namespace?), so the {} controller cannot be enabled below it; move \
+                 those processes into a child cgroup first",
+                v2_base
+                    .map(Path::display)
+                    .map(|d| d.to_string())
+                    .unwrap_or_default(),
+                c.name()
             )),
             None if mounts.v2.is_some() && v2_base.is_none() => Place::Missing(format!(
                 "no delegated cgroup v2 subtree is writable by this user for the {} controller",
@@ -607,16 +646,22 @@ cgroup2 /sys/fs/cgroup/unified cgroup2 rw,relatime 0 0
         let v2 = Path::new("/sys/fs/cgroup");
         // v2 only, as root: everything below the v2 root.
         let m = parse_mounts("cgroup2 /sys/fs/cgroup cgroup2 rw 0 0\n");
-        let places = decide(&m, Some(v2), &names("cpuset cpu io memory pids"), |_| true);
+        let places = decide(
+            &m,
+            Some(v2),
+            &names("cpuset cpu io memory pids"),
+            false,
+            |_| true,
+        );
         assert!(places.iter().all(|p| *p == Place::V2 { base: v2.into() }));
         // v2 only without cpu offered: cpu is missing, the others hold.
-        let places = decide(&m, Some(v2), &names("memory pids"), |_| true);
+        let places = decide(&m, Some(v2), &names("memory pids"), false, |_| true);
         assert!(matches!(&places[2], Place::Missing(why) if why.contains("cpu")));
         assert_eq!(places[0], Place::V2 { base: v2.into() });
         // This machine: v1 controllers, an empty v2 hierarchy.
         let m = parse_mounts(HYBRID);
         let unified = Path::new("/sys/fs/cgroup/unified");
-        let places = decide(&m, Some(unified), &names("hugetlb"), |_| true);
+        let places = decide(&m, Some(unified), &names("hugetlb"), false, |_| true);
         assert_eq!(
             places,
             [
@@ -632,7 +677,7 @@ cgroup2 /sys/fs/cgroup/unified cgroup2 rw,relatime 0 0
             ]
         );
         // A hybrid host whose v2 hierarchy took memory over.
-        let places = decide(&m, Some(unified), &names("memory"), |_| true);
+        let places = decide(&m, Some(unified), &names("memory"), false, |_| true);
         assert_eq!(
             places[0],
             Place::V2 {
@@ -640,7 +685,7 @@ cgroup2 /sys/fs/cgroup/unified cgroup2 rw,relatime 0 0
             }
         );
         // An ordinary user: root's v1 hierarchies are not writable.
-        let places = decide(&m, None, &[], |_| false);
+        let places = decide(&m, None, &[], false, |_| false);
         assert!(
             places
                 .iter()
@@ -648,11 +693,19 @@ cgroup2 /sys/fs/cgroup/unified cgroup2 rw,relatime 0 0
         );
         // An ordinary user on v2 without a delegated subtree.
         let m = parse_mounts("cgroup2 /sys/fs/cgroup cgroup2 rw 0 0\n");
-        let places = decide(&m, None, &[], |_| false);
+        let places = decide(&m, None, &[], false, |_| false);
         assert!(
             places
                 .iter()
                 .all(|p| matches!(p, Place::Missing(why) if why.contains("delegated")))
+        );
+        // Root in a container's cgroup namespace whose root holds the
+        // container's processes: nothing can be enabled below it.
+        let places = decide(&m, Some(v2), &[], true, |_| true);
+        assert!(
+            places.iter().all(
+                |p| matches!(p, Place::Missing(why) if why.contains("holds processes itself"))
+            )
         );
     }
 

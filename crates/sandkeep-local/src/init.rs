@@ -22,7 +22,7 @@ use super::rootfs::{self, Owner};
 use super::seccomp;
 use super::state::{SandboxDir, Spec};
 use super::sys;
-use super::wire::{self, Reply, Request};
+use super::wire::{self, Control, Reply, Request};
 
 /// The capabilities sandbox root keeps (Docker's default set): enough to
 /// install packages in its copy of the system, nothing that reaches the
@@ -77,6 +77,9 @@ pub struct InitContext {
     pub dir: SandboxDir,
     pub mode: Mode,
     pub net: NetPlan,
+    /// The sandbox's memory cgroup on the host, when it has a memory
+    /// limit: shown read-only inside (see [`rootfs::build`]).
+    pub memory_cgroup: Option<std::path::PathBuf>,
     pub listener: OwnedFd,
     /// A seqpacket socket: one JSON [`InitReport`], with the proxy's
     /// listening socket attached when there is one, then closed.
@@ -99,6 +102,7 @@ pub fn run(ctx: InitContext) -> ! {
         dir,
         mode,
         net,
+        memory_cgroup,
         listener,
         report,
     } = ctx;
@@ -109,7 +113,8 @@ pub fn run(ctx: InitContext) -> ! {
     let mut proxy = None;
     let setup = match mode {
         Mode::Namespaces { owner, userns } => {
-            setup(&spec, &dir, owner, userns, net).map(|(isolation, warnings, p)| {
+            let memory_cgroup = memory_cgroup.as_deref();
+            setup(&spec, &dir, owner, userns, net, memory_cgroup).map(|(isolation, warnings, p)| {
                 proxy = p;
                 (isolation, warnings)
             })
@@ -148,6 +153,7 @@ fn setup(
     owner: Owner,
     userns: Option<OwnedFd>,
     net: NetPlan,
+    memory_cgroup: Option<&std::path::Path>,
 ) -> Result<(String, Vec<String>, ProxySocket), String> {
     sys::set_signal_mask(&[]).map_err(|e| format!("signal mask: {e}"))?;
     let mut flags = UnshareFlags::NEWNS | UnshareFlags::NEWUTS | UnshareFlags::NEWIPC;
@@ -161,7 +167,8 @@ fn setup(
     let proxy = if net.isolate { network(net)? } else { None };
     rustix::system::sethostname(spec.sandbox_id.as_str().as_bytes())
         .map_err(|e| format!("sethostname: {e}"))?;
-    let built = rootfs::build(dir, spec, owner, userns.as_ref().map(|f| f.as_fd()))?;
+    let idmap = userns.as_ref().map(|f| f.as_fd());
+    let built = rootfs::build(dir, spec, owner, idmap, memory_cgroup)?;
     enter_sandbox_identity(owner, userns)?;
     // The keeper's death must end the sandbox. Set only now: credential
     // changes clear it. Should the keeper already be gone, the report
@@ -412,6 +419,19 @@ fn on_message(conn: &mut Conn, buf: &mut [u8], env: &[CString], home: &std::path
         if let Err(e) = &received
             && e.kind() == std::io::ErrorKind::WouldBlock
         {
+            return;
+        }
+        if let Ok((n, _)) = &received
+            && let Ok(Control::Signal(signal)) = serde_json::from_slice(&buf[..*n])
+        {
+            // The leader only, as E2B's envd signals a process; a signal
+            // number the kernel refuses changes nothing.
+            if let (Some(leader), Some(signal)) = (
+                rustix::process::Pid::from_raw(pid),
+                rustix::process::Signal::from_named_raw(signal),
+            ) {
+                let _ = rustix::process::kill_process(leader, signal);
+            }
             return;
         }
         // A vanished group is not an error worth reporting.

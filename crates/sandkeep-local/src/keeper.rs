@@ -249,6 +249,7 @@ fn start(home: &Home, dir: &SandboxDir) -> Result<Running, String> {
         limits: enforced_limits(enforced, &spec, process_only)?,
     };
     record_network(&mut info, &spec, net)?;
+    let memory_cgroup = memory_cgroup(&cgroup_dirs, enforced);
     let init_pid = match sys::fork().map_err(|e| format!("fork the init: {e}"))? {
         sys::Forked::Child => init::run(InitContext {
             // The init enters the cgroups before anything else.
@@ -256,6 +257,7 @@ fn start(home: &Home, dir: &SandboxDir) -> Result<Running, String> {
             dir: dir.clone(),
             mode,
             net,
+            memory_cgroup,
             listener,
             report: report_w,
         }),
@@ -362,6 +364,16 @@ fn limit_resources(
         ));
     }
     Ok((cgroups, enforced))
+}
+
+/// The cgroup that carries the sandbox's memory limit, if it has one: the
+/// one with the memory controller's OOM-kill counter (v2 `memory.events`,
+/// v1 `memory.oom_control`).
+fn memory_cgroup(dirs: &[PathBuf], enforced: Resources) -> Option<PathBuf> {
+    enforced.memory_mib?;
+    dirs.iter()
+        .find(|d| d.join("memory.events").exists() || d.join("memory.oom_control").exists())
+        .cloned()
 }
 
 /// What the sandbox's record says is enforced: the cgroups' limits, and
@@ -619,7 +631,7 @@ fn descendants(root: u32) -> Vec<ProcessIdentity> {
 /// host: two servers with different `SANDKEEP_HOME`s must never hand out
 /// the same block. Under /run, so it starts empty with the machine, as do
 /// the sandboxes.
-const UID_SLOTS: &str = "/run/sandkeep/uid-slots";
+pub const UID_SLOTS: &str = "/run/sandkeep/uid-slots";
 
 /// Claims a free uid block for the sandbox: a slot file naming its
 /// directory, reclaimed once that directory is gone.

@@ -31,6 +31,7 @@ mod init;
 mod keeper;
 mod netpolicy;
 mod presence;
+mod process;
 mod proxy;
 mod rootfs;
 mod seccomp;
@@ -56,7 +57,7 @@ use self::state::{Home, Meta, Spec};
 use self::wire::Request;
 use sandkeep_provider::{
     CreateSpec, ExecOutput, ExecRequest, FileEntry, Provider, ProviderError, Release, Result,
-    SandboxId, SandboxInfo,
+    SandboxId, SandboxInfo, SpawnRequest, Spawned,
 };
 
 /// The first argument that makes the `sandkeep` binary a keeper.
@@ -470,6 +471,28 @@ impl Provider for LocalProvider {
     async fn renew(&self, id: &SandboxId) -> Result<SandboxInfo> {
         self.update(id, |m| {
             m.info.expires_at = state::now_secs() + m.info.timeout
+        })
+        .await
+    }
+
+    async fn spawn(&self, id: &SandboxId, request: SpawnRequest) -> Result<Spawned> {
+        self.live(id).await?;
+        let socket = self.home.sandbox(id).socket();
+        process::spawn(&socket, request).map_err(|e| {
+            if socket.exists() {
+                ProviderError::Unavailable(format!(
+                    "sandbox {id} does not answer ({e}); it may be shutting down, check list_sandboxes"
+                ))
+            } else {
+                ProviderError::NoSuchSandbox(id.clone())
+            }
+        })
+    }
+
+    async fn set_timeout(&self, id: &SandboxId, timeout: u64) -> Result<SandboxInfo> {
+        self.update(id, move |m| {
+            m.info.timeout = timeout;
+            m.info.expires_at = state::now_secs() + timeout;
         })
         .await
     }

@@ -128,6 +128,7 @@ pub fn build(
     spec: &Spec,
     owner: Owner,
     idmap: Option<BorrowedFd<'_>>,
+    memory_cgroup: Option<&Path>,
 ) -> Result<Built, String> {
     // Nothing mounted from here on may propagate back to the host.
     rustix::mount::mount_change(
@@ -165,22 +166,32 @@ pub fn build(
         idmapped: idmap.is_some(),
         warnings: Vec::new(),
     };
-    let mut idmap = idmap;
+    // Host entries others cannot read under an idmapped /etc, as paths
+    // relative to the new root.
+    let mut unreadable = Vec::new();
     match &spec.template_dir {
-        // A template is a whole root filesystem: one overlay over it.
-        Some(template) => overlay(
-            dir,
-            "@template",
-            template,
-            &root,
-            owner,
-            &mut idmap,
-            &mut built,
-        )?,
+        // A template is a whole root filesystem, the sandbox's own: one
+        // overlay over it, idmapped so that its owners are the sandbox's.
+        Some(template) => overlay(dir, "@template", template, &root, owner, idmap, &mut built)?,
         None => {
             bind_with(&disk.join("root"), &root, nosuid)?;
             for name in ALLOWED {
-                host_entry(dir, &root, name, owner, &mut idmap, &mut built)?;
+                // Only /etc is idmapped (host root is sandbox root there,
+                // so sandbox root may edit its copy). Everywhere else the
+                // host's owners stay unmapped in the sandbox's user
+                // namespace: no capability of sandbox root applies to
+                // their files, only the "other" permission bits count,
+                // so what others cannot read on the host stays unreadable
+                // inside, at no cost per file.
+                let etc = *name == "etc";
+                host_entry(dir, &root, name, owner, idmap.filter(|_| etc), &mut built)?;
+                if etc && built.idmapped {
+                    // Under the idmap owner bits would let sandbox users
+                    // in: hide what others cannot read, found afresh at
+                    // every create (about a thousand entries) so a host
+                    // change is never missed.
+                    unreadable = scan_unreadable(&dir.lower().join("etc"), Path::new("etc"));
+                }
             }
         }
     }
@@ -226,12 +237,15 @@ pub fn build(
         }
     }
     build_dev(&disk, &root.join("dev"))?;
+    if let Some(cgroup) = memory_cgroup {
+        show_cgroup(&root, cgroup)?;
+    }
 
     let helper = root.join(HELPER_DIR).join(HELPER_NAME);
     fs::File::create(&helper).map_err(ctx("create the helper mount point"))?;
     bind(&spec.exe, &helper, true)?;
 
-    mask(&root, spec)?;
+    mask(&root, &disk, spec, &unreadable)?;
 
     // The tmpfs root itself stays writable: it belongs to the sandbox.
     pivot(&root)?;
@@ -245,7 +259,7 @@ fn host_entry(
     root: &Path,
     name: &str,
     owner: Owner,
-    idmap: &mut Option<BorrowedFd<'_>>,
+    idmap: Option<BorrowedFd<'_>>,
     built: &mut Built,
 ) -> Result<(), String> {
     let host = Path::new("/").join(name);
@@ -271,7 +285,7 @@ fn overlay(
     host: &Path,
     target: &Path,
     owner: Owner,
-    idmap: &mut Option<BorrowedFd<'_>>,
+    idmap: Option<BorrowedFd<'_>>,
     built: &mut Built,
 ) -> Result<(), String> {
     let upper = dir.disk().join("upper").join(name);
@@ -288,7 +302,7 @@ fn overlay(
         chown(&upper, owner, md.uid(), md.gid())?;
     }
     let unprivileged = matches!(owner, Owner::Invoker);
-    if let Some(userns) = *idmap {
+    if let Some(userns) = idmap {
         match idmapped_lower(dir, name, host, userns)
             .and_then(|lower| mount_overlay(&lower, &upper, &work, target, false))
         {
@@ -300,7 +314,6 @@ fn overlay(
                 built.warnings.push(format!(
                     "idmapped lower layers unavailable ({e}); host-owned files are read-only inside"
                 ));
-                *idmap = None;
             }
         }
     }
@@ -382,6 +395,19 @@ fn mount_overlay(
     .map_err(|e| format!("overlay on {}: {e}", target.display()))
 }
 
+/// Shows the sandbox's own memory cgroup read-only where programs look for
+/// their limits: `/sys/fs/cgroup` (v2) or `/sys/fs/cgroup/memory` (v1).
+/// The task supervisor reads its OOM-kill counter there to tell that the
+/// limit killed a task. Nothing of the host's other cgroups is shown.
+fn show_cgroup(root: &Path, cgroup: &Path) -> Result<(), String> {
+    let mut target = root.join("sys/fs/cgroup");
+    if !cgroup.join("memory.events").exists() {
+        target.push("memory");
+    }
+    fs::create_dir_all(&target).map_err(ctx(format!("mkdir {}", target.display())))?;
+    bind(cgroup, &target, true)
+}
+
 fn build_dev(disk: &Path, dev: &Path) -> Result<(), String> {
     bind_with(
         &disk.join("dev"),
@@ -425,12 +451,79 @@ fn build_dev(disk: &Path, dev: &Path) -> Result<(), String> {
     )
 }
 
-/// Hides host secrets that the allowed directories contain, and sandkeep's
-/// own state wherever it lives.
-fn mask(root: &Path, spec: &Spec) -> Result<(), String> {
+/// An entry of an idmapped host directory that others cannot read.
+#[derive(Debug, PartialEq, Eq)]
+enum Unreadable {
+    /// A file (or fifo, socket, device) without the "other" read bit.
+    File(PathBuf),
+    /// A directory others cannot list or enter; its content is not walked.
+    Dir(PathBuf),
+}
+
+/// Walks `tree` (the mount the sandbox's lower layer is, so its submounts
+/// and modes are exactly what the sandbox would see) and names, relative
+/// to `rel`, every entry that the "other" permission bits keep from
+/// others. A directory that cannot be walked is named whole, so an error
+/// hides too much rather than too little.
+fn scan_unreadable(tree: &Path, rel: &Path) -> Vec<Unreadable> {
+    use std::os::unix::fs::MetadataExt;
+    let mut found = Vec::new();
+    let mut pending = vec![(tree.to_path_buf(), rel.to_path_buf())];
+    while let Some((host, inside)) = pending.pop() {
+        let Ok(entries) = fs::read_dir(&host) else {
+            found.push(Unreadable::Dir(inside));
+            continue;
+        };
+        for entry in entries.flatten() {
+            // A file removed meanwhile is gone inside too.
+            let Ok(md) = entry.metadata() else { continue };
+            let (path, name) = (entry.path(), inside.join(entry.file_name()));
+            let mode = md.mode();
+            if md.is_symlink() {
+                continue;
+            } else if md.is_dir() {
+                if mode & 0o005 == 0o005 {
+                    pending.push((path, name));
+                } else {
+                    found.push(Unreadable::Dir(name));
+                }
+            } else if mode & 0o004 == 0 {
+                found.push(Unreadable::File(name));
+            }
+        }
+    }
+    found
+}
+
+/// Hides host secrets that the allowed directories contain, the entries
+/// that others cannot read under an idmapped directory, and sandkeep's own
+/// state wherever it lives.
+fn mask(root: &Path, disk: &Path, spec: &Spec, unreadable: &[Unreadable]) -> Result<(), String> {
+    // The stand-in for unreadable files: mode 0 and owned by host root,
+    // which no sandbox user is, so opening it fails as it would for
+    // others on the host.
+    let sealed = disk.join("sealed");
+    if unreadable.iter().any(|u| matches!(u, Unreadable::File(_))) {
+        fs::File::create(&sealed).map_err(ctx("create the unreadable stand-in"))?;
+        fs::set_permissions(&sealed, fs::Permissions::from_mode(0o000))
+            .map_err(ctx("chmod the unreadable stand-in"))?;
+    }
+    let sealed_dir =
+        MountFlags::RDONLY | MountFlags::NOSUID | MountFlags::NODEV | MountFlags::NOEXEC;
+    for entry in unreadable {
+        match entry {
+            Unreadable::File(rel) => bind(&sealed, &root.join(rel), true)?,
+            Unreadable::Dir(rel) => mount_tmpfs(&root.join(rel), "mode=0,size=4k", sealed_dir)?,
+        }
+    }
+    let hidden = |rel: &Path| {
+        unreadable
+            .iter()
+            .any(|u| matches!(u, Unreadable::File(p) | Unreadable::Dir(p) if p == rel))
+    };
     for rel in MASKED_FILES {
         let p = root.join(rel);
-        if fs::symlink_metadata(&p).is_ok_and(|m| m.is_file()) {
+        if !hidden(Path::new(rel)) && fs::symlink_metadata(&p).is_ok_and(|m| m.is_file()) {
             bind(Path::new("/dev/null"), &p, false)?;
         }
     }
@@ -442,12 +535,13 @@ fn mask(root: &Path, spec: &Spec) -> Result<(), String> {
     let dirs = MASKED_DIRS
         .iter()
         .map(PathBuf::from)
-        .chain(std::iter::once(home_rel));
+        .chain(std::iter::once(home_rel))
+        .chain(other_state_dirs(&spec.home));
     for rel in dirs {
         let p = root.join(&rel);
         // metadata() would follow a symlink out of the sandbox root; only
         // real directories inside the overlays are masked.
-        if fs::symlink_metadata(&p).is_ok_and(|m| m.is_dir()) {
+        if !hidden(&rel) && fs::symlink_metadata(&p).is_ok_and(|m| m.is_dir()) {
             mount_tmpfs(
                 &p,
                 "mode=0755,size=4k",
@@ -456,6 +550,31 @@ fn mask(root: &Path, spec: &Spec) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// The state directories of root's other live sandboxes on this host, as
+/// paths relative to `/`: each holds a uid slot naming its sandbox's
+/// directory (`HOME/sb/ID`). Their contents are private already; masking
+/// them keeps even their names out of sight.
+fn other_state_dirs(own: &Path) -> Vec<PathBuf> {
+    let Ok(slots) = fs::read_dir(super::keeper::UID_SLOTS) else {
+        return Vec::new();
+    };
+    let mut homes: Vec<PathBuf> = Vec::new();
+    for slot in slots.flatten() {
+        let Ok(sandbox) = fs::read_to_string(slot.path()) else {
+            continue;
+        };
+        let home = Path::new(sandbox.trim()).ancestors().nth(2);
+        if let Some(rel) = home.and_then(|h| h.strip_prefix("/").ok())
+            && home != Some(own)
+            && !rel.as_os_str().is_empty()
+            && !homes.iter().any(|h| h == rel)
+        {
+            homes.push(rel.to_path_buf());
+        }
+    }
+    homes
 }
 
 fn pivot(root: &Path) -> Result<(), String> {

@@ -39,6 +39,16 @@ pub enum Request {
     ListFiles { path: String },
 }
 
+/// A message to the fork server while its child runs. Anything that does
+/// not parse as one (the historical `kill`, a hang-up) kills the child's
+/// process group.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Control {
+    /// Send this signal to the child itself (the group leader) only.
+    Signal(i32),
+}
+
 /// The fork server's answer once the child is gone.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]

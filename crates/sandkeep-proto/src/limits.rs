@@ -15,7 +15,7 @@ pub const SANDBOX_TIMEOUT_DEFAULT: u64 = 300;
 /// run_command timeout range and default, seconds.
 pub const RUN_TIMEOUT_MIN: u64 = 1;
 pub const RUN_TIMEOUT_MAX: u64 = 3_600;
-pub const RUN_TIMEOUT_DEFAULT: u64 = 60;
+pub const RUN_TIMEOUT_DEFAULT: u64 = 30;
 /// Sandbox resource requests (SPEC.md §4): the least a sandbox may ask
 /// for, and the local provider's defaults (§8). The most is the server's
 /// ceiling, a server option.

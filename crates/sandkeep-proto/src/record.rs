@@ -74,6 +74,10 @@ pub struct StateRecord {
     pub stderr_truncated: bool,
     /// `None` while the command runs.
     pub outcome: Option<Outcome>,
+    /// Why the task failed, when the supervisor knows more than its exit
+    /// code (the memory limit killed it). Absent in older records.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 impl StateRecord {
@@ -130,6 +134,7 @@ mod tests {
             stdout_truncated: false,
             stderr_truncated: true,
             outcome,
+            error: None,
         }
     }
 

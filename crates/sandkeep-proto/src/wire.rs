@@ -236,6 +236,10 @@ pub struct TaskStatus {
     pub stderr_bytes: u64,
     pub stdout_truncated: bool,
     pub stderr_truncated: bool,
+    /// Why a terminal task failed, when known beyond its exit code ("out
+    /// of memory (limit N MiB)"). Absent otherwise, and from older helpers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 /// The reply to `cancel`: the status seen at the end, and whether the
@@ -425,6 +429,7 @@ mod tests {
             stderr_bytes: 0,
             stdout_truncated: false,
             stderr_truncated: false,
+            error: None,
         };
         let v = serde_json::to_value(&s).unwrap();
         assert_eq!(v["state"], "running");

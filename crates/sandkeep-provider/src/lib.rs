@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
+use tokio::io::{AsyncRead, AsyncWrite};
 
 /// A sandbox id: 1–64 characters of `[a-z0-9-]`, starting with a letter or
 /// digit. Ids come from users, so the type keeps them safe to use in paths.
@@ -168,6 +169,47 @@ pub struct ExecOutput {
     pub timed_out: bool,
 }
 
+/// A process to start with [`Provider::spawn`], to live past the call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SpawnRequest {
+    /// Run as `sh -c COMMAND` (bash where the provider prefers it).
+    pub command: String,
+    /// `None`: the sandbox user's home.
+    pub cwd: Option<String>,
+    /// A pipe to the process's stdin; `false` gives it /dev/null.
+    pub stdin: bool,
+}
+
+/// A running process: its pipes and its control. Dropping the pipes closes
+/// them; dropping [`Spawned::process`] does not end the process.
+pub struct Spawned {
+    pub stdin: Option<Box<dyn AsyncWrite + Send + Unpin>>,
+    pub stdout: Box<dyn AsyncRead + Send + Unpin>,
+    pub stderr: Box<dyn AsyncRead + Send + Unpin>,
+    pub process: Box<dyn RunningProcess>,
+}
+
+impl fmt::Debug for Spawned {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Spawned")
+            .field("stdin", &self.stdin.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+/// The control of a process started by [`Provider::spawn`].
+#[async_trait]
+pub trait RunningProcess: Send + Sync {
+    /// Sends `signal` (a Linux signal number) to the process itself, not to
+    /// its children.
+    fn signal(&self, signal: i32) -> Result<()>;
+    /// SIGKILLs the process and everything in its process group.
+    fn kill_group(&self) -> Result<()>;
+    /// Waits for the exit: its status, or 128+N for signal N. Any number of
+    /// callers may wait, before or after the exit.
+    async fn wait(&self) -> Result<i32>;
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum FileKind {
@@ -263,6 +305,25 @@ pub trait Provider: Send + Sync {
 
     /// Runs a foreground command and waits for it (bounded by its timeout).
     async fn exec(&self, id: &SandboxId, request: ExecRequest) -> Result<ExecOutput>;
+
+    /// Starts a process that outlives the call, with live pipes.
+    async fn spawn(&self, id: &SandboxId, request: SpawnRequest) -> Result<Spawned> {
+        let _ = (id, request);
+        Err(ProviderError::Unsupported(format!(
+            "the {} provider cannot start processes that outlive a call",
+            self.kind()
+        )))
+    }
+
+    /// Sets the sandbox's timeout to `timeout` seconds and its deadline to
+    /// now + `timeout`.
+    async fn set_timeout(&self, id: &SandboxId, timeout: u64) -> Result<SandboxInfo> {
+        let _ = (id, timeout);
+        Err(ProviderError::Unsupported(format!(
+            "the {} provider cannot change a sandbox's timeout",
+            self.kind()
+        )))
+    }
 
     /// Reads a file (a relative path is taken from the sandbox user's
     /// home), refusing files over `limit` bytes.

@@ -13,6 +13,7 @@ mod capture;
 mod delete;
 mod error;
 mod nullio;
+mod oom;
 pub mod procfs;
 mod redact;
 mod start;

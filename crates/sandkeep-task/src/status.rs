@@ -99,6 +99,9 @@ pub fn status_of(dir: &TaskDir, req: &StatusRequest) -> Result<TaskStatus, Helpe
         stderr_bytes: err_bytes,
         stdout_truncated: r.is_some_and(|r| r.stdout_truncated),
         stderr_truncated: r.is_some_and(|r| r.stderr_truncated),
+        error: r
+            .and_then(|r| r.error.clone())
+            .filter(|_| observation.state.is_terminal()),
     })
 }
 

@@ -28,6 +28,7 @@ use sandkeep_proto::wire::StartRequest;
 
 use crate::capture::{Capture, Saved};
 use crate::nullio::{discarding_output, empty_input};
+use crate::oom::MemoryCgroup;
 use crate::procfs;
 use crate::redact::{Redactor, secrets_of_env};
 use crate::taskdir::{STDERR_LOG, STDOUT_LOG, TaskDir};
@@ -41,6 +42,8 @@ pub const SUPERVISE_VERB: &str = "__supervise";
 /// other content is an error message: nothing was started.
 pub const READY: u8 = b'R';
 
+/// The exit code of a task whose process the OOM killer ended (KILL).
+const OOM_EXIT_CODE: i32 = 128 + 9;
 /// Between TERM and KILL.
 const GRACE: Duration = Duration::from_secs(1);
 /// How long output is still read after the leader exited, for processes
@@ -218,6 +221,9 @@ struct Supervisor {
     kill_at: Option<Instant>,
     killed_at: Option<Instant>,
     exited: Option<Exited>,
+    /// The sandbox's memory cgroup and its OOM-kill count before the
+    /// spawn, when it has a memory limit.
+    memory: Option<(u64, MemoryCgroup)>,
     buf: Vec<u8>,
     /// `/dev/null`, where output beyond the cap is spliced without being
     /// copied into this process; `None` where it is missing or refuses.
@@ -256,7 +262,10 @@ impl Supervisor {
             stdout_truncated: false,
             stderr_truncated: false,
             outcome: None,
+            error: None,
         };
+        // Read before the spawn: a kill the task causes raises the count.
+        let memory = MemoryCgroup::find().and_then(|m| Some((m.kills()?, m)));
         let mut child = match spawn_command(&order) {
             Ok(child) => child,
             Err(e) => {
@@ -309,6 +318,7 @@ impl Supervisor {
             kill_at: None,
             killed_at: None,
             exited: None,
+            memory,
             buf: vec![0; READ_CHUNK],
             discard: File::options()
                 .write(true)
@@ -565,6 +575,12 @@ impl Supervisor {
         }
         let exit_code = self.exited.as_ref().and_then(|e| e.exit_code);
         let ending = ending_of(self.stop, exit_code);
+        if ending == Ending::Failed && exit_code == Some(OOM_EXIT_CODE) {
+            self.record.error = self
+                .memory
+                .as_ref()
+                .and_then(|(before, m)| m.kills().filter(|now| now > before).map(|_| m.error()));
+        }
         self.record.outcome = Some(Outcome {
             ending,
             exit_code,

@@ -6,10 +6,12 @@
 //!   masking. Shared by every front end; never touches `/proc` or a socket.
 //! - [`mcp`]: rmcp glue for stdio and Streamable HTTP. Decides no policy.
 //! - [`cli`]: the command line for people, on the same service.
+//! - [`e2b`]: the E2B-compatible endpoint (`serve --e2b`), on the provider.
 
 #![forbid(unsafe_code)]
 
 pub mod cli;
+pub mod e2b;
 pub mod mcp;
 pub mod provider;
 pub mod service;

@@ -329,7 +329,7 @@ fn cases() -> Vec<(&'static str, Value, Vec<&'static str>)> {
         (
             "start_task",
             json!({"command": "x"}),
-            vec!["no default sandbox in this session: call create_sandbox or pass sandbox_id"],
+            vec!["no default sandbox in this session: pass sandbox_id"],
         ),
     ]
     .into_iter()

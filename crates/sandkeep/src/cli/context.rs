@@ -78,7 +78,7 @@ pub struct CliError {
     hint: Option<String>,
     /// The object an MCP error result would carry (an unconfirmed cancel's
     /// observed task); printed on stdout with `--json`.
-    structured: Option<serde_json::Value>,
+    structured: Option<Box<serde_json::Value>>,
     code: u8,
 }
 
@@ -105,7 +105,7 @@ impl CliError {
         Self {
             message: err.to_string(),
             hint,
-            structured: err.structured(),
+            structured: err.structured().map(Box::new),
             code,
         }
     }

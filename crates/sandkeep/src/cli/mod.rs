@@ -14,9 +14,10 @@ mod context;
 mod doctor;
 mod exec;
 mod exit;
+mod mcp_config;
 mod output;
 mod sandbox;
-mod serve;
+pub(crate) mod serve;
 mod status_line;
 mod task;
 
@@ -66,6 +67,9 @@ pub enum Command {
     Doctor(doctor::DoctorArgs),
     /// Serve MCP over stdio (default) or Streamable HTTP.
     Serve(serve::ServeArgs),
+    /// Print the configuration that registers this binary, with its state
+    /// directory, in an MCP client.
+    McpConfig(mcp_config::McpConfigArgs),
     Completions(completions::CompletionsArgs),
 }
 
@@ -78,6 +82,7 @@ pub fn main() -> i32 {
             completions::run(&args, &mut Cli::command());
             exit::OK
         }
+        Command::McpConfig(args) => mcp_config::run(&args),
         Command::Doctor(args) => context::block_on(args.output.json, doctor::run(args)),
         Command::Sandbox(cmd) => context::block_on(cmd.json(), sandbox::run(cmd)),
         Command::Exec(args) => context::block_on(args.output.json, exec::run(args)),

@@ -15,8 +15,22 @@ pub struct ServeArgs {
     /// Serve Streamable HTTP at http://ADDR/mcp instead of stdio (e.g.
     /// 127.0.0.1:8765). Every request needs the bearer token, loopback
     /// included.
-    #[arg(long, value_name = "ADDR")]
+    #[arg(long, value_name = "ADDR", conflicts_with = "e2b")]
     pub http: Option<String>,
+    /// Serve the E2B-compatible API and envd at http://ADDR instead of MCP
+    /// (e.g. 127.0.0.1:3000): set E2B_API_URL and E2B_SANDBOX_URL to it.
+    #[arg(long, value_name = "ADDR")]
+    pub e2b: Option<String>,
+    /// The API key E2B clients must send (E2B_API_KEY). Without it the
+    /// server generates one, writes it to $SANDKEEP_HOME/e2b-api-key (mode
+    /// 0600) and prints it on stderr; a non-loopback --e2b address needs it.
+    #[arg(
+        long,
+        value_name = "KEY",
+        env = "SANDKEEP_E2B_API_KEY",
+        hide_env_values = true
+    )]
+    pub api_key: Option<String>,
     /// Bearer token HTTP clients must send (`Authorization: Bearer T`).
     /// Without it the server generates one, writes it to
     /// $SANDKEEP_HOME/http-token (mode 0600) and prints it on stderr.
@@ -50,6 +64,11 @@ pub struct ServeArgs {
     /// The most disk_mib a create_sandbox may ask for [default: 65536].
     #[arg(long, value_name = "MIB", value_parser = clap::value_parser!(u64).range(64..))]
     pub max_disk_mib: Option<u64>,
+    /// With --http: also accept browser requests from this origin (e.g.
+    /// http://localhost:6274 for the MCP Inspector's web UI), exactly as the
+    /// browser sends it. Repeatable. The bearer token is still required.
+    #[arg(long, value_name = "ORIGIN", requires = "http")]
+    pub allow_origin: Vec<String>,
     /// Seconds of inactivity after which an HTTP session ends (and its
     /// unretained sandboxes are destroyed).
     #[arg(long, value_name = "SECS", default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..=86_400))]
@@ -66,6 +85,9 @@ pub fn run(args: ServeArgs) -> i32 {
         )
         .init();
 
+    if let Some(e2b) = &args.e2b {
+        return serve_e2b(e2b, args.api_key.clone());
+    }
     let addr = match args.http.as_deref().map(resolve).transpose() {
         Ok(a) => a,
         Err(message) => {
@@ -100,9 +122,24 @@ pub fn run(args: ServeArgs) -> i32 {
         pids: args.max_pids.unwrap_or(defaults.pids),
         disk_mib: args.max_disk_mib.unwrap_or(defaults.disk_mib),
     };
+    let whereabouts = match provider::home_from_env() {
+        Ok(home) => {
+            tracing::info!(
+                "provider {}, state directory {} (SANDKEEP_HOME; the CLI and other servers see \
+                 these sandboxes only with the same directory)",
+                provider.kind(),
+                home.display()
+            );
+            mcp::Whereabouts::new(provider.kind(), &home)
+        }
+        Err(e) => {
+            tracing::warn!("provider {}, state directory unknown: {e}", provider.kind());
+            mcp::Whereabouts::default()
+        }
+    };
     let service = Arc::new(Service::new(provider, secrets(token)).with_ceilings(ceilings));
     let (Some(addr), Some(auth)) = (addr, auth) else {
-        return mcp::stdio::run(service);
+        return mcp::stdio::run(service, whereabouts);
     };
     mcp::http::run(
         service,
@@ -112,8 +149,68 @@ pub fn run(args: ServeArgs) -> i32 {
             session_idle: Duration::from_secs(args.session_idle_timeout),
             max_connections: args.max_connections as usize,
             max_sessions: args.max_sessions as usize,
+            allowed_origins: args.allow_origin.clone(),
+            whereabouts,
         },
     )
+}
+
+/// `serve --e2b ADDR`: the key (configured, or generated on loopback
+/// only), then the endpoint.
+fn serve_e2b(text: &str, configured: Option<String>) -> i32 {
+    let addr = match resolve(text) {
+        Ok(a) => a,
+        Err(message) => {
+            eprintln!("sandkeep serve: {}", message.replace("--http", "--e2b"));
+            return 2;
+        }
+    };
+    let provider = match provider::from_env() {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!(
+                "sandkeep serve: cannot open the local provider: {e}; run `sandkeep doctor` to see what is missing"
+            );
+            return 1;
+        }
+    };
+    let api_key = match configured {
+        Some(key) if !key.is_empty() => key,
+        _ if !addr.ip().is_loopback() => {
+            eprintln!(
+                "sandkeep serve: --e2b {addr} is not a loopback address; set --api-key or \
+                 SANDKEEP_E2B_API_KEY so only your clients can use it"
+            );
+            return 2;
+        }
+        _ => match generated_secret("e2b-api-key") {
+            Ok((key, file)) => {
+                eprintln!(
+                    "sandkeep serve: E2B API key written to {} (E2B_API_KEY={key})",
+                    file.display()
+                );
+                key
+            }
+            Err(message) => {
+                eprintln!("sandkeep serve: {message}");
+                return 1;
+            }
+        },
+    };
+    crate::e2b::run(provider, crate::e2b::E2bOptions { addr, api_key })
+}
+
+/// A new secret (128 bits from the OS) written to `$SANDKEEP_HOME/NAME`.
+fn generated_secret(name: &str) -> Result<(String, std::path::PathBuf), String> {
+    let mut bytes = [0u8; 16];
+    getrandom::fill(&mut bytes).map_err(|e| format!("cannot generate a secret: {e}"))?;
+    let value: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    let file = provider::home_from_env()
+        .map_err(|e| format!("cannot locate SANDKEEP_HOME for {name}: {e}"))?
+        .join(name);
+    write_private(&file, value.as_bytes())
+        .map_err(|e| format!("cannot write {}: {e}", file.display()))?;
+    Ok((value, file))
 }
 
 /// The configured token, none with `--insecure-no-auth`, else a new one
@@ -128,14 +225,7 @@ fn http_auth(args: &ServeArgs) -> Result<mcp::http::Auth, String> {
             file: None,
         });
     }
-    let mut bytes = [0u8; 16];
-    getrandom::fill(&mut bytes).map_err(|e| format!("cannot generate a token: {e}"))?;
-    let value: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
-    let file = provider::home_from_env()
-        .map_err(|e| format!("cannot locate SANDKEEP_HOME for the token file: {e}"))?
-        .join("http-token");
-    write_private(&file, value.as_bytes())
-        .map_err(|e| format!("cannot write the token file {}: {e}", file.display()))?;
+    let (value, file) = generated_secret("http-token")?;
     Ok(mcp::http::Auth::Token {
         value,
         file: Some(file),
@@ -144,7 +234,7 @@ fn http_auth(args: &ServeArgs) -> Result<mcp::http::Auth, String> {
 
 /// Replaces `path` atomically with a file of mode 0600: a reader sees the
 /// old token or the new one, and never a moment of wider permissions.
-fn write_private(path: &std::path::Path, content: &[u8]) -> std::io::Result<()> {
+pub(crate) fn write_private(path: &std::path::Path, content: &[u8]) -> std::io::Result<()> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
     let temp = path.with_extension(format!("tmp.{}", std::process::id()));

@@ -30,7 +30,7 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use super::SandkeepMcp;
+use super::{SandkeepMcp, Whereabouts};
 use crate::service::{Service, Session};
 
 /// Largest accepted request body: the same bound as a stdio line, so
@@ -70,6 +70,12 @@ pub struct HttpOptions {
     /// Live legacy sessions at once; one more initialize is answered 503
     /// while the existing sessions keep working.
     pub max_sessions: usize,
+    /// Origins a browser-based client may call from besides the server's
+    /// own (e.g. `http://localhost:6274`, the Inspector's web UI), exactly
+    /// as the browser sends them.
+    pub allowed_origins: Vec<String>,
+    /// Named in "no such sandbox" errors.
+    pub whereabouts: Whereabouts,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -126,7 +132,11 @@ impl SessionEnder {
         self.tracker.spawn_on(
             async move {
                 let end = service.end_session(&session).await;
-                tracing::info!(destroyed = ?end.destroyed, kept = ?end.kept, "HTTP session ended");
+                tracing::info!(
+                    destroyed = %super::id_list(&end.destroyed),
+                    kept = %super::id_list(&end.kept),
+                    "HTTP session ended"
+                );
             },
             &runtime,
         );
@@ -229,9 +239,15 @@ pub async fn serve(
     let mut sessions = LocalSessionManager::default();
     sessions.session_config.keep_alive = Some(options.session_idle);
     let factory_ender = ender.clone();
+    let allowed_origins = options.allowed_origins.clone();
+    let whereabouts = options.whereabouts.clone();
     let mcp = StreamableHttpService::new(
         move || {
-            let handler = SandkeepMcp::http(factory_ender.service.clone(), factory_ender.clone());
+            let handler = SandkeepMcp::http(
+                factory_ender.service.clone(),
+                factory_ender.clone(),
+                whereabouts.clone(),
+            );
             factory_ender.register(&handler.session.session);
             Ok(handler)
         },
@@ -240,6 +256,7 @@ pub async fn serve(
     );
     let guard = Arc::new(Guard {
         token,
+        allowed_origins,
         sessions: ender.clone(),
         max_sessions: options.max_sessions,
     });
@@ -357,19 +374,28 @@ fn busy_response(what: &str) -> Response {
 
 struct Guard {
     token: Option<String>,
+    allowed_origins: Vec<String>,
     sessions: SessionEnder,
     max_sessions: usize,
 }
 
 /// Origin first (a browser page of another site gets 403 whatever it
-/// sends), then the bearer token (401), then the session cap (503).
+/// sends, unless `--allow-origin` names it), then the bearer token (401), then the session cap (503).
 async fn check_request(State(guard): State<Arc<Guard>>, request: Request, next: Next) -> Response {
     if let Some(origin) = request.headers().get(header::ORIGIN)
-        && !same_origin(origin.to_str().unwrap_or(""), request.headers())
+        && !origin_allowed(
+            origin.to_str().unwrap_or(""),
+            request.headers(),
+            &guard.allowed_origins,
+        )
     {
         return (
             StatusCode::FORBIDDEN,
-            "Forbidden: the Origin header names another site; sandkeep only accepts same-origin or non-browser requests",
+            format!(
+                "Forbidden: the Origin {origin:?} is not allowed; sandkeep accepts same-origin and \
+                 non-browser requests, and origins named with `sandkeep serve --http ADDR \
+                 --allow-origin ORIGIN`"
+            ),
         )
             .into_response();
     }
@@ -413,6 +439,14 @@ fn opens_session(body: &[u8]) -> bool {
         serde_json::Value::Array(items) => items.iter().any(is_init),
         other => is_init(other),
     }
+}
+
+/// An Origin passes when it is ours or one the operator trusts.
+fn origin_allowed(origin: &str, headers: &HeaderMap, trusted: &[String]) -> bool {
+    same_origin(origin, headers)
+        || trusted
+            .iter()
+            .any(|t| t.trim_end_matches('/').eq_ignore_ascii_case(origin))
 }
 
 /// An Origin is ours when it is `http://` plus the Host the request was
@@ -464,6 +498,16 @@ mod tests {
         assert!(!same_origin("http://127.0.0.1:9090", &h));
         assert!(!same_origin("null", &h));
         assert!(!same_origin("https://127.0.0.1:8080", &h));
+    }
+
+    #[test]
+    fn trusted_origins_pass_exactly() {
+        let h = headers(&[(header::HOST, "127.0.0.1:8080")]);
+        let trusted = vec!["http://localhost:6274".to_owned()];
+        assert!(origin_allowed("http://localhost:6274", &h, &trusted));
+        assert!(origin_allowed("http://127.0.0.1:8080", &h, &trusted));
+        assert!(!origin_allowed("http://localhost:6275", &h, &trusted));
+        assert!(!origin_allowed("http://localhost:6274", &h, &[]));
     }
 
     #[test]

@@ -6,50 +6,113 @@
 //! JSON as text, a [`ToolError`] to an `isError: true` result, and an MCP
 //! connection to a [`Session`]: a stdio process's lifetime is one session
 //! whatever the protocol era; over HTTP a legacy (initialize) session is
-//! one session and each 2026-07-28 request is stateless.
+//! one session and each 2026-07-28 request is stateless. A sessionless
+//! caller is told so everywhere a default sandbox would apply: in
+//! `tools/list` (`sandbox_id` required), in create_sandbox's result and in
+//! errors.
+//!
+//! It also owns what only the protocol knows about: progress notifications
+//! while a call runs (when the client sent a `progressToken`) and client
+//! cancellation, which drops the call (for run_command that kills the
+//! command's process group).
 
 pub mod http;
 pub mod stdio;
 mod tasks;
 
 use std::sync::{Arc, LazyLock};
+use std::time::Duration;
 
 use rmcp::handler::server::ServerHandler;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams, ContentBlock,
     GetTaskParams, GetTaskResult, Implementation, ListToolsResult, PaginatedRequestParams,
-    ServerCapabilities, ServerConfig, Tool, ToolAnnotations,
+    ProgressNotificationParam, ProgressToken, ServerCapabilities, ServerConfig, Tool,
+    ToolAnnotations,
 };
-use rmcp::service::RequestContext;
+use rmcp::service::{Peer, RequestContext};
 use rmcp::{ErrorData as McpError, RoleServer};
 
-use crate::service::{Service, Session, ToolError, catalog};
+use crate::provider::ProviderError;
+use crate::service::catalog::{self, Era};
+use crate::service::{Service, Session, ToolError};
 
-/// What the server tells a model about itself at the handshake.
-const INSTRUCTIONS: &str = "sandkeep gives you Linux sandboxes and durable background tasks in them. \
-Typical flow: create_sandbox (timeout long enough for your work), run_command for quick commands, \
-start_task for long ones, then poll get_task with the returned handle (sandbox_id + task_id), paging \
-logs with the *_next_offset values. Tasks survive disconnects and server restarts; sandboxes without \
-tasks are destroyed when this session ends. kill_sandbox when done.";
+/// What the server tells a model about itself at the handshake (true with
+/// and without a session).
+const INSTRUCTIONS: &str = "sandkeep gives you Linux sandboxes and durable background tasks in \
+them. Typical flow: create_sandbox (timeout long enough for your work) and pass its sandbox_id to \
+every call, run_command for quick commands, start_task for long ones, then wait_task with the \
+returned handle (sandbox_id + task_id): it answers when the task ends or prints, without polling; \
+page logs with the *_next_offset values (get_task reads any page). Tasks survive \
+disconnects and server restarts. kill_sandbox when done.";
 
-/// The published tool list, built once per process from the catalogue.
-static TOOLS: LazyLock<Vec<Tool>> = LazyLock::new(|| {
+/// A client that asked for progress hears from a running call this often
+/// (the TypeScript SDK gives up on a silent request after 60 s unless
+/// progress resets its timer).
+pub const PROGRESS_INTERVAL: Duration = Duration::from_secs(5);
+
+fn publish(era: Era) -> Vec<Tool> {
     catalog::TOOLS
         .iter()
         .map(|t| {
-            Tool::new(t.name, t.description, Arc::new((t.input_schema)()))
+            let a = t.annotations;
+            Tool::new(t.name, t.description(era), Arc::new(t.input_schema(era)))
                 .with_title(t.title)
                 .with_raw_output_schema(Arc::new((t.output_schema)()))
                 .with_annotations(
                     ToolAnnotations::with_title(t.title)
-                        .read_only(t.read_only)
-                        .destructive(t.destructive)
-                        .idempotent(t.idempotent)
-                        .open_world(false),
+                        .read_only(a.read_only)
+                        .destructive(a.destructive)
+                        .idempotent(a.idempotent)
+                        .open_world(a.open_world),
                 )
         })
         .collect()
-});
+}
+
+/// The published tool lists, built once per process from the catalogue.
+static SESSION_TOOLS: LazyLock<Vec<Tool>> = LazyLock::new(|| publish(Era::Session));
+static SESSIONLESS_TOOLS: LazyLock<Vec<Tool>> = LazyLock::new(|| publish(Era::Sessionless));
+
+/// Where this server keeps sandboxes, named in "no such sandbox" errors: a
+/// client that started the server with another `SANDKEEP_HOME` than the
+/// CLI's sees none of the CLI's sandboxes, and must be told where it looks.
+#[derive(Debug, Clone, Default)]
+pub struct Whereabouts {
+    /// E.g. "provider local, state directory /root/.local/state/sandkeep".
+    note: Option<Arc<str>>,
+}
+
+impl Whereabouts {
+    pub fn new(provider: &str, state_dir: &std::path::Path) -> Self {
+        Self {
+            note: Some(
+                format!(
+                    "provider {provider}, state directory {}",
+                    state_dir.display()
+                )
+                .into(),
+            ),
+        }
+    }
+}
+
+impl std::fmt::Display for Whereabouts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.note.as_deref().unwrap_or("state directory unknown"))
+    }
+}
+
+/// Sandbox ids for a log line: `sb-1, sb-2` (their Debug form would read
+/// `SandboxId(sb-1)`).
+fn id_list(ids: &[crate::provider::SandboxId]) -> String {
+    let ids: Vec<&str> = ids.iter().map(|id| id.as_str()).collect();
+    if ids.is_empty() {
+        "none".to_owned()
+    } else {
+        ids.join(", ")
+    }
+}
 
 /// The multi-thread runtime both transports serve on; `None` after telling
 /// the user on stderr why it could not start.
@@ -61,10 +124,11 @@ fn serve_runtime() -> Option<tokio::runtime::Runtime> {
         .ok()
 }
 
-/// Tools whose call is dropped as soon as the client cancels it or goes
-/// away: they only wait, so dropping them loses nothing, and the dropped
-/// provider call ends the waiter in the sandbox.
-const ABANDONED_ON_CANCEL: &[&str] = &["wait_task"];
+/// Tools whose call is dropped as soon as the client cancels it: the
+/// dropped provider call kills what it ran in the sandbox (run_command's
+/// command, wait_task's waiter). Other calls run to their end, so that a
+/// cancelled start or cancel never leaves a half-done change.
+const ABANDONED_ON_CANCEL: &[&str] = &["run_command", "wait_task"];
 
 /// How a handler maps calls to sessions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -75,13 +139,14 @@ enum SessionScope {
     HttpSession,
 }
 
-/// The rmcp handler: cheap to clone (two `Arc`s), so rmcp's HTTP factory
-/// can make one per session or request.
+/// The rmcp handler: cheap to clone, so rmcp's HTTP factory can make one
+/// per session or request.
 #[derive(Clone)]
 pub struct SandkeepMcp {
     service: Arc<Service>,
     session: Arc<SessionHandle>,
     scope: SessionScope,
+    whereabouts: Whereabouts,
 }
 
 /// Owns a session; over HTTP its drop (legacy session deleted or expired)
@@ -109,10 +174,17 @@ impl SandkeepMcp {
                 on_drop: None,
             }),
             scope: SessionScope::Process,
+            whereabouts: Whereabouts::default(),
         }
     }
 
-    fn http(service: Arc<Service>, ender: http::SessionEnder) -> Self {
+    /// Names the state directory in "no such sandbox" errors.
+    pub fn with_whereabouts(mut self, whereabouts: Whereabouts) -> Self {
+        self.whereabouts = whereabouts;
+        self
+    }
+
+    fn http(service: Arc<Service>, ender: http::SessionEnder, whereabouts: Whereabouts) -> Self {
         Self {
             service,
             session: Arc::new(SessionHandle {
@@ -120,6 +192,20 @@ impl SandkeepMcp {
                 on_drop: Some(ender),
             }),
             scope: SessionScope::HttpSession,
+            whereabouts,
+        }
+    }
+
+    /// Whether the request has a session: only a 2026-07-28 request over
+    /// HTTP has none.
+    fn era(&self, context: &RequestContext<RoleServer>) -> Era {
+        let modern = context
+            .protocol_version()
+            .is_some_and(|v| !v.has_initialize());
+        if self.scope == SessionScope::HttpSession && modern {
+            Era::Sessionless
+        } else {
+            Era::Session
         }
     }
 
@@ -128,33 +214,42 @@ impl SandkeepMcp {
         request: CallToolRequestParams,
         context: &RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
-        let modern = context
-            .protocol_version()
-            .is_some_and(|v| !v.has_initialize());
+        let era = self.era(context);
         let stateless;
-        let session = if self.scope == SessionScope::HttpSession && modern {
-            stateless = Session::stateless();
-            &stateless
-        } else {
-            self.session.session.as_ref()
+        let session = match era {
+            Era::Sessionless => {
+                stateless = Session::stateless();
+                &stateless
+            }
+            Era::Session => self.session.session.as_ref(),
         };
         if tasks::wanted(&request, context) {
             return Ok(tasks::start(&self.service, session, request)
                 .await
-                .unwrap_or_else(|e| tool_error(&e).into()));
+                .unwrap_or_else(|e| tool_error(&e, self.explain(&e, era)).into()));
         }
+        let abandon = ABANDONED_ON_CANCEL.contains(&request.name.as_ref());
         let work = self
             .service
             .call_json(session, &request.name, request.arguments);
-        let outcome = if ABANDONED_ON_CANCEL.contains(&request.name.as_ref()) {
-            tokio::select! {
-                outcome = work => outcome,
-                () = context.ct.cancelled() => {
-                    return Err(McpError::internal_error("the request was cancelled", None));
-                }
+        let progress = context
+            .meta
+            .get_progress_token()
+            .map(|token| report_progress(context.peer.clone(), token, request.name.to_string()));
+        let cancelled = async {
+            if abandon {
+                context.ct.cancelled().await
+            } else {
+                std::future::pending().await
             }
-        } else {
-            work.await
+        };
+        let outcome = tokio::select! {
+            outcome = work => outcome,
+            () = cancelled => {
+                tracing::info!(tool = %request.name, "the client cancelled the call; stopped it");
+                return Err(McpError::internal_error("cancelled by the client", None));
+            }
+            () = keep_reporting(progress) => unreachable!("progress reports run until the call ends"),
         };
         match outcome {
             Ok(value) => Ok(CallToolResult::structured(value).into()),
@@ -164,15 +259,60 @@ impl SandkeepMcp {
             )),
             Err(e) => {
                 tracing::debug!(tool = %request.name, error = %e, "tool error");
-                Ok(tool_error(&e).into())
+                Ok(tool_error(&e, self.explain(&e, era)).into())
             }
+        }
+    }
+
+    /// The error's message, plus what only this layer knows: that a
+    /// sessionless caller has no default at all, and where this server
+    /// looks for sandboxes.
+    fn explain(&self, e: &ToolError, era: Era) -> String {
+        match e {
+            ToolError::NoDefaultSandbox if era == Era::Sessionless => format!(
+                "no default sandbox: {}; create_sandbox returns one, list_sandboxes lists the \
+                 live ones",
+                catalog::PASS_SANDBOX_ID
+            ),
+            ToolError::Provider(ProviderError::NoSuchSandbox(_)) => {
+                format!(
+                    "{e} (this server: {}; a sandbox made with another SANDKEEP_HOME is not \
+                     visible here)",
+                    self.whereabouts
+                )
+            }
+            _ => e.to_string(),
         }
     }
 }
 
-/// A [`ToolError`] as an `isError: true` result.
-fn tool_error(e: &ToolError) -> CallToolResult {
-    let mut result = CallToolResult::error(vec![ContentBlock::text(e.to_string())]);
+/// Sends `notifications/progress` every [`PROGRESS_INTERVAL`] until
+/// dropped; the progress value is the seconds elapsed.
+async fn report_progress(peer: Peer<RoleServer>, token: ProgressToken, tool: String) {
+    let started = tokio::time::Instant::now();
+    let mut ticks = tokio::time::interval_at(started + PROGRESS_INTERVAL, PROGRESS_INTERVAL);
+    loop {
+        ticks.tick().await;
+        let secs = started.elapsed().as_secs();
+        let note = ProgressNotificationParam::new(token.clone(), secs as f64)
+            .with_message(format!("{tool} still running after {secs} s"));
+        if let Err(e) = peer.notify_progress(note).await {
+            tracing::debug!("cannot send progress: {e}");
+        }
+    }
+}
+
+/// Runs the progress reporter if there is one, else waits forever.
+async fn keep_reporting(reporter: Option<impl Future<Output = ()>>) {
+    match reporter {
+        Some(r) => r.await,
+        None => std::future::pending().await,
+    }
+}
+
+/// A [`ToolError`] as an `isError: true` result saying `message`.
+fn tool_error(e: &ToolError, message: String) -> CallToolResult {
+    let mut result = CallToolResult::error(vec![ContentBlock::text(message)]);
     result.structured_content = e.structured();
     result
 }
@@ -216,12 +356,16 @@ impl ServerHandler for SandkeepMcp {
     async fn list_tools(
         &self,
         _request: Option<PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
-        Ok(ListToolsResult::with_all_items(TOOLS.clone()))
+        let tools = match self.era(&context) {
+            Era::Session => &SESSION_TOOLS,
+            Era::Sessionless => &SESSIONLESS_TOOLS,
+        };
+        Ok(ListToolsResult::with_all_items(tools.to_vec()))
     }
 
     fn get_tool(&self, name: &str) -> Option<Tool> {
-        TOOLS.iter().find(|t| t.name == name).cloned()
+        SESSION_TOOLS.iter().find(|t| t.name == name).cloned()
     }
 }

@@ -16,7 +16,7 @@ use rmcp::ServiceExt;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::signal::unix::{SignalKind, signal};
 
-use super::SandkeepMcp;
+use super::{SandkeepMcp, Whereabouts};
 use crate::service::{Service, Session};
 
 type Reader = Box<dyn AsyncRead + Send + Unpin>;
@@ -24,17 +24,17 @@ type Writer = Box<dyn AsyncWrite + Send + Unpin>;
 
 /// Serves MCP on stdin/stdout until the session ends; returns the exit
 /// code.
-pub fn run(service: Arc<Service>) -> i32 {
+pub fn run(service: Arc<Service>, whereabouts: Whereabouts) -> i32 {
     let Some(runtime) = super::serve_runtime() else {
         return 1;
     };
-    let code = runtime.block_on(serve(service));
+    let code = runtime.block_on(serve(service, whereabouts));
     // A blocking stdin read may still be pending; do not wait for it.
     runtime.shutdown_background();
     code
 }
 
-async fn serve(service: Arc<Service>) -> i32 {
+async fn serve(service: Arc<Service>, whereabouts: Whereabouts) -> i32 {
     let (reader, writer) = match protocol_streams() {
         Ok(pair) => pair,
         Err(e) => {
@@ -53,7 +53,8 @@ async fn serve(service: Arc<Service>) -> i32 {
         }
     };
     let session = Arc::new(Session::new());
-    let handler = SandkeepMcp::stdio(service.clone(), session.clone());
+    let handler =
+        SandkeepMcp::stdio(service.clone(), session.clone()).with_whereabouts(whereabouts);
     let connection = async move {
         match handler.serve((reader, writer)).await {
             Ok(running) => {
@@ -71,7 +72,11 @@ async fn serve(service: Arc<Service>) -> i32 {
         _ = int.recv() => tracing::info!("SIGINT: ending the session"),
     }
     let end = service.end_session(&session).await;
-    tracing::info!(destroyed = ?end.destroyed, kept = ?end.kept, "session ended");
+    tracing::info!(
+        destroyed = %super::id_list(&end.destroyed),
+        kept = %super::id_list(&end.kept),
+        "session ended"
+    );
     for (id, why) in &end.failed {
         tracing::warn!("could not destroy sandbox {id} ({why}); it is destroyed at its deadline");
     }

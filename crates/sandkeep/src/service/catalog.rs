@@ -11,13 +11,17 @@ use super::*;
 pub struct ToolSpec {
     pub name: &'static str,
     pub title: &'static str,
-    pub description: &'static str,
-    /// The tool only reads (no side effect in any sandbox).
-    pub read_only: bool,
-    /// The tool may destroy or overwrite something.
-    pub destructive: bool,
-    /// Calling it twice with the same arguments has no further effect.
-    pub idempotent: bool,
+    /// What the tool does, true with or without a session: one paragraph,
+    /// no line breaks. See [`ToolSpec::description`].
+    pub about: &'static str,
+    /// Appended where calls share a session (stdio, legacy HTTP): how the
+    /// session's default sandbox and destruction set apply. Empty if none do.
+    pub session_note: &'static str,
+    /// Appended where every request stands alone (2026-07-28 HTTP): no
+    /// default sandbox exists, so `sandbox_id` is required. Empty if the
+    /// tool does not care.
+    pub sessionless_note: &'static str,
+    pub annotations: Annotations,
     /// JSON Schema 2020-12 of the arguments: an object schema with
     /// `additionalProperties: false`.
     pub input_schema: fn() -> Map<String, Value>,
@@ -25,15 +29,96 @@ pub struct ToolSpec {
     pub output_schema: fn() -> Map<String, Value>,
 }
 
+/// The MCP tool annotations (hints a client uses to decide what needs the
+/// user's approval). They must agree with the README's table; a test
+/// checks that.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Annotations {
+    /// The tool changes nothing in any sandbox.
+    pub read_only: bool,
+    /// The tool may destroy or overwrite something (killing processes,
+    /// replacing files, running arbitrary commands).
+    pub destructive: bool,
+    /// Calling it twice with the same arguments has no further effect.
+    pub idempotent: bool,
+    /// The tool may reach the world outside the sandbox (the network).
+    pub open_world: bool,
+}
+
+/// Whether the caller has a session (a default sandbox, a destruction set).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Era {
+    /// stdio, or a legacy (initialize) HTTP session.
+    Session,
+    /// A 2026-07-28 HTTP request: no session, so no default sandbox.
+    Sessionless,
+}
+
+/// What a sessionless caller is told wherever a default would apply (in
+/// create_sandbox's `next` and in the missing-sandbox error).
+pub const PASS_SANDBOX_ID: &str = "pass this sandbox_id to every call: requests on this \
+connection have no session, so there is no default sandbox";
+
+impl ToolSpec {
+    /// The description a model reads in `era`.
+    pub fn description(&self, era: Era) -> String {
+        let note = match era {
+            Era::Session => self.session_note,
+            Era::Sessionless => self.sessionless_note,
+        };
+        if note.is_empty() {
+            self.about.to_owned()
+        } else {
+            format!("{} {note}", self.about)
+        }
+    }
+
+    /// The input schema in `era`: without a session an optional
+    /// `sandbox_id` becomes required, its description saying why.
+    pub fn input_schema(&self, era: Era) -> Map<String, Value> {
+        let mut schema = (self.input_schema)();
+        if era == Era::Sessionless
+            && let Some(Value::Object(p)) = schema
+                .get_mut("properties")
+                .and_then(|p| p.get_mut("sandbox_id"))
+        {
+            p.insert(
+                "description".into(),
+                "The sandbox to use: the sandbox_id create_sandbox returned (required: this \
+                 connection has no session, so there is no default sandbox)."
+                    .into(),
+            );
+            let required = schema
+                .entry("required")
+                .or_insert_with(|| Value::Array(Vec::new()));
+            if let Value::Array(r) = required
+                && !r.iter().any(|v| v == "sandbox_id")
+            {
+                r.push("sandbox_id".into());
+            }
+        }
+        schema
+    }
+}
+
 fn input<T: JsonSchema>() -> Map<String, Value> {
-    schema::<T>(SchemaSettings::draft2020_12())
+    let mut map = schema::<T>(SchemaSettings::draft2020_12());
+    if let Some(Value::Object(props)) = map.get_mut("properties") {
+        for p in props.values_mut() {
+            not_null(p);
+        }
+    }
+    map
 }
 
 fn output<T: JsonSchema>() -> Map<String, Value> {
     schema::<T>(SchemaSettings::draft2020_12().for_serialize())
 }
 
-fn schema<T: JsonSchema>(settings: SchemaSettings) -> Map<String, Value> {
+fn schema<T: JsonSchema>(mut settings: SchemaSettings) -> Map<String, Value> {
+    // Some clients do not resolve `$ref`; every schema is small enough to
+    // inline.
+    settings.inline_subschemas = true;
     let root = settings.into_generator().into_root_schema_for::<T>();
     let Value::Object(mut map) = serde_json::to_value(root).expect("schemas always encode") else {
         unreachable!("a root schema of a struct is an object")
@@ -41,181 +126,251 @@ fn schema<T: JsonSchema>(settings: SchemaSettings) -> Map<String, Value> {
     // The Rust type's name and doc are noise to a model.
     map.remove("title");
     map.remove("description");
+    let mut value = Value::Object(map);
+    portable(&mut value);
+    let Value::Object(map) = value else {
+        unreachable!("still an object")
+    };
     map
 }
+
+/// Removes what strict validators reject or warn about: schemars' Rust
+/// integer formats ("uint64", "int32", "double"...) are not JSON Schema
+/// formats, and Ajv in strict mode refuses a schema with an unknown one.
+/// Descriptions lose the line breaks of the doc comments they come from.
+fn portable(value: &mut Value) {
+    match value {
+        Value::Object(map) => {
+            if map.get("format").and_then(Value::as_str).is_some_and(|f| {
+                !matches!(
+                    f,
+                    "date-time" | "date" | "time" | "duration" | "email" | "hostname" | "uri"
+                )
+            }) {
+                map.remove("format");
+            }
+            if let Some(Value::String(d)) = map.get_mut("description") {
+                *d = d.split_whitespace().collect::<Vec<_>>().join(" ");
+            }
+            map.values_mut().for_each(portable);
+        }
+        Value::Array(items) => items.iter_mut().for_each(portable),
+        _ => {}
+    }
+}
+
+/// An optional parameter is simply left out; it is published as its plain
+/// type, not `["T", "null"]`, which form-building clients (the Inspector)
+/// warn about. The service still accepts an explicit null.
+fn not_null(property: &mut Value) {
+    if let Some(Value::Array(types)) = property.get_mut("type") {
+        types.retain(|t| t != "null");
+        if let [single] = types.as_slice() {
+            let single = single.clone();
+            property["type"] = single;
+        }
+    }
+}
+
+const fn annotations(
+    read_only: bool,
+    destructive: bool,
+    idempotent: bool,
+    open_world: bool,
+) -> Annotations {
+    Annotations {
+        read_only,
+        destructive,
+        idempotent,
+        open_world,
+    }
+}
+
+/// Reads only: changes nothing, safe to repeat, stays on this host.
+const READS: Annotations = annotations(true, false, true, false);
+/// Runs an arbitrary command: it may delete anything in the sandbox and
+/// reach the network, and running it twice does it twice.
+const RUNS_ANYTHING: Annotations = annotations(false, true, false, true);
+
+const DEFAULT_SANDBOX: &str =
+    "Without sandbox_id the sandbox from this session's last create_sandbox is used.";
+const SANDBOX_ID_REQUIRED: &str = "sandbox_id is required: pass the sandbox_id create_sandbox \
+returned (requests on this connection have no session, so there is no default sandbox).";
 
 pub const TOOLS: &[ToolSpec] = &[
     ToolSpec {
         name: "create_sandbox",
         title: "Create a sandbox",
-        description: "Create an isolated Linux sandbox and make it this session's default sandbox \
-(tools called without sandbox_id use it). It is destroyed at expires_at (created_at + timeout); \
-run_command and the file tools push that deadline to now + timeout, the task tools do not. \
-When this MCP session ends, sandboxes it created are destroyed unless a task was started in them \
-(start_task retains the sandbox until its deadline or kill_sandbox). The sandbox gets a clean \
-environment plus `envs`: pass secrets a command needs there; their values are redacted from task logs.",
-        read_only: false,
-        destructive: false,
-        idempotent: false,
+        about: "Create an isolated Linux sandbox and return its sandbox_id. It is destroyed at \
+expires_at (created_at + timeout); run_command and the file tools push that deadline to now + \
+timeout, the task tools do not. The sandbox gets a clean environment plus `envs`: pass secrets a \
+command needs there; their values are redacted from task logs.",
+        session_note: "It becomes this session's default sandbox (tools called without sandbox_id \
+use it). When this MCP session ends, sandboxes it created are destroyed unless a task was started \
+in them (start_task retains the sandbox until its deadline or kill_sandbox).",
+        sessionless_note: "Pass the returned sandbox_id to every call: requests on this connection \
+have no session, so there is no default sandbox, and nothing destroys the sandbox before its \
+deadline except kill_sandbox. Create one sandbox and reuse it; kill_sandbox when done.",
+        annotations: annotations(false, false, false, false),
         input_schema: input::<CreateSandboxArgs>,
         output_schema: output::<CreateSandboxResult>,
     },
     ToolSpec {
         name: "kill_sandbox",
         title: "Destroy a sandbox",
-        description: "Destroy a sandbox now: every process in it (also detached ones), its files and \
-its tasks. killed is false when it was already gone. Use it when you are done with a sandbox that \
-has tasks (it would otherwise live until its deadline), or to stop everything in it for sure.",
-        read_only: false,
-        destructive: true,
-        idempotent: true,
+        about: "Destroy a sandbox now: every process in it (also detached ones), its files and its \
+tasks. killed is false when it was already gone. Use it when you are done with a sandbox that has \
+tasks (it would otherwise live until its deadline), or to stop everything in it for sure.",
+        session_note: "",
+        sessionless_note: "",
+        annotations: annotations(false, true, true, false),
         input_schema: input::<KillSandboxArgs>,
         output_schema: output::<KillSandboxResult>,
     },
     ToolSpec {
         name: "list_sandboxes",
         title: "List sandboxes",
-        description: "List the live sandboxes this server can see (also those created by earlier \
-sessions), with their deadlines and whether they are retained by a task.",
-        read_only: true,
-        destructive: false,
-        idempotent: true,
+        about: "List the live sandboxes this server can see (also those created by earlier \
+sessions and by the sandkeep CLI on the same state directory), with their deadlines and whether \
+they are retained by a task.",
+        session_note: "",
+        sessionless_note: "",
+        annotations: READS,
         input_schema: input::<ListSandboxesArgs>,
         output_schema: output::<ListSandboxesResult>,
     },
     ToolSpec {
         name: "run_command",
         title: "Run a command and wait",
-        description: "Run a short shell command (bash -c) in a sandbox and wait for it; returns exit_code \
-and the last 64 KiB of stdout and stderr. At the timeout (see the timeout parameter) the command \
-is killed and timed_out is true, and its output is lost if you disconnect. For anything that may \
-take longer than a minute, must survive a disconnect, or produces a lot of output (builds, test \
-suites, servers, downloads), use start_task instead. Renews the sandbox's deadline.",
-        read_only: false,
-        destructive: true,
-        idempotent: false,
+        about: "Run a short shell command (bash -c) in a sandbox and wait for it; returns exit_code \
+and the last 64 KiB of stdout and stderr. At the timeout (default 30 s) the command is killed and \
+timed_out is true; if the client cancels the call, the command is killed too. For anything that \
+may take longer than a minute, must survive a disconnect, or produces a lot of output (builds, \
+test suites, servers, downloads), use start_task instead. Renews the sandbox's deadline.",
+        session_note: DEFAULT_SANDBOX,
+        sessionless_note: SANDBOX_ID_REQUIRED,
+        annotations: RUNS_ANYTHING,
         input_schema: input::<RunCommandArgs>,
         output_schema: output::<RunCommandResult>,
     },
     ToolSpec {
         name: "read_file",
         title: "Read a file",
-        description: "Read a text file from a sandbox (at most 1 MiB; invalid UTF-8 shows as U+FFFD). \
-A relative path is taken from the sandbox user's home. Renews the sandbox's deadline.",
-        read_only: true,
-        destructive: false,
-        idempotent: true,
+        about: "Read a text file from a sandbox (at most 1 MiB; invalid UTF-8 shows as U+FFFD). A \
+relative path is taken from the sandbox user's home. Renews the sandbox's deadline.",
+        session_note: DEFAULT_SANDBOX,
+        sessionless_note: SANDBOX_ID_REQUIRED,
+        annotations: READS,
         input_schema: input::<ReadFileArgs>,
         output_schema: output::<ReadFileResult>,
     },
     ToolSpec {
         name: "write_file",
         title: "Write a file",
-        description: "Write a text file in a sandbox, replacing it atomically and creating missing \
-parent directories. A relative path is taken from the sandbox user's home. Handy for scripts: \
-write the script, then run it with run_command or start_task. Renews the sandbox's deadline.",
-        read_only: false,
-        destructive: true,
-        idempotent: true,
+        about: "Write a text file in a sandbox, replacing it atomically and creating missing parent \
+directories. A relative path is taken from the sandbox user's home. Handy for scripts: write the \
+script, then run it with run_command or start_task. Renews the sandbox's deadline.",
+        session_note: DEFAULT_SANDBOX,
+        sessionless_note: SANDBOX_ID_REQUIRED,
+        annotations: annotations(false, true, true, false),
         input_schema: input::<WriteFileArgs>,
         output_schema: output::<WriteFileResult>,
     },
     ToolSpec {
         name: "list_files",
         title: "List a directory",
-        description: "List a directory in a sandbox: name, type (file, dir, symlink, other), size and \
+        about: "List a directory in a sandbox: name, type (file, dir, symlink, other), size and \
 modification time of each entry. A relative path is taken from the sandbox user's home. Renews the \
 sandbox's deadline.",
-        read_only: true,
-        destructive: false,
-        idempotent: true,
+        session_note: DEFAULT_SANDBOX,
+        sessionless_note: SANDBOX_ID_REQUIRED,
+        annotations: READS,
         input_schema: input::<ListFilesArgs>,
         output_schema: output::<ListFilesResult>,
     },
     ToolSpec {
         name: "start_task",
         title: "Start a background task",
-        description: "Start a shell command (bash -c) as a durable background task in a sandbox and \
-return at once with its handle: sandbox_id + task_id. Use it instead of run_command for anything \
-long-running or with much output. The task keeps running after this session ends or the server \
-restarts; KEEP THE HANDLE: get_task and cancel_task need both parts, from this or any later session. \
-The sandbox is retained (no session end destroys it) until its own deadline or kill_sandbox; the \
-deadline is not extended, so create the sandbox with a timeout long enough for the task. Without \
-sandbox_id the session's default sandbox is used; no sandbox is ever created implicitly. Each \
-stream's first 1 MiB is saved. If state is \"unknown\" with an error, the submission could not be \
-confirmed: do NOT call start_task again with the same command (it may be running); query the \
-handle with get_task, or kill_sandbox.",
-        read_only: false,
-        destructive: false,
-        idempotent: false,
+        about: "Start a shell command (bash -c) as a durable background task in a sandbox and return \
+at once with its handle: sandbox_id + task_id. Use it instead of run_command for anything \
+long-running or with much output. The task keeps running after this call's connection ends or \
+the server restarts; KEEP THE HANDLE: get_task and cancel_task need both parts, from this or any \
+later session. The sandbox is retained (no session end destroys it) until its own deadline or \
+kill_sandbox; the deadline is not extended, so create the sandbox with a timeout long enough for \
+the task. No sandbox is ever created implicitly. Each stream's first 1 MiB is saved. If state is \
+\"unknown\" with an error, the submission could not be confirmed: do NOT call start_task again \
+with the same command (it may be running); query the handle with get_task, or kill_sandbox.",
+        session_note: DEFAULT_SANDBOX,
+        sessionless_note: SANDBOX_ID_REQUIRED,
+        annotations: RUNS_ANYTHING,
         input_schema: input::<StartTaskArgs>,
         output_schema: output::<StartTaskResult>,
     },
     ToolSpec {
         name: "get_task",
         title: "Get a task's state and logs",
-        description: "Read a task's state (running, succeeded, failed, cancelled, timed_out, unknown), \
-exit code and one page of its saved stdout and stderr. Page through logs by byte offsets: pass the \
-returned stdout_next_offset / stderr_next_offset as stdout_offset / stderr_offset in the next call; \
-when next_offset equals *_bytes you have everything saved so far (poll again while running). \
-Reading the same offset again returns the same bytes. \"unknown\" means the supervisor vanished \
-without a result: never treat it as success. Does not renew the sandbox's deadline.",
-        read_only: true,
-        destructive: false,
-        idempotent: true,
+        about: "Read a task's state (running, succeeded, failed, cancelled, timed_out, unknown), exit \
+code and one page of its saved stdout and stderr. Page through logs by byte offsets: pass the \
+returned stdout_next_offset / stderr_next_offset as stdout_offset / stderr_offset in the next \
+call; when next_offset equals *_bytes you have everything saved so far (poll again while \
+running). Reading the same offset again returns the same bytes. \"unknown\" means the supervisor \
+vanished without a result: never treat it as success. Does not renew the sandbox's deadline.",
+        session_note: "",
+        sessionless_note: "",
+        annotations: READS,
         input_schema: input::<GetTaskArgs>,
         output_schema: output::<TaskResult>,
     },
     ToolSpec {
         name: "cancel_task",
         title: "Cancel a task",
-        description: "Stop a running task: TERM, then KILL, to the task's process group, waiting at most \
-3 s for the state cancelled; returns the same fields as get_task. A task already finished is \
-returned unchanged. If cancellation is not confirmed in 3 s the call fails and reports the observed \
-state; check again with get_task, or kill_sandbox to stop everything. Processes the task moved out \
-of its process group (setsid, daemons) survive; only kill_sandbox stops them.",
-        read_only: false,
-        destructive: true,
-        idempotent: true,
+        about: "Stop a running task: TERM, then KILL, to the task's process group, waiting at most 3 \
+s for the state cancelled; returns the same fields as get_task. A task already finished is \
+returned unchanged. If cancellation is not confirmed in 3 s the call fails and reports the \
+observed state; check again with get_task, or kill_sandbox to stop everything. Processes the task \
+moved out of its process group (setsid, daemons) survive; only kill_sandbox stops them.",
+        session_note: "",
+        sessionless_note: "",
+        annotations: annotations(false, true, true, false),
         input_schema: input::<CancelTaskArgs>,
         output_schema: output::<TaskResult>,
     },
     ToolSpec {
         name: "wait_task",
         title: "Wait for a task",
-        description: "Wait until a task finishes or writes new output, then return what get_task would, \
+        about: "Wait until a task finishes or writes new output, then return what get_task would, \
 plus waited_ms. Returns as soon as the task is in a final state, or stdout / stderr has saved bytes \
 beyond stdout_offset / stderr_offset, or after timeout seconds (default 30, at most 300) with the \
 task still running. Use it instead of calling get_task in a loop: pass the returned *_next_offset \
 values back to follow the logs, and call again while the state is running. Does not renew the \
 sandbox's deadline.",
-        read_only: true,
-        destructive: false,
-        idempotent: true,
+        session_note: "",
+        sessionless_note: "",
+        annotations: READS,
         input_schema: input::<WaitTaskArgs>,
         output_schema: output::<WaitTaskResult>,
     },
     ToolSpec {
         name: "list_tasks",
         title: "List a sandbox's tasks",
-        description: "List every task in a sandbox, newest first: task_id, state, exit_code, times, the \
+        about: "List every task in a sandbox, newest first: task_id, state, exit_code, times, the \
 first 256 characters of the command (secrets redacted) and the bytes of output saved. Use it to \
 find a handle you lost. A sandbox holds at most 128 tasks; delete_task frees a place.",
-        read_only: true,
-        destructive: false,
-        idempotent: true,
+        session_note: "",
+        sessionless_note: "",
+        annotations: READS,
         input_schema: input::<ListTasksArgs>,
         output_schema: output::<ListTasksResult>,
     },
     ToolSpec {
         name: "delete_task",
         title: "Delete a finished task",
-        description: "Delete a finished task (any state but running) with its saved logs, freeing one of the \
+        about: "Delete a finished task (any state but running) with its saved logs, freeing one of the \
 sandbox's 128 task places. A running task is refused: cancel it first with cancel_task. The handle \
 is unknown afterwards.",
-        read_only: false,
-        destructive: true,
-        idempotent: false,
+        session_note: "",
+        sessionless_note: "",
+        annotations: annotations(false, true, true, false),
         input_schema: input::<DeleteTaskArgs>,
         output_schema: output::<DeleteTaskResult>,
     },
@@ -235,6 +390,64 @@ mod tests {
             let o = (t.output_schema)();
             assert_eq!(o["type"], "object", "{}", t.name);
         }
+    }
+
+    #[test]
+    fn schemas_are_portable() {
+        for t in TOOLS {
+            for (kind, s) in [
+                ("input", (t.input_schema)()),
+                ("output", (t.output_schema)()),
+            ] {
+                let text = serde_json::to_string(&s).unwrap();
+                assert!(!text.contains("\"format\""), "{} {kind}: {text}", t.name);
+                assert!(!text.contains("$ref"), "{} {kind}: {text}", t.name);
+                assert!(
+                    !text.contains("\\n"),
+                    "{} {kind}: line break in {text}",
+                    t.name
+                );
+            }
+            let input = serde_json::to_string(&(t.input_schema)()).unwrap();
+            assert!(!input.contains("\"null\""), "{} input: {input}", t.name);
+            assert!(!t.about.contains('\n'), "{}", t.name);
+        }
+        // Outputs keep null where a value may be absent.
+        let o = output::<TaskResult>();
+        assert_eq!(
+            o["properties"]["exit_code"]["type"],
+            serde_json::json!(["integer", "null"])
+        );
+    }
+
+    #[test]
+    fn without_a_session_sandbox_id_is_required_and_said_so() {
+        let run = TOOLS.iter().find(|t| t.name == "run_command").unwrap();
+        let s = run.input_schema(Era::Sessionless);
+        assert!(
+            s["required"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|r| r == "sandbox_id")
+        );
+        assert!(
+            run.description(Era::Sessionless)
+                .contains("sandbox_id is required")
+        );
+        assert!(!run.description(Era::Sessionless).contains("this session"));
+        let s = run.input_schema(Era::Session);
+        assert!(
+            !s["required"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|r| r == "sandbox_id")
+        );
+        assert!(
+            run.description(Era::Session)
+                .contains("this session's last create_sandbox")
+        );
     }
 
     #[test]

@@ -12,7 +12,13 @@ pub enum ToolError {
     /// was executed. The message names the parameter and what is allowed.
     #[error("{0}")]
     InvalidArgument(String),
-    #[error("no default sandbox in this session: call create_sandbox or pass sandbox_id")]
+    /// A sandbox tool was called without `sandbox_id` in a session that
+    /// has not created a sandbox. (Sessionless callers get their own
+    /// message from the MCP layer: no default exists for them at all.)
+    #[error(
+        "no default sandbox in this session: pass sandbox_id (list_sandboxes lists the live \
+         ones), or call create_sandbox once and reuse its sandbox"
+    )]
     NoDefaultSandbox,
     #[error(transparent)]
     Provider(#[from] ProviderError),

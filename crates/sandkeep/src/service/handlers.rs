@@ -92,6 +92,9 @@ impl Service {
         }
         Ok(CreateSandboxResult {
             sandbox_id: info.sandbox_id.to_string(),
+            next: session
+                .is_stateless()
+                .then(|| format!("{}.", super::catalog::PASS_SANDBOX_ID)),
             template: info.template,
             created_at: info.created_at,
             expires_at: info.expires_at,
@@ -365,6 +368,7 @@ impl Service {
             stderr_bytes: s.stderr_bytes,
             stdout_truncated: s.stdout_truncated,
             stderr_truncated: s.stderr_truncated,
+            error: s.error,
         }
     }
 }
@@ -426,10 +430,14 @@ pub(super) fn helper_error(e: HelperError, id: &SandboxId, task_id: &TaskId) -> 
                 ),
                 ErrorKind::Internal => format!("the task helper in sandbox {id} failed; retry, or use another sandbox"),
             };
-            ToolError::Helper {
-                kind,
-                message: format!("{advice} ({message})"),
-            }
+            // The helper's own words add nothing to a missing task but
+            // its id, which the advice already names.
+            let message = if kind == ErrorKind::NoSuchTask {
+                advice
+            } else {
+                format!("{advice} ({message})")
+            };
+            ToolError::Helper { kind, message }
         }
     }
 }

@@ -18,7 +18,7 @@ pub(super) fn parse<T: DeserializeOwned>(
             serde_path_to_error::Segment::Map { key } => Some(key.clone()),
             _ => None,
         });
-        let detail = e.into_inner().to_string();
+        let detail = plain_words(&e.into_inner().to_string());
         if detail.starts_with("unknown field") {
             let name = param.unwrap_or_default();
             return ToolError::InvalidArgument(format!(
@@ -40,6 +40,20 @@ pub(super) fn parse<T: DeserializeOwned>(
             )),
         }
     })
+}
+
+/// serde's "invalid type: string \"10\", expected u64" in the caller's
+/// words ("got string \"10\""): the rule beside it already says what is
+/// expected, and Rust type names mean nothing to a model.
+fn plain_words(detail: &str) -> String {
+    let Some(what) = detail
+        .strip_prefix("invalid type: ")
+        .or_else(|| detail.strip_prefix("invalid value: "))
+    else {
+        return detail.to_owned();
+    };
+    let what = what.split_once(", expected").map_or(what, |(w, _)| w);
+    format!("got {}", what.replace('`', ""))
 }
 
 /// "the parameters are `a`, `b`" (or "it takes no parameters"), from the
@@ -117,6 +131,7 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(e.contains("`limit`") && e.contains("1 to 65536"), "{e}");
+        assert!(e.contains("got integer -1") && !e.contains("u64"), "{e}");
     }
 
     #[test]

@@ -86,8 +86,13 @@ impl From<crate::provider::Limits> for LimitsResult {
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct CreateSandboxResult {
-    /// The sandbox's id: pass it as sandbox_id to other tools.
+    /// The sandbox's id: pass it as sandbox_id to every call that works in
+    /// this sandbox.
     pub sandbox_id: String,
+    /// Present when the caller has no session (2026-07-28 HTTP requests):
+    /// there is no default sandbox, so pass sandbox_id to every call.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next: Option<String>,
     pub template: String,
     /// Unix seconds.
     pub created_at: u64,
@@ -167,21 +172,23 @@ pub struct RunCommandArgs {
     pub timeout: Option<u64>,
 }
 
+/// Field order is what a client previewing the first bytes shows: the
+/// verdict and flags first, the output last (serde_json keeps it).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct RunCommandResult {
-    pub sandbox_id: String,
     /// Exit status, or 128+N when killed by signal N; null if none was
     /// collected.
     pub exit_code: Option<i32>,
+    /// True when the command was killed at its timeout.
+    pub timed_out: bool,
+    /// True when earlier stdout bytes were dropped.
+    pub stdout_truncated: bool,
+    pub stderr_truncated: bool,
+    pub sandbox_id: String,
     /// The last bytes of stdout (at most 64 KiB).
     pub stdout: String,
     /// The last bytes of stderr (at most 64 KiB).
     pub stderr: String,
-    /// True when earlier stdout bytes were dropped.
-    pub stdout_truncated: bool,
-    pub stderr_truncated: bool,
-    /// True when the command was killed at its timeout.
-    pub timed_out: bool,
 }
 
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
@@ -335,10 +342,10 @@ pub struct TaskQueryArgs {
 pub type GetTaskArgs = TaskQueryArgs;
 pub type CancelTaskArgs = TaskQueryArgs;
 
+/// Field order is what a client previewing the first bytes shows: state,
+/// exit code, offsets and flags first, the logs last (serde_json keeps it).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct TaskResult {
-    pub sandbox_id: String,
-    pub task_id: String,
     /// running, succeeded, failed, cancelled, timed_out, or unknown (the
     /// supervisor is gone without recording a result: never assume
     /// success).
@@ -347,14 +354,6 @@ pub struct TaskResult {
     /// Exit status, or 128+N when ended by signal N; null while running or
     /// unknown.
     pub exit_code: Option<i32>,
-    /// Unix seconds.
-    pub started_at: Option<u64>,
-    /// Unix seconds; null until a terminal state is recorded.
-    pub finished_at: Option<u64>,
-    /// Saved stdout bytes [stdout_offset, stdout_offset+limit) as text.
-    pub stdout: String,
-    /// Saved stderr bytes [stderr_offset, stderr_offset+limit) as text.
-    pub stderr: String,
     /// Pass as stdout_offset to read the next page.
     pub stdout_next_offset: u64,
     /// Pass as stderr_offset to read the next page.
@@ -365,4 +364,19 @@ pub struct TaskResult {
     /// True once stdout passed 1 MiB: later bytes were not saved.
     pub stdout_truncated: bool,
     pub stderr_truncated: bool,
+    /// Why a terminal task failed, when known beyond its exit code: "out
+    /// of memory (limit N MiB)" when the sandbox's memory limit killed it.
+    /// Absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    pub sandbox_id: String,
+    pub task_id: String,
+    /// Unix seconds.
+    pub started_at: Option<u64>,
+    /// Unix seconds; null until a terminal state is recorded.
+    pub finished_at: Option<u64>,
+    /// Saved stdout bytes [stdout_offset, stdout_offset+limit) as text.
+    pub stdout: String,
+    /// Saved stderr bytes [stderr_offset, stderr_offset+limit) as text.
+    pub stderr: String,
 }

@@ -451,7 +451,7 @@ mod tests {
         let e = sandbox_timeout(Some(0)).unwrap_err().to_string();
         assert!(e.contains("1 to 86400"), "{e}");
         assert_eq!(task_timeout(None).unwrap(), 300);
-        assert_eq!(run_timeout(None).unwrap(), 60);
+        assert_eq!(run_timeout(None).unwrap(), 30);
         assert_eq!(limit(None).unwrap(), 16384);
         assert!(limit(Some(0)).is_err());
         assert!(

@@ -63,7 +63,7 @@ pub fn print_task(task: &TaskResult, json: bool, pages: bool) {
         }
         s
     };
-    output::print_fields(&[
+    let mut fields = vec![
         ("sandbox", task.sandbox_id.clone()),
         ("task", task.task_id.clone()),
         ("state", task.state.to_string()),
@@ -72,11 +72,17 @@ pub fn print_task(task: &TaskResult, json: bool, pages: bool) {
             task.exit_code
                 .map_or_else(|| "-".to_owned(), |c| c.to_string()),
         ),
+    ];
+    if let Some(error) = &task.error {
+        fields.push(("error", error.clone()));
+    }
+    fields.extend([
         ("started", output::relative_opt(task.started_at, now)),
         ("finished", output::relative_opt(task.finished_at, now)),
         ("stdout", log(task.stdout_bytes, task.stdout_truncated)),
         ("stderr", log(task.stderr_bytes, task.stderr_truncated)),
     ]);
+    output::print_fields(&fields);
     if !pages {
         return;
     }

@@ -1,0 +1,228 @@
+//! Benchmark of what containment costs (issue "Containment", its speed
+//! targets), each figure beside a baseline measured in the same run:
+//!
+//! - a fresh sandbox from the CLI (`sandkeep exec -- true`: create, run,
+//!   destroy) against `bwrap --unshare-all … /bin/sh -c true`;
+//! - `create_sandbox` with 200 live sandboxes against none;
+//! - host memory per idle sandbox: the PSS of its keeper and every process
+//!   below it (init, fork server, egress proxy), from `smaps_rollup`.
+//!
+//! Run: `cargo bench -p sandkeep --bench containment` as root. Needs
+//! `bwrap` (Debian: `apt-get install bubblewrap`); refuses to run without it
+//! rather than print a figure with no baseline.
+
+mod common;
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Instant;
+
+use common::{EXE, local_provider, median, ms, state_dir};
+use sandkeep::provider::{CreateSpec, Provider, SandboxId};
+
+const FRESH_RUNS: usize = 40;
+const CREATES: usize = 30;
+const LIVE: usize = 200;
+const WARMUP: usize = 3;
+
+fn main() {
+    let bwrap = bwrap_argv();
+    let home = state_dir("sk-bench-");
+    let run = |argv: &[String], envs: &[(&str, &Path)]| {
+        let t = Instant::now();
+        let status = Command::new(&argv[0])
+            .args(&argv[1..])
+            .envs(envs.iter().copied())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .status()
+            .expect("spawn");
+        assert!(status.success(), "{argv:?} failed: {status}");
+        t.elapsed()
+    };
+    let cli: Vec<String> = [EXE, "exec", "--", "true"].map(String::from).to_vec();
+    let cli_env = [("SANDKEEP_HOME", home.path())];
+    // Interleaved, so a noisy neighbour weighs on both alike.
+    let (mut fresh, mut bwrapped) = (Vec::new(), Vec::new());
+    for i in 0..FRESH_RUNS + WARMUP {
+        let f = run(&cli, &cli_env);
+        let b = run(&bwrap, &[]);
+        if i >= WARMUP {
+            fresh.push(f);
+            bwrapped.push(b);
+        }
+    }
+    let (fresh, bwrapped) = (median(fresh), median(bwrapped));
+
+    let provider = local_provider(home.path());
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let (idle_create, busy_create, pss_kib, isolation) = rt.block_on(async {
+        let spec = || CreateSpec {
+            template: "base".into(),
+            timeout: 1800,
+            envs: Default::default(),
+            network: None,
+            allow_hosts: Vec::new(),
+            limits: Default::default(),
+        };
+        let creates = |n: usize| {
+            let provider = &provider;
+            async move {
+                let mut v = Vec::new();
+                for i in 0..n + WARMUP {
+                    let t = Instant::now();
+                    let info = provider.create(spec()).await.expect("create");
+                    let c = t.elapsed();
+                    assert!(provider.kill(&info.sandbox_id).await.expect("kill"));
+                    if i >= WARMUP {
+                        v.push(c);
+                    }
+                }
+                median(v)
+            }
+        };
+        let idle = creates(CREATES).await;
+        let mut live: Vec<SandboxId> = Vec::new();
+        let mut isolation = String::new();
+        for _ in 0..LIVE {
+            let info = provider
+                .create(spec())
+                .await
+                .expect("create a live sandbox");
+            isolation = info.isolation;
+            live.push(info.sandbox_id);
+        }
+        let pss = keepers_pss_kib(home.path());
+        let busy = creates(CREATES).await;
+        for id in &live {
+            provider.kill(id).await.expect("kill");
+        }
+        assert_eq!(pss.len(), LIVE, "one keeper per live sandbox");
+        let per_sandbox = pss.iter().sum::<u64>() / pss.len() as u64;
+        (idle, busy, per_sandbox, isolation)
+    });
+
+    println!("containment benchmark (isolation {isolation}, medians)");
+    println!(
+        "  sandkeep exec -- true (fresh)   : {:8.3} ms  ({FRESH_RUNS} runs), bwrap --unshare-all sh -c true {:.3} ms, ratio {:.2} (target <= 2)",
+        ms(fresh),
+        ms(bwrapped),
+        fresh.as_secs_f64() / bwrapped.as_secs_f64()
+    );
+    println!(
+        "  create with {LIVE} live sandboxes : {:8.3} ms  ({CREATES} runs), with none {:.3} ms, ratio {:.2} (target <= 2)",
+        ms(busy_create),
+        ms(idle_create),
+        busy_create.as_secs_f64() / idle_create.as_secs_f64()
+    );
+    println!(
+        "  host memory per idle sandbox    : {:8} KiB PSS (keeper and every process below it; target <= 1024)",
+        pss_kib
+    );
+}
+
+/// bwrap with the host's /usr read-only and everything unshared: the
+/// lightest sandbox of the same kind. /bin and friends follow the host's
+/// layout (symlinks into /usr on merged-usr systems).
+fn bwrap_argv() -> Vec<String> {
+    let found = Command::new("bwrap")
+        .arg("--version")
+        .stdout(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(
+        found,
+        "bwrap is not installed: the baseline of this benchmark (Debian: apt-get install bubblewrap)"
+    );
+    let mut argv: Vec<String> = ["bwrap", "--unshare-all", "--ro-bind", "/usr", "/usr"]
+        .map(String::from)
+        .to_vec();
+    for dir in ["/bin", "/sbin", "/lib", "/lib64"] {
+        match std::fs::read_link(dir) {
+            Ok(target) => {
+                argv.extend(["--symlink".into(), target.display().to_string(), dir.into()])
+            }
+            Err(_) if Path::new(dir).is_dir() => {
+                argv.extend(["--ro-bind".into(), dir.into(), dir.into()])
+            }
+            Err(_) => {}
+        }
+    }
+    argv.extend(["--proc", "/proc", "--dev", "/dev", "/bin/sh", "-c", "true"].map(String::from));
+    argv
+}
+
+/// The PSS (KiB) of each keeper serving `home`, summed over the keeper and
+/// all of its descendants.
+fn keepers_pss_kib(home: &Path) -> Vec<u64> {
+    let mut parent = HashMap::new();
+    let mut keepers = Vec::new();
+    let home = home.display().to_string();
+    for entry in std::fs::read_dir("/proc").expect("/proc") {
+        let Ok(pid) = entry
+            .expect("/proc entry")
+            .file_name()
+            .to_string_lossy()
+            .parse::<u32>()
+        else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        // The parent is the second field after the parenthesised name.
+        let after = &stat[stat.rfind(')').expect("stat") + 2..];
+        let ppid: u32 = after
+            .split(' ')
+            .nth(1)
+            .expect("ppid")
+            .parse()
+            .expect("ppid");
+        parent.insert(pid, ppid);
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        let cmdline = String::from_utf8_lossy(&cmdline);
+        if cmdline.contains(sandkeep::provider::local::KEEPER_ARG) && cmdline.contains(&home) {
+            keepers.push(pid);
+        }
+    }
+    // The keeper's forks (init, proxy) carry its command line too: the
+    // keeper is the one whose parent is not one of them.
+    let forks: Vec<u32> = keepers
+        .iter()
+        .copied()
+        .filter(|pid| keepers.contains(&parent[pid]))
+        .collect();
+    keepers.retain(|pid| !forks.contains(pid));
+    let keeper_of = |mut pid: u32| loop {
+        if keepers.contains(&pid) {
+            return Some(pid);
+        }
+        pid = *parent.get(&pid)?;
+        if pid <= 1 {
+            return None;
+        }
+    };
+    let mut pss: HashMap<u32, u64> = HashMap::new();
+    for &pid in parent.keys() {
+        if let Some(keeper) = keeper_of(pid) {
+            *pss.entry(keeper).or_default() += pss_kib(pid);
+        }
+    }
+    keepers.iter().map(|k| pss[k]).collect()
+}
+
+fn pss_kib(pid: u32) -> u64 {
+    let Ok(rollup) = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")) else {
+        return 0;
+    };
+    rollup
+        .lines()
+        .find_map(|l| l.strip_prefix("Pss:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}

@@ -1,0 +1,276 @@
+//! The Connect protocol as envd speaks it to the SDKs, JSON codec only:
+//! unary calls (`application/json`, a bare JSON body, errors as JSON with a
+//! string `code` and the matching HTTP status) and server streams
+//! (`application/connect+json`, enveloped messages ending with an
+//! end-stream envelope that may carry the error).
+//!
+//! Written by hand because the Rust Connect implementations serve protobuf
+//! types generated from `.proto` files, while envd's JSON mapping is a
+//! handful of fields: a framing function and an error type are all it
+//! takes here.
+
+use axum::body::Bytes;
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+/// The largest request message accepted (a 64 KiB command and its JSON).
+pub const MAX_MESSAGE: usize = 4 << 20;
+
+pub const UNARY_JSON: &str = "application/json";
+pub const STREAM_JSON: &str = "application/connect+json";
+
+/// Envelope flag of the last message of a stream.
+const END_STREAM: u8 = 0x02;
+/// Envelope flag of a compressed message (none are accepted).
+const COMPRESSED: u8 = 0x01;
+
+/// Connect's error codes, as envd returns them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Code {
+    InvalidArgument,
+    DeadlineExceeded,
+    NotFound,
+    AlreadyExists,
+    FailedPrecondition,
+    Unimplemented,
+    Internal,
+    Unavailable,
+    Unauthenticated,
+}
+
+impl Code {
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::InvalidArgument => "invalid_argument",
+            Self::DeadlineExceeded => "deadline_exceeded",
+            Self::NotFound => "not_found",
+            Self::AlreadyExists => "already_exists",
+            Self::FailedPrecondition => "failed_precondition",
+            Self::Unimplemented => "unimplemented",
+            Self::Internal => "internal",
+            Self::Unavailable => "unavailable",
+            Self::Unauthenticated => "unauthenticated",
+        }
+    }
+
+    /// The HTTP status of a unary error with this code (Connect's table).
+    fn status(self) -> StatusCode {
+        match self {
+            Self::InvalidArgument | Self::FailedPrecondition => StatusCode::BAD_REQUEST,
+            Self::DeadlineExceeded => StatusCode::GATEWAY_TIMEOUT,
+            Self::NotFound => StatusCode::NOT_FOUND,
+            Self::AlreadyExists => StatusCode::CONFLICT,
+            Self::Unimplemented => StatusCode::NOT_IMPLEMENTED,
+            Self::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+            Self::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+            Self::Unauthenticated => StatusCode::UNAUTHORIZED,
+        }
+    }
+}
+
+/// A Connect error: a code and a message for the caller.
+#[derive(Debug, Clone)]
+pub struct RpcError {
+    pub code: Code,
+    pub message: String,
+}
+
+impl RpcError {
+    pub fn new(code: Code, message: impl Into<String>) -> Self {
+        Self {
+            code,
+            message: message.into(),
+        }
+    }
+
+    fn json(&self) -> serde_json::Value {
+        serde_json::json!({ "code": self.code.name(), "message": self.message })
+    }
+}
+
+impl IntoResponse for RpcError {
+    /// The unary form.
+    fn into_response(self) -> Response {
+        (
+            self.code.status(),
+            [(header::CONTENT_TYPE, UNARY_JSON)],
+            self.json().to_string(),
+        )
+            .into_response()
+    }
+}
+
+impl From<sandkeep_provider::ProviderError> for RpcError {
+    fn from(e: sandkeep_provider::ProviderError) -> Self {
+        use sandkeep_provider::ProviderError as P;
+        let code = match &e {
+            P::NoSuchSandbox(_) | P::NoSuchPath { .. } => Code::NotFound,
+            P::UnknownTemplate { .. } | P::FileTooLarge { .. } => Code::InvalidArgument,
+            P::Unsupported(_) => Code::Unimplemented,
+            P::Unavailable(_) | P::Unconfirmed { .. } => Code::Unavailable,
+            P::FileError { .. } | P::Io { .. } => Code::Internal,
+        };
+        Self::new(code, e.to_string())
+    }
+}
+
+fn content_type(headers: &HeaderMap) -> &str {
+    headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .map_or("", |v| v.split(';').next().unwrap_or("").trim())
+}
+
+fn parse<T: DeserializeOwned>(json: &[u8]) -> Result<T, RpcError> {
+    if json.len() > MAX_MESSAGE {
+        return Err(RpcError::new(
+            Code::InvalidArgument,
+            format!(
+                "the message is {} bytes, over the {MAX_MESSAGE}-byte limit",
+                json.len()
+            ),
+        ));
+    }
+    serde_json::from_slice(json).map_err(|e| {
+        RpcError::new(
+            Code::InvalidArgument,
+            format!("cannot parse the request message as JSON: {e}"),
+        )
+    })
+}
+
+/// A unary request body: `application/json` only (no SDK sends binary
+/// protobuf).
+pub fn unary_request<T: DeserializeOwned>(headers: &HeaderMap, body: &[u8]) -> Result<T, RpcError> {
+    match content_type(headers) {
+        UNARY_JSON => parse(if body.is_empty() { b"{}" } else { body }),
+        "application/proto" => Err(RpcError::new(
+            Code::Unimplemented,
+            "this envd speaks the JSON codec only; send application/json",
+        )),
+        other => Err(RpcError::new(
+            Code::Unimplemented,
+            format!("content type {other:?} is not supported; send application/json"),
+        )),
+    }
+}
+
+/// A unary success.
+pub fn unary_response(message: &impl Serialize) -> Response {
+    (
+        [(header::CONTENT_TYPE, UNARY_JSON)],
+        serde_json::to_string(message).unwrap_or_else(|_| "{}".into()),
+    )
+        .into_response()
+}
+
+/// The messages of a client-stream or server-stream request body.
+pub fn stream_request<T: DeserializeOwned>(
+    headers: &HeaderMap,
+    mut body: &[u8],
+) -> Result<Vec<T>, RpcError> {
+    let ct = content_type(headers);
+    if ct != STREAM_JSON {
+        return Err(RpcError::new(
+            Code::Unimplemented,
+            format!("content type {ct:?} is not supported on a stream; send {STREAM_JSON}"),
+        ));
+    }
+    let mut out = Vec::new();
+    while !body.is_empty() {
+        let Some((&flags, rest)) = body.split_first() else {
+            break;
+        };
+        if rest.len() < 4 {
+            return Err(RpcError::new(
+                Code::InvalidArgument,
+                "malformed envelope: fewer than 5 header bytes",
+            ));
+        }
+        let len = u32::from_be_bytes([rest[0], rest[1], rest[2], rest[3]]) as usize;
+        if len > MAX_MESSAGE {
+            return Err(RpcError::new(
+                Code::InvalidArgument,
+                format!("envelope of {len} bytes is over the {MAX_MESSAGE}-byte limit"),
+            ));
+        }
+        let rest = &rest[4..];
+        if rest.len() < len {
+            return Err(RpcError::new(
+                Code::InvalidArgument,
+                format!(
+                    "malformed envelope: announces {len} bytes, {} follow",
+                    rest.len()
+                ),
+            ));
+        }
+        if flags & COMPRESSED != 0 {
+            return Err(RpcError::new(
+                Code::Unimplemented,
+                "compressed envelopes are not supported; send them uncompressed",
+            ));
+        }
+        if flags & END_STREAM == 0 {
+            out.push(parse(&rest[..len])?);
+        }
+        body = &rest[len..];
+    }
+    Ok(out)
+}
+
+/// One enveloped stream message.
+pub fn envelope(message: &impl Serialize) -> Bytes {
+    frame(
+        0,
+        serde_json::to_vec(message).unwrap_or_else(|_| b"{}".to_vec()),
+    )
+}
+
+/// The end-stream envelope, with the error if the stream failed.
+pub fn end_stream(error: Option<&RpcError>) -> Bytes {
+    let json = match error {
+        Some(e) => serde_json::json!({ "error": e.json() }),
+        None => serde_json::json!({}),
+    };
+    frame(END_STREAM, json.to_string().into_bytes())
+}
+
+fn frame(flags: u8, json: Vec<u8>) -> Bytes {
+    let mut out = Vec::with_capacity(5 + json.len());
+    out.push(flags);
+    out.extend_from_slice(&(json.len() as u32).to_be_bytes());
+    out.extend_from_slice(&json);
+    Bytes::from(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stream_headers() -> HeaderMap {
+        let mut h = HeaderMap::new();
+        h.insert(header::CONTENT_TYPE, STREAM_JSON.parse().unwrap());
+        h
+    }
+
+    #[test]
+    fn envelopes_round_trip_and_bad_ones_name_the_problem() {
+        let mut body = envelope(&serde_json::json!({"a": 1})).to_vec();
+        body.extend_from_slice(&end_stream(None));
+        let got: Vec<serde_json::Value> = stream_request(&stream_headers(), &body).unwrap();
+        assert_eq!(got, vec![serde_json::json!({"a": 1})]);
+
+        let err = stream_request::<serde_json::Value>(&stream_headers(), &body[..7]).unwrap_err();
+        assert_eq!(err.code, Code::InvalidArgument);
+        assert!(err.message.contains("announces"), "{}", err.message);
+
+        let huge = [0u8, 0xff, 0xff, 0xff, 0xff];
+        let err = stream_request::<serde_json::Value>(&stream_headers(), &huge).unwrap_err();
+        assert!(err.message.contains("limit"), "{}", err.message);
+
+        let err = stream_request::<serde_json::Value>(&HeaderMap::new(), &body).unwrap_err();
+        assert_eq!(err.code, Code::Unimplemented);
+    }
+}

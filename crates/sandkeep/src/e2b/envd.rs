@@ -1,0 +1,615 @@
+//! The in-sandbox envd API, served for every sandbox on the one listener:
+//! `/health`, `/files` (upload and ranged download), the filesystem
+//! service and the dispatch of the process service (`process.rs`).
+//!
+//! Filesystem calls run GNU `find`/`mkdir`/`mv`/`rm` in the sandbox through
+//! [`Provider::exec`], so they see exactly what the sandbox's processes see
+//! (its mount namespace, its user), with envd's answers: absolute paths,
+//! `NOT_FOUND` for a missing path, `ALREADY_EXISTS` from MakeDir.
+
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::extract::{Multipart, Query};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::connect::{self, Code, RpcError};
+use super::process::{self, sh_quote};
+use super::{E2b, Envd};
+use crate::provider::{ExecRequest, ProviderError, SandboxId};
+
+/// The largest file `/files` serves (whole files are read into memory).
+const MAX_DOWNLOAD: u64 = 4 << 30;
+/// The time limit of one filesystem call.
+const FS_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Exit statuses of the filesystem scripts, mapped to envd's codes.
+const GONE: i32 = 44;
+const NOT_DIR: i32 = 45;
+const EXISTS: i32 = 46;
+const EXISTS_NOT_DIR: i32 = 47;
+
+/// envd's JSON error for its plain HTTP routes.
+fn http_error(status: StatusCode, message: impl Into<String>) -> Response {
+    (
+        status,
+        axum::Json(json!({ "code": status.as_u16(), "message": message.into() })),
+    )
+        .into_response()
+}
+
+/// `GET /health`: exempt from the token; 204 while the routed sandbox
+/// lives, E2B's proxy answer (502, "was not found") once it is gone, which
+/// the SDKs' `is_running` reads.
+pub async fn health(
+    axum::extract::State(e2b): axum::extract::State<std::sync::Arc<E2b>>,
+    headers: HeaderMap,
+) -> Response {
+    let Some(text) = super::target(&headers) else {
+        return StatusCode::NO_CONTENT.into_response();
+    };
+    let live = match SandboxId::parse(&text) {
+        Ok(id) => e2b.provider.info(&id).await.is_ok(),
+        Err(_) => false,
+    };
+    if live {
+        StatusCode::NO_CONTENT.into_response()
+    } else {
+        super::sandbox_not_found(&text)
+    }
+}
+
+/// Runs a script in the sandbox; its exit status and stdout.
+async fn run(e2b: &E2b, id: &SandboxId, script: String) -> Result<(i32, Vec<u8>), RpcError> {
+    let out = e2b
+        .provider
+        .exec(
+            id,
+            ExecRequest {
+                command: script,
+                cwd: None,
+                timeout: FS_TIMEOUT,
+                stdin: None,
+                output_limit: 64 << 20,
+            },
+        )
+        .await?;
+    if out.timed_out {
+        return Err(RpcError::new(
+            Code::DeadlineExceeded,
+            "the filesystem call did not finish in 60 s",
+        ));
+    }
+    let code = out.exit_code.unwrap_or(-1);
+    if ![0, GONE, NOT_DIR, EXISTS, EXISTS_NOT_DIR].contains(&code) {
+        return Err(RpcError::new(
+            Code::Internal,
+            format!(
+                "filesystem call failed: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            ),
+        ));
+    }
+    Ok((code, out.stdout))
+}
+
+/// `p` set to the absolute form of `path` (relative paths are taken from
+/// the user's home, the sandbox's working directory).
+fn absolute(path: &str) -> String {
+    let q = sh_quote(path);
+    format!("case {q} in /*) p={q};; *) p=\"$PWD\"/{q};; esac; ")
+}
+
+/// `find`'s format of one [`entry`], NUL-terminated.
+const FORMAT: &str = r"%y\t%s\t%m\t%M\t%u\t%g\t%T@\t%l\t%p\0";
+
+fn entry(record: &str) -> Option<Value> {
+    let mut f = record.splitn(9, '\t');
+    let (kind, size, mode, perms, owner, group, mtime, target, path) = (
+        f.next()?,
+        f.next()?,
+        f.next()?,
+        f.next()?,
+        f.next()?,
+        f.next()?,
+        f.next()?,
+        f.next()?,
+        f.next()?,
+    );
+    let path = clean(path);
+    let name = path.rsplit('/').next().unwrap_or("").to_owned();
+    let file_type = match kind {
+        "d" => "FILE_TYPE_DIRECTORY",
+        "f" => "FILE_TYPE_FILE",
+        "l" => "FILE_TYPE_SYMLINK",
+        _ => "FILE_TYPE_UNSPECIFIED",
+    };
+    let secs = mtime
+        .split('.')
+        .next()
+        .and_then(|s| s.parse::<i64>().ok())
+        .unwrap_or(0);
+    let modified = chrono::DateTime::from_timestamp(secs, 0)
+        .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true))
+        .unwrap_or_default();
+    let mut v = json!({
+        "name": name,
+        "type": file_type,
+        "path": path,
+        "size": size,
+        "mode": u32::from_str_radix(mode, 8).unwrap_or(0),
+        "permissions": perms,
+        "owner": owner,
+        "group": group,
+        "modifiedTime": modified,
+    });
+    if kind == "l" {
+        v["symlinkTarget"] = json!(target);
+        v["isSymlink"] = json!(true);
+    }
+    Some(v)
+}
+
+/// `/a//b/./c/` → `/a/b/c` (what `find` prints is the path as given).
+fn clean(path: &str) -> String {
+    let parts: Vec<&str> = path
+        .split('/')
+        .filter(|p| !p.is_empty() && *p != ".")
+        .collect();
+    format!("/{}", parts.join("/"))
+}
+
+fn entries(stdout: &[u8]) -> Vec<Value> {
+    String::from_utf8_lossy(stdout)
+        .split('\0')
+        .filter(|r| !r.is_empty())
+        .filter_map(entry)
+        .collect()
+}
+
+fn not_found(path: &str) -> RpcError {
+    RpcError::new(Code::NotFound, format!("path {path:?} does not exist"))
+}
+
+#[derive(Debug, Deserialize)]
+struct PathRequest {
+    #[serde(default)]
+    path: String,
+}
+
+#[derive(Debug, Deserialize)]
+struct ListDirRequest {
+    #[serde(default)]
+    path: String,
+    #[serde(default)]
+    depth: u32,
+}
+
+#[derive(Debug, Deserialize)]
+struct MoveRequest {
+    #[serde(default)]
+    source: String,
+    #[serde(default)]
+    destination: String,
+}
+
+fn stat_script(path: &str) -> String {
+    format!(
+        "{}[ -e \"$p\" ] || [ -L \"$p\" ] || exit {GONE}; find \"$p\" -maxdepth 0 -printf '{FORMAT}'",
+        absolute(path)
+    )
+}
+
+fn one_entry(path: &str, stdout: &[u8]) -> Result<Value, RpcError> {
+    entries(stdout)
+        .into_iter()
+        .next()
+        .ok_or_else(|| not_found(path))
+}
+
+async fn filesystem(
+    e2b: &E2b,
+    id: &SandboxId,
+    method: &str,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Result<Response, RpcError> {
+    match method {
+        "Stat" => {
+            let r: PathRequest = connect::unary_request(headers, body)?;
+            let (code, out) = run(e2b, id, stat_script(&r.path)).await?;
+            if code == GONE {
+                return Err(not_found(&r.path));
+            }
+            Ok(connect::unary_response(
+                &json!({ "entry": one_entry(&r.path, &out)? }),
+            ))
+        }
+        "ListDir" => {
+            let r: ListDirRequest = connect::unary_request(headers, body)?;
+            let script = format!(
+                "{}[ -e \"$p\" ] || exit {GONE}; [ -d \"$p\" ] || exit {NOT_DIR}; \
+                 find \"$p\" -mindepth 1 -maxdepth {} -printf '{FORMAT}'",
+                absolute(&r.path),
+                r.depth.max(1)
+            );
+            match run(e2b, id, script).await? {
+                (GONE, _) => Err(not_found(&r.path)),
+                (NOT_DIR, _) => Err(RpcError::new(
+                    Code::InvalidArgument,
+                    format!("path {:?} is not a directory", r.path),
+                )),
+                (_, out) => Ok(connect::unary_response(
+                    &json!({ "entries": entries(&out) }),
+                )),
+            }
+        }
+        "MakeDir" => {
+            let r: PathRequest = connect::unary_request(headers, body)?;
+            let script = format!(
+                "{}if [ -d \"$p\" ]; then exit {EXISTS}; elif [ -e \"$p\" ]; then exit {EXISTS_NOT_DIR}; fi; \
+                 mkdir -p -- \"$p\" && find \"$p\" -maxdepth 0 -printf '{FORMAT}'",
+                absolute(&r.path)
+            );
+            match run(e2b, id, script).await? {
+                (EXISTS, _) => Err(RpcError::new(
+                    Code::AlreadyExists,
+                    format!("directory {:?} already exists", r.path),
+                )),
+                (EXISTS_NOT_DIR, _) => Err(RpcError::new(
+                    Code::InvalidArgument,
+                    format!("path {:?} exists and is not a directory", r.path),
+                )),
+                (_, out) => Ok(connect::unary_response(
+                    &json!({ "entry": one_entry(&r.path, &out)? }),
+                )),
+            }
+        }
+        "Move" => {
+            let r: MoveRequest = connect::unary_request(headers, body)?;
+            let script = format!(
+                "{}s=\"$p\"; {}[ -e \"$s\" ] || [ -L \"$s\" ] || exit {GONE}; \
+                 mkdir -p -- \"$(dirname -- \"$p\")\" && mv -T -- \"$s\" \"$p\" && \
+                 find \"$p\" -maxdepth 0 -printf '{FORMAT}'",
+                absolute(&r.source),
+                absolute(&r.destination)
+            );
+            match run(e2b, id, script).await? {
+                (GONE, _) => Err(not_found(&r.source)),
+                (_, out) => Ok(connect::unary_response(
+                    &json!({ "entry": one_entry(&r.destination, &out)? }),
+                )),
+            }
+        }
+        "Remove" => {
+            let r: PathRequest = connect::unary_request(headers, body)?;
+            run(e2b, id, format!("{}rm -rf -- \"$p\"", absolute(&r.path))).await?;
+            Ok(connect::unary_response(&json!({})))
+        }
+        "WatchDir" => Ok(process::stream_error(&unimplemented_watch())),
+        "CreateWatcher" | "GetWatcherEvents" | "RemoveWatcher" => Err(unimplemented_watch()),
+        other => Err(RpcError::new(
+            Code::NotFound,
+            format!("filesystem.Filesystem/{other} is not a method"),
+        )),
+    }
+}
+
+fn unimplemented_watch() -> RpcError {
+    RpcError::new(
+        Code::Unimplemented,
+        "watching directories is not supported by sandkeep's envd",
+    )
+}
+
+async fn process_rpc(
+    e2b: &E2b,
+    id: &SandboxId,
+    method: &str,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Result<Response, RpcError> {
+    let procs = &e2b.processes;
+    match method {
+        "Start" => {
+            let mut messages = connect::stream_request(headers, body)?;
+            if messages.len() != 1 {
+                return Err(RpcError::new(
+                    Code::InvalidArgument,
+                    format!(
+                        "Start takes exactly one request message, got {}",
+                        messages.len()
+                    ),
+                ));
+            }
+            process::start(procs, &e2b.provider, id, headers, messages.remove(0)).await
+        }
+        "Connect" => {
+            let mut messages = connect::stream_request(headers, body)?;
+            if messages.len() != 1 {
+                return Err(RpcError::new(
+                    Code::InvalidArgument,
+                    "Connect takes exactly one request message",
+                ));
+            }
+            process::connect(procs, id, headers, messages.remove(0))
+        }
+        "StreamInput" => {
+            let messages = connect::stream_request(headers, body)?;
+            process::stream_input(procs, id, messages).await
+        }
+        "List" => {
+            connect::unary_request::<Value>(headers, body)?;
+            Ok(process::list(procs, id))
+        }
+        "SendInput" => process::send_input(procs, id, connect::unary_request(headers, body)?).await,
+        "CloseStdin" => {
+            process::close_stdin(procs, id, connect::unary_request(headers, body)?).await
+        }
+        "SendSignal" => process::send_signal(procs, id, connect::unary_request(headers, body)?),
+        "Update" => Err(RpcError::new(
+            Code::Unimplemented,
+            "PTY processes are not supported by sandkeep's envd",
+        )),
+        other => Err(RpcError::new(
+            Code::NotFound,
+            format!("process.Process/{other} is not a method"),
+        )),
+    }
+}
+
+/// Whether a method answers with a stream (errors then travel in the
+/// end-stream envelope).
+fn is_stream(service: &str, method: &str) -> bool {
+    matches!(
+        (service, method),
+        ("process.Process", "Start" | "Connect" | "StreamInput")
+            | ("filesystem.Filesystem", "WatchDir")
+    )
+}
+
+/// `POST /{service}/{method}`.
+pub async fn rpc(
+    envd: Envd,
+    service: &str,
+    method: &str,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let e2b = &envd.e2b;
+    let result = match service {
+        "process.Process" => process_rpc(e2b, &envd.id, method, &headers, &body).await,
+        "filesystem.Filesystem" => filesystem(e2b, &envd.id, method, &headers, &body).await,
+        other => Err(RpcError::new(
+            Code::NotFound,
+            format!("{other} is not a service of envd"),
+        )),
+    };
+    match result {
+        Ok(r) => r,
+        Err(e) if is_stream(service, method) => process::stream_error(&e),
+        Err(e) => e.into_response(),
+    }
+}
+
+#[derive(Debug, Deserialize)]
+pub struct FileQuery {
+    #[serde(default)]
+    path: Option<String>,
+}
+
+fn file_error(e: &ProviderError, path: &str) -> Response {
+    match e {
+        ProviderError::NoSuchPath { .. } => http_error(
+            StatusCode::NOT_FOUND,
+            format!("path {path:?} does not exist"),
+        ),
+        ProviderError::FileTooLarge { .. } | ProviderError::FileError { .. } => {
+            http_error(StatusCode::BAD_REQUEST, e.to_string())
+        }
+        _ => http_error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+    }
+}
+
+/// A byte range of a `Range: bytes=…` header, or why it is unsatisfiable.
+fn range(header: &str, len: u64) -> Option<Result<(u64, u64), ()>> {
+    let spec = header.strip_prefix("bytes=")?;
+    if spec.contains(',') {
+        return None;
+    }
+    let (a, b) = spec.split_once('-')?;
+    let r = match (a.trim(), b.trim()) {
+        ("", n) => {
+            let n: u64 = n.parse().ok()?;
+            if n == 0 || len == 0 {
+                return Some(Err(()));
+            }
+            (len.saturating_sub(n), len - 1)
+        }
+        (a, "") => (a.parse().ok()?, len.saturating_sub(1)),
+        (a, b) => (
+            a.parse().ok()?,
+            b.parse::<u64>().ok()?.min(len.saturating_sub(1)),
+        ),
+    };
+    Some(if r.0 >= len || r.0 > r.1 {
+        Err(())
+    } else {
+        Ok(r)
+    })
+}
+
+/// `GET /files?path=`: the whole file, or the requested range (206).
+pub async fn download(envd: Envd, Query(q): Query<FileQuery>, headers: HeaderMap) -> Response {
+    let Some(path) = q.path.filter(|p| !p.is_empty()) else {
+        return http_error(StatusCode::BAD_REQUEST, "the path parameter is required");
+    };
+    let data = match envd
+        .e2b
+        .provider
+        .read_file(&envd.id, &path, MAX_DOWNLOAD)
+        .await
+    {
+        Ok(d) => d,
+        Err(e) => return file_error(&e, &path),
+    };
+    let name = path.rsplit('/').next().unwrap_or("file").to_owned();
+    let len = data.len() as u64;
+    let disposition = format!("attachment; filename=\"{}\"", name.replace('"', ""));
+    let base = [
+        (header::CONTENT_TYPE, "application/octet-stream".to_owned()),
+        (header::CONTENT_DISPOSITION, disposition),
+        (header::ACCEPT_RANGES, "bytes".to_owned()),
+    ];
+    match headers
+        .get(header::RANGE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|r| range(r, len))
+    {
+        None => (base, data).into_response(),
+        Some(Err(())) => (
+            StatusCode::RANGE_NOT_SATISFIABLE,
+            [(header::CONTENT_RANGE, format!("bytes */{len}"))],
+        )
+            .into_response(),
+        Some(Ok((a, b))) => {
+            let mut data = data;
+            data.truncate(b as usize + 1);
+            data.drain(..a as usize);
+            (
+                StatusCode::PARTIAL_CONTENT,
+                base,
+                [(header::CONTENT_RANGE, format!("bytes {a}-{b}/{len}"))],
+                data,
+            )
+                .into_response()
+        }
+    }
+}
+
+async fn write_one(envd: &Envd, path: &str, data: &[u8]) -> Result<Value, Response> {
+    envd.e2b
+        .provider
+        .write_file(&envd.id, path, data)
+        .await
+        .map_err(|e| file_error(&e, path))?;
+    let full = if path.starts_with('/') {
+        clean(path)
+    } else {
+        let home = envd
+            .e2b
+            .home(&envd.id)
+            .await
+            .map_err(|e| e.into_response())?;
+        clean(&format!("{home}/{path}"))
+    };
+    let name = full.rsplit('/').next().unwrap_or("").to_owned();
+    Ok(json!({ "path": full, "name": name, "type": "file" }))
+}
+
+/// `POST /files`: multipart parts named `file` (the filename is the path
+/// when no `path` parameter is given) or an octet-stream body with `path`.
+pub async fn upload(
+    envd: Envd,
+    Query(q): Query<FileQuery>,
+    headers: HeaderMap,
+    request: axum::extract::Request,
+) -> Response {
+    let content_type = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_owned();
+    let path = q.path.filter(|p| !p.is_empty());
+    let mut written = Vec::new();
+    if content_type.starts_with("multipart/form-data") {
+        let mut multipart =
+            match <Multipart as axum::extract::FromRequest<()>>::from_request(request, &()).await {
+                Ok(m) => m,
+                Err(e) => {
+                    return http_error(StatusCode::BAD_REQUEST, format!("bad multipart body: {e}"));
+                }
+            };
+        loop {
+            let field = match multipart.next_field().await {
+                Ok(Some(f)) => f,
+                Ok(None) => break,
+                Err(e) => {
+                    return http_error(StatusCode::BAD_REQUEST, format!("bad multipart body: {e}"));
+                }
+            };
+            if field.name() != Some("file") {
+                continue;
+            }
+            let target = match (&path, field.file_name()) {
+                (Some(p), _) => p.clone(),
+                (None, Some(f)) if !f.is_empty() => f.to_owned(),
+                (None, _) => {
+                    return http_error(
+                        StatusCode::BAD_REQUEST,
+                        "a file part needs a filename when no path parameter is given",
+                    );
+                }
+            };
+            let data = match field.bytes().await {
+                Ok(d) => d,
+                Err(e) => {
+                    return http_error(StatusCode::BAD_REQUEST, format!("bad multipart body: {e}"));
+                }
+            };
+            match write_one(&envd, &target, &data).await {
+                Ok(v) => written.push(v),
+                Err(r) => return r,
+            }
+        }
+    } else if content_type.starts_with("application/octet-stream") {
+        let Some(path) = path else {
+            return http_error(
+                StatusCode::BAD_REQUEST,
+                "an octet-stream upload needs the path parameter",
+            );
+        };
+        let data = match axum::body::to_bytes(request.into_body(), usize::MAX).await {
+            Ok(d) => d,
+            Err(e) => {
+                return http_error(
+                    StatusCode::BAD_REQUEST,
+                    format!("cannot read the body: {e}"),
+                );
+            }
+        };
+        match write_one(&envd, &path, &data).await {
+            Ok(v) => written.push(v),
+            Err(r) => return r,
+        }
+    } else {
+        return http_error(
+            StatusCode::BAD_REQUEST,
+            format!(
+                "content type {content_type:?} is not supported; send multipart/form-data or application/octet-stream"
+            ),
+        );
+    }
+    axum::Json(written).into_response()
+}
+
+/// The access token check of every envd route but the exempt ones.
+pub fn authorized(expected: &str, headers: &HeaderMap) -> bool {
+    headers
+        .get("x-access-token")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|t| super::same(t, expected))
+}
+
+/// The answer to a missing or wrong access token.
+pub fn unauthorized(is_rpc: bool) -> Response {
+    let message = "missing or invalid X-Access-Token for this sandbox";
+    if is_rpc {
+        RpcError::new(Code::Unauthenticated, message).into_response()
+    } else {
+        http_error(StatusCode::UNAUTHORIZED, message)
+    }
+}

@@ -1,0 +1,336 @@
+//! `sandkeep serve --e2b ADDR`: an E2B-compatible endpoint over the
+//! provider (SPEC.md §12), so a program written for E2B's SDKs runs on
+//! local sandboxes with `E2B_API_URL=http://ADDR E2B_SANDBOX_URL=http://ADDR
+//! E2B_API_KEY=…`.
+//!
+//! One listener serves both planes:
+//! - the REST API (`rest`): create, connect, list, info, timeout, kill,
+//!   behind the API key (`X-API-Key`);
+//! - every sandbox's envd (`envd`, `process`, over the Connect codec in
+//!   `connect`), routed by the `E2b-Sandbox-Id` header (or a
+//!   `{port}-{id}.` host name), behind the sandbox's access token
+//!   (`X-Access-Token`) except `/health`.
+//!
+//! Sandboxes made here are ordinary sandboxes of the provider (the CLI,
+//! `list_sandboxes` and tasks see them); what E2B adds (metadata, the
+//! access token) is kept in `$SANDKEEP_HOME/e2b/ID.json`. E2B's timeout is
+//! the sandbox's timeout and deadline. docs/e2b.md records each decision
+//! where the SDKs and envd leave room.
+
+mod connect;
+mod envd;
+mod process;
+mod rest;
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use axum::Router;
+use axum::extract::{DefaultBodyLimit, FromRequestParts, Request, State};
+use axum::http::request::Parts;
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::Response;
+use axum::routing::{get, post};
+use serde::{Deserialize, Serialize};
+
+use crate::provider::{ExecRequest, Provider, SandboxId};
+
+/// The envd version advertised: the SDKs gate features on it, and this
+/// endpoint serves what envd 0.6.13 does (minus what docs/e2b.md lists).
+pub const ENVD_VERSION: &str = "0.6.13";
+/// The port envd listens on inside an E2B sandbox (host-name routing).
+const ENVD_PORT: &str = "49983";
+
+/// What the endpoint needs to run.
+#[derive(Debug)]
+pub struct E2bOptions {
+    pub addr: SocketAddr,
+    pub api_key: String,
+}
+
+/// The server's shared state.
+pub struct E2b {
+    provider: Arc<dyn Provider>,
+    api_key: String,
+    records: Records,
+    processes: Arc<process::Processes>,
+    homes: Mutex<HashMap<SandboxId, String>>,
+}
+
+impl E2b {
+    /// The sandbox user's home (where relative paths start), asked once.
+    async fn home(&self, id: &SandboxId) -> Result<String, connect::RpcError> {
+        if let Some(h) = self.homes.lock().expect("homes lock").get(id) {
+            return Ok(h.clone());
+        }
+        let out = self
+            .provider
+            .exec(
+                id,
+                ExecRequest {
+                    command: "pwd".into(),
+                    cwd: None,
+                    timeout: std::time::Duration::from_secs(30),
+                    stdin: None,
+                    output_limit: 4096,
+                },
+            )
+            .await?;
+        let home = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+        if out.exit_code != Some(0) || home.is_empty() {
+            return Err(connect::RpcError::new(
+                connect::Code::Internal,
+                "cannot find the sandbox user's home directory",
+            ));
+        }
+        self.homes
+            .lock()
+            .expect("homes lock")
+            .insert(id.clone(), home.clone());
+        Ok(home)
+    }
+}
+
+/// What E2B adds to a sandbox, kept beside the provider's state.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Record {
+    access_token: String,
+    #[serde(default)]
+    metadata: BTreeMap<String, String>,
+}
+
+impl Record {
+    fn new(metadata: BTreeMap<String, String>) -> Self {
+        Self {
+            access_token: random_hex(),
+            metadata,
+        }
+    }
+}
+
+/// `$SANDKEEP_HOME/e2b/ID.json`, one per sandbox, mode 0600.
+struct Records {
+    dir: PathBuf,
+}
+
+impl Records {
+    fn path(&self, id: &SandboxId) -> PathBuf {
+        self.dir.join(format!("{id}.json"))
+    }
+
+    fn load(&self, id: &SandboxId) -> Option<Record> {
+        let bytes = std::fs::read(self.path(id)).ok()?;
+        serde_json::from_slice(&bytes).ok()
+    }
+
+    fn save(&self, id: &SandboxId, record: &Record) -> Result<(), String> {
+        let json = serde_json::to_vec(record).map_err(|e| e.to_string())?;
+        crate::cli::serve::write_private(&self.path(id), &json)
+            .map_err(|e| format!("cannot write {}: {e}", self.path(id).display()))
+    }
+
+    /// The record, made for a sandbox created elsewhere (CLI, MCP).
+    fn load_or_create(&self, id: &SandboxId) -> Result<Record, String> {
+        if let Some(r) = self.load(id) {
+            return Ok(r);
+        }
+        let record = Record::new(BTreeMap::new());
+        self.save(id, &record)?;
+        Ok(record)
+    }
+
+    fn remove(&self, id: &SandboxId) {
+        let _ = std::fs::remove_file(self.path(id));
+    }
+}
+
+/// 128 bits from the OS as hex.
+fn random_hex() -> String {
+    let mut bytes = [0u8; 16];
+    getrandom::fill(&mut bytes).expect("the OS random source works");
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Constant-time comparison of secrets.
+fn same(a: &str, b: &str) -> bool {
+    a.len() == b.len()
+        && a.bytes()
+            .zip(b.bytes())
+            .fold(0u8, |acc, (x, y)| acc | (x ^ y))
+            == 0
+}
+
+/// An envd request's sandbox, its access token checked.
+pub struct Envd {
+    e2b: Arc<E2b>,
+    id: SandboxId,
+}
+
+/// What E2B's proxy answers for a sandbox that is not running.
+fn sandbox_not_found(id: &str) -> Response {
+    rest::error(
+        StatusCode::BAD_GATEWAY,
+        format!("The sandbox {id} was not found"),
+    )
+}
+
+/// The sandbox an envd request is for: `E2b-Sandbox-Id`, else a host name
+/// `49983-ID.…` (E2B's proxy rules).
+fn target(headers: &HeaderMap) -> Option<String> {
+    if let Some(id) = headers.get("e2b-sandbox-id").and_then(|v| v.to_str().ok()) {
+        return Some(id.to_owned());
+    }
+    let host = headers.get(header::HOST)?.to_str().ok()?;
+    let first = host.split('.').next()?;
+    let (port, id) = first.split_once('-')?;
+    (port == ENVD_PORT).then(|| id.to_owned())
+}
+
+impl FromRequestParts<Arc<E2b>> for Envd {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, e2b: &Arc<E2b>) -> Result<Self, Response> {
+        let is_rpc = parts.uri.path() != "/files";
+        let Some(text) = target(&parts.headers) else {
+            return Err(rest::error(
+                StatusCode::BAD_REQUEST,
+                "envd requests need the E2b-Sandbox-Id header or a 49983-ID host name",
+            ));
+        };
+        let not_found = || sandbox_not_found(&text);
+        let id = SandboxId::parse(&text).map_err(|_| not_found())?;
+        let record = match e2b.records.load(&id) {
+            Some(r) => r,
+            None => {
+                e2b.provider.info(&id).await.map_err(|_| not_found())?;
+                e2b.records
+                    .load_or_create(&id)
+                    .map_err(|e| rest::error(StatusCode::INTERNAL_SERVER_ERROR, e))?
+            }
+        };
+        if !envd::authorized(&record.access_token, &parts.headers) {
+            return Err(envd::unauthorized(is_rpc));
+        }
+        Ok(Self {
+            e2b: Arc::clone(e2b),
+            id,
+        })
+    }
+}
+
+/// The API key check of every REST route.
+async fn api_key(State(e2b): State<Arc<E2b>>, request: Request, next: Next) -> Response {
+    let ok = request
+        .headers()
+        .get("x-api-key")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|k| same(k, &e2b.api_key));
+    if !ok {
+        return rest::error(
+            StatusCode::UNAUTHORIZED,
+            "Invalid API key: send the server's key in X-API-Key (E2B_API_KEY)",
+        );
+    }
+    next.run(request).await
+}
+
+fn router(e2b: Arc<E2b>) -> Router {
+    let api = Router::new()
+        .route("/sandboxes", post(rest::create_v1).get(rest::list_v1))
+        .route("/v2/sandboxes", post(rest::create_v2).get(rest::list_v2))
+        .route("/sandboxes/{id}", get(rest::info).delete(rest::kill))
+        .route("/sandboxes/{id}/connect", post(rest::connect_v1))
+        .route("/v2/sandboxes/{id}/connect", post(rest::connect_v2))
+        .route("/sandboxes/{id}/timeout", post(rest::set_timeout))
+        .route("/sandboxes/{id}/pause", post(rest::unsupported))
+        .route("/sandboxes/{id}/resume", post(rest::unsupported))
+        .route("/sandboxes/{id}/metrics", get(rest::unsupported))
+        .route("/sandboxes/{id}/logs", get(rest::unsupported))
+        .route_layer(axum::middleware::from_fn_with_state(
+            Arc::clone(&e2b),
+            api_key,
+        ));
+    let envd = Router::new()
+        .route("/health", get(envd::health))
+        .route("/files", get(envd::download).post(envd::upload))
+        .route("/process.Process/{method}", post(process_rpc))
+        .route("/filesystem.Filesystem/{method}", post(filesystem_rpc));
+    api.merge(envd)
+        .fallback(rest::not_found)
+        .layer(DefaultBodyLimit::disable())
+        .with_state(e2b)
+}
+
+async fn process_rpc(
+    envd: Envd,
+    axum::extract::Path(method): axum::extract::Path<String>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> Response {
+    envd::rpc(envd, "process.Process", &method, headers, body).await
+}
+
+async fn filesystem_rpc(
+    envd: Envd,
+    axum::extract::Path(method): axum::extract::Path<String>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> Response {
+    envd::rpc(envd, "filesystem.Filesystem", &method, headers, body).await
+}
+
+/// Serves until the process is stopped; returns the exit code.
+pub fn run(provider: Arc<dyn Provider>, options: E2bOptions) -> i32 {
+    let records = match crate::provider::home_from_env() {
+        Ok(home) => home.join("e2b"),
+        Err(e) => {
+            eprintln!("sandkeep serve: cannot locate SANDKEEP_HOME: {e}");
+            return 1;
+        }
+    };
+    if let Err(e) = std::fs::create_dir_all(&records).and_then(|()| {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&records, std::fs::Permissions::from_mode(0o700))
+    }) {
+        eprintln!("sandkeep serve: cannot create {}: {e}", records.display());
+        return 1;
+    }
+    let e2b = Arc::new(E2b {
+        provider,
+        api_key: options.api_key,
+        records: Records { dir: records },
+        processes: Arc::default(),
+        homes: Mutex::default(),
+    });
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("sandkeep serve: cannot start the async runtime: {e}");
+            return 1;
+        }
+    };
+    runtime.block_on(async move {
+        let listener = match tokio::net::TcpListener::bind(options.addr).await {
+            Ok(l) => l,
+            Err(e) => {
+                eprintln!("sandkeep serve: cannot listen on {}: {e}", options.addr);
+                return 1;
+            }
+        };
+        let addr = listener.local_addr().unwrap_or(options.addr);
+        eprintln!(
+            "sandkeep serve: E2B-compatible endpoint at http://{addr}\n  \
+             E2B_API_URL=http://{addr} E2B_SANDBOX_URL=http://{addr} E2B_API_KEY=<the key>"
+        );
+        match axum::serve(listener, router(e2b)).await {
+            Ok(()) => 0,
+            Err(e) => {
+                eprintln!("sandkeep serve: the E2B endpoint stopped: {e}");
+                1
+            }
+        }
+    })
+}

@@ -1,0 +1,633 @@
+//! envd's process service (`/process.Process/*`) over
+//! [`Provider::spawn`]: the table of processes started through this server,
+//! their live output fanned out to whoever is connected, and envd's
+//! bookkeeping rules, traps included (docs/e2b.md):
+//!
+//! - output goes only to streams connected when it is produced; nothing is
+//!   replayed to a later Connect;
+//! - a process leaves List when it exits, and its end event stays for
+//!   Connect for [`END_RETENTION`];
+//! - `Connect-Timeout-Ms` on Start SIGKILLs the process when it expires,
+//!   attached or not; closing the stream otherwise leaves it running;
+//! - SendSignal accepts SIGTERM and SIGKILL and reaches the leader only.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use axum::http::{HeaderMap, header};
+use axum::response::{IntoResponse, Response};
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD as B64;
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::sync::{broadcast, mpsc, watch};
+use tokio::time::Instant;
+
+use super::connect::{self, Code, RpcError};
+use crate::provider::{Provider, RunningProcess, SandboxId, SpawnRequest};
+
+/// How long an ended process's end event is kept for Connect (envd's
+/// `terminatedRetentionTTL`).
+pub const END_RETENTION: Duration = Duration::from_secs(30);
+/// The largest data event (envd's chunk size).
+const CHUNK: usize = 32 * 1024;
+/// Without a `Keepalive-Ping-Interval` header, envd's interval.
+const DEFAULT_KEEPALIVE: Duration = Duration::from_secs(90);
+/// After the exit, how long to keep reading output that a child of the
+/// process may still hold open (envd stops at the exit too).
+const DRAIN_GRACE: Duration = Duration::from_millis(50);
+/// Output chunks buffered per connected stream before it loses some.
+const FANOUT: usize = 1024;
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ProcessConfig {
+    pub cmd: String,
+    #[serde(default)]
+    pub args: Vec<String>,
+    #[serde(default)]
+    pub envs: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cwd: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct StartRequest {
+    process: ProcessConfig,
+    #[serde(default)]
+    pty: Option<serde_json::Value>,
+    #[serde(default)]
+    tag: Option<String>,
+    #[serde(default)]
+    stdin: Option<bool>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub struct Selector {
+    #[serde(default)]
+    pid: Option<u32>,
+    #[serde(default)]
+    tag: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct SelectRequest {
+    #[serde(default)]
+    process: Selector,
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub struct Input {
+    #[serde(default)]
+    stdin: Option<String>,
+    #[serde(default)]
+    pty: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct SendInputRequest {
+    #[serde(default)]
+    process: Selector,
+    #[serde(default)]
+    input: Input,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct SendSignalRequest {
+    #[serde(default)]
+    process: Selector,
+    #[serde(default)]
+    signal: serde_json::Value,
+}
+
+/// One message of a StreamInput client stream.
+#[derive(Debug, Deserialize)]
+pub struct StreamInputRequest {
+    #[serde(default)]
+    start: Option<SelectRequest>,
+    #[serde(default)]
+    data: Option<DataInput>,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct DataInput {
+    #[serde(default)]
+    input: Input,
+}
+
+#[derive(Debug, Clone)]
+enum Output {
+    Stdout(Bytes),
+    Stderr(Bytes),
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct End {
+    exit_code: i32,
+    exited: bool,
+    status: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<String>,
+}
+
+type Stdin = Box<dyn tokio::io::AsyncWrite + Send + Unpin>;
+
+struct Proc {
+    pid: u32,
+    tag: Option<String>,
+    config: ProcessConfig,
+    stdin: tokio::sync::Mutex<Option<Stdin>>,
+    output: broadcast::Sender<Output>,
+    end: watch::Sender<Option<End>>,
+    control: Arc<dyn RunningProcess>,
+}
+
+impl Proc {
+    fn ended(&self) -> bool {
+        self.end.borrow().is_some()
+    }
+}
+
+/// Every process started through this server, by sandbox.
+#[derive(Default)]
+pub struct Processes {
+    table: Mutex<HashMap<SandboxId, BTreeMap<u32, Arc<Proc>>>>,
+    next_pid: AtomicU32,
+}
+
+impl Processes {
+    fn find(&self, id: &SandboxId, sel: &Selector) -> Result<Arc<Proc>, RpcError> {
+        let table = self.table.lock().expect("process table lock");
+        let procs = table.get(id);
+        let found = match (sel.pid, &sel.tag) {
+            (Some(pid), _) => procs.and_then(|p| p.get(&pid)),
+            (None, Some(tag)) => {
+                procs.and_then(|p| p.values().find(|p| p.tag.as_deref() == Some(tag.as_str())))
+            }
+            (None, None) => {
+                return Err(RpcError::new(
+                    Code::InvalidArgument,
+                    "process selector needs a pid or a tag",
+                ));
+            }
+        };
+        found.cloned().ok_or_else(|| {
+            RpcError::new(
+                Code::NotFound,
+                match (sel.pid, &sel.tag) {
+                    (Some(pid), _) => format!("process with pid {pid} not found"),
+                    (_, tag) => format!("process with tag {tag:?} not found"),
+                },
+            )
+        })
+    }
+
+    fn remove(&self, id: &SandboxId, pid: u32) {
+        let mut table = self.table.lock().expect("process table lock");
+        if let Some(procs) = table.get_mut(id) {
+            procs.remove(&pid);
+            if procs.is_empty() {
+                table.remove(id);
+            }
+        }
+    }
+
+    /// Forgets a killed sandbox's processes (they died with it).
+    pub fn forget(&self, id: &SandboxId) {
+        self.table.lock().expect("process table lock").remove(id);
+    }
+}
+
+/// Quotes one word for `sh`.
+pub fn sh_quote(word: &str) -> String {
+    format!("'{}'", word.replace('\'', r"'\''"))
+}
+
+/// envd runs `cmd args…` directly with the request's environment added;
+/// the provider runs a shell command, so the command line is built here.
+fn command_line(config: &ProcessConfig) -> Result<String, RpcError> {
+    let mut line = String::new();
+    for (name, value) in &config.envs {
+        let valid = !name.is_empty()
+            && !name.starts_with(|c: char| c.is_ascii_digit())
+            && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+        if !valid {
+            return Err(RpcError::new(
+                Code::InvalidArgument,
+                format!("environment variable name {name:?} is not a valid name"),
+            ));
+        }
+        line.push_str(&format!("{name}={} ", sh_quote(value)));
+    }
+    line.push_str("exec ");
+    line.push_str(&sh_quote(&config.cmd));
+    for arg in &config.args {
+        line.push(' ');
+        line.push_str(&sh_quote(arg));
+    }
+    Ok(line)
+}
+
+/// The `Connect-Timeout-Ms` header: `None` when absent or zero.
+pub fn connect_timeout(headers: &HeaderMap) -> Result<Option<Duration>, RpcError> {
+    let Some(value) = headers.get("connect-timeout-ms") else {
+        return Ok(None);
+    };
+    let ms: u64 = value
+        .to_str()
+        .ok()
+        .and_then(|v| v.trim().parse().ok())
+        .ok_or_else(|| {
+            RpcError::new(
+                Code::InvalidArgument,
+                "Connect-Timeout-Ms must be a whole number of milliseconds",
+            )
+        })?;
+    Ok((ms > 0).then(|| Duration::from_millis(ms)))
+}
+
+fn keepalive(headers: &HeaderMap) -> Duration {
+    headers
+        .get("keepalive-ping-interval")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .filter(|&s| s > 0)
+        .map_or(DEFAULT_KEEPALIVE, Duration::from_secs)
+}
+
+/// A server stream that failed before its first message.
+pub fn stream_error(error: &RpcError) -> Response {
+    (
+        [(header::CONTENT_TYPE, connect::STREAM_JSON)],
+        connect::end_stream(Some(error)),
+    )
+        .into_response()
+}
+
+fn status_text(code: i32) -> String {
+    if code > 128 {
+        let name = match code - 128 {
+            9 => "killed",
+            15 => "terminated",
+            2 => "interrupt",
+            _ => "",
+        };
+        if !name.is_empty() {
+            return format!("signal: {name}");
+        }
+    }
+    format!("exit status {code}")
+}
+
+pub async fn start(
+    processes: &Arc<Processes>,
+    provider: &Arc<dyn Provider>,
+    id: &SandboxId,
+    headers: &HeaderMap,
+    request: StartRequest,
+) -> Result<Response, RpcError> {
+    if request.pty.is_some() {
+        return Err(RpcError::new(
+            Code::Unimplemented,
+            "PTY processes are not supported by sandkeep's envd; start the process without pty",
+        ));
+    }
+    let timeout = connect_timeout(headers)?;
+    let command = command_line(&request.process)?;
+    let spawned = provider
+        .spawn(
+            id,
+            SpawnRequest {
+                command,
+                cwd: request.process.cwd.clone().filter(|c| !c.is_empty()),
+                stdin: request.stdin.unwrap_or(true),
+            },
+        )
+        .await?;
+    let pid = processes.next_pid.fetch_add(1, Ordering::Relaxed) + 1000;
+    let (output, rx) = broadcast::channel(FANOUT);
+    let (end, end_rx) = watch::channel(None);
+    let proc = Arc::new(Proc {
+        pid,
+        tag: request.tag,
+        config: request.process,
+        stdin: tokio::sync::Mutex::new(spawned.stdin),
+        output,
+        end,
+        control: Arc::from(spawned.process),
+    });
+    processes
+        .table
+        .lock()
+        .expect("process table lock")
+        .entry(id.clone())
+        .or_default()
+        .insert(pid, Arc::clone(&proc));
+
+    let pumps = [
+        tokio::spawn(pump(spawned.stdout, proc.output.clone(), Output::Stdout)),
+        tokio::spawn(pump(spawned.stderr, proc.output.clone(), Output::Stderr)),
+    ];
+    if let Some(timeout) = timeout {
+        let proc = Arc::clone(&proc);
+        tokio::spawn(async move {
+            tokio::time::sleep(timeout).await;
+            if !proc.ended() {
+                let _ = proc.control.signal(9);
+            }
+        });
+    }
+    {
+        let proc = Arc::clone(&proc);
+        let processes = Arc::clone(processes);
+        let id = id.clone();
+        tokio::spawn(async move {
+            let waited = proc.control.wait().await;
+            for mut p in pumps {
+                if tokio::time::timeout(DRAIN_GRACE, &mut p).await.is_err() {
+                    p.abort();
+                }
+            }
+            let end = match waited {
+                Ok(code) => End {
+                    exit_code: if code > 128 { -1 } else { code },
+                    exited: code <= 128,
+                    status: status_text(code),
+                    error: None,
+                },
+                Err(e) => End {
+                    exit_code: -1,
+                    exited: false,
+                    status: "unknown".into(),
+                    error: Some(e.to_string()),
+                },
+            };
+            proc.end.send_replace(Some(end));
+            drop(proc.stdin.lock().await.take());
+            tokio::time::sleep(END_RETENTION).await;
+            processes.remove(&id, proc.pid);
+        });
+    }
+    Ok(event_stream(pid, rx, end_rx, keepalive(headers), timeout))
+}
+
+async fn pump(
+    mut from: Box<dyn tokio::io::AsyncRead + Send + Unpin>,
+    to: broadcast::Sender<Output>,
+    wrap: fn(Bytes) -> Output,
+) {
+    let mut buf = vec![0u8; CHUNK];
+    while let Ok(n) = from.read(&mut buf).await {
+        if n == 0 {
+            break;
+        }
+        // No receiver: nobody is connected and the output is dropped, as
+        // envd drops it.
+        let _ = to.send(wrap(Bytes::copy_from_slice(&buf[..n])));
+    }
+}
+
+pub fn connect(
+    processes: &Processes,
+    id: &SandboxId,
+    headers: &HeaderMap,
+    request: SelectRequest,
+) -> Result<Response, RpcError> {
+    let timeout = connect_timeout(headers)?;
+    let proc = processes.find(id, &request.process)?;
+    let rx = proc.output.subscribe();
+    let end_rx = proc.end.subscribe();
+    Ok(event_stream(
+        proc.pid,
+        rx,
+        end_rx,
+        keepalive(headers),
+        timeout,
+    ))
+}
+
+/// The end event, once there is one (`None` if the process was forgotten).
+async fn ended(rx: &mut watch::Receiver<Option<End>>) -> Option<End> {
+    let end = rx.wait_for(Option::is_some).await.ok()?;
+    end.clone()
+}
+
+/// The Start/Connect response: start, data…, keepalives, end.
+fn event_stream(
+    pid: u32,
+    mut rx: broadcast::Receiver<Output>,
+    mut end_rx: watch::Receiver<Option<End>>,
+    keepalive: Duration,
+    timeout: Option<Duration>,
+) -> Response {
+    let (tx, body_rx) = mpsc::channel::<Bytes>(16);
+    tokio::spawn(async move {
+        let event = |e: serde_json::Value| connect::envelope(&json!({ "event": e }));
+        if tx
+            .send(event(json!({ "start": { "pid": pid } })))
+            .await
+            .is_err()
+        {
+            return;
+        }
+        let deadline = timeout.map(|t| Instant::now() + t);
+        let mut ping = Instant::now() + keepalive;
+        let data = |o: Output| match o {
+            Output::Stdout(b) => event(json!({ "data": { "stdout": B64.encode(&b) } })),
+            Output::Stderr(b) => event(json!({ "data": { "stderr": B64.encode(&b) } })),
+        };
+        loop {
+            let expired = async {
+                match deadline {
+                    Some(d) => tokio::time::sleep_until(d).await,
+                    None => std::future::pending().await,
+                }
+            };
+            let message = tokio::select! {
+                biased;
+                r = rx.recv() => match r {
+                    Ok(o) => data(o),
+                    Err(broadcast::error::RecvError::Lagged(_)) => continue,
+                    // Every sender is gone: the process was forgotten.
+                    Err(broadcast::error::RecvError::Closed) => {
+                        let end = ended(&mut end_rx).await;
+                        if let Some(end) = end {
+                            let _ = tx.send(event(json!({ "end": end }))).await;
+                        }
+                        let _ = tx.send(connect::end_stream(None)).await;
+                        return;
+                    }
+                },
+                end = ended(&mut end_rx) => {
+                    while let Ok(o) = rx.try_recv() {
+                        if tx.send(data(o)).await.is_err() {
+                            return;
+                        }
+                    }
+                    if let Some(end) = end {
+                        let _ = tx.send(event(json!({ "end": end }))).await;
+                    }
+                    let _ = tx.send(connect::end_stream(None)).await;
+                    return;
+                }
+                () = tokio::time::sleep_until(ping) => event(json!({ "keepalive": {} })),
+                () = expired => {
+                    let e = RpcError::new(Code::DeadlineExceeded, "the Connect-Timeout-Ms deadline expired");
+                    let _ = tx.send(connect::end_stream(Some(&e))).await;
+                    return;
+                }
+            };
+            ping = Instant::now() + keepalive;
+            if tx.send(message).await.is_err() {
+                return;
+            }
+        }
+    });
+    let body = futures_util::stream::unfold(body_rx, |mut rx| async move {
+        rx.recv()
+            .await
+            .map(|b| (Ok::<_, std::convert::Infallible>(b), rx))
+    });
+    (
+        [(header::CONTENT_TYPE, connect::STREAM_JSON)],
+        Body::from_stream(body),
+    )
+        .into_response()
+}
+
+pub fn list(processes: &Processes, id: &SandboxId) -> Response {
+    let table = processes.table.lock().expect("process table lock");
+    let list: Vec<serde_json::Value> = table
+        .get(id)
+        .into_iter()
+        .flat_map(|p| p.values())
+        .filter(|p| !p.ended())
+        .map(|p| {
+            let mut v = json!({ "config": p.config, "pid": p.pid });
+            if let Some(tag) = &p.tag {
+                v["tag"] = json!(tag);
+            }
+            v
+        })
+        .collect();
+    connect::unary_response(&json!({ "processes": list }))
+}
+
+fn decode_input(input: &Input) -> Result<Vec<u8>, RpcError> {
+    if input.pty.is_some() {
+        return Err(RpcError::new(
+            Code::Unimplemented,
+            "PTY input is not supported by sandkeep's envd",
+        ));
+    }
+    B64.decode(input.stdin.as_deref().unwrap_or(""))
+        .map_err(|e| {
+            RpcError::new(
+                Code::InvalidArgument,
+                format!("input.stdin is not base64: {e}"),
+            )
+        })
+}
+
+async fn write_stdin(proc: &Proc, bytes: &[u8]) -> Result<(), RpcError> {
+    let mut stdin = proc.stdin.lock().await;
+    let Some(w) = stdin.as_mut() else {
+        return Err(RpcError::new(
+            Code::FailedPrecondition,
+            format!(
+                "process {} has no open stdin (started with stdin false, closed, or exited)",
+                proc.pid
+            ),
+        ));
+    };
+    let written = async {
+        w.write_all(bytes).await?;
+        w.flush().await
+    };
+    written.await.map_err(|e| {
+        RpcError::new(
+            Code::Internal,
+            format!("cannot write to the stdin of process {}: {e}", proc.pid),
+        )
+    })
+}
+
+pub async fn send_input(
+    processes: &Processes,
+    id: &SandboxId,
+    request: SendInputRequest,
+) -> Result<Response, RpcError> {
+    let proc = processes.find(id, &request.process)?;
+    let bytes = decode_input(&request.input)?;
+    write_stdin(&proc, &bytes).await?;
+    Ok(connect::unary_response(&json!({})))
+}
+
+pub async fn stream_input(
+    processes: &Processes,
+    id: &SandboxId,
+    messages: Vec<StreamInputRequest>,
+) -> Result<Response, RpcError> {
+    let mut proc = None;
+    for m in messages {
+        if let Some(start) = m.start {
+            proc = Some(processes.find(id, &start.process)?);
+        }
+        if let Some(data) = m.data {
+            let Some(p) = &proc else {
+                return Err(RpcError::new(
+                    Code::InvalidArgument,
+                    "StreamInput data came before its start message",
+                ));
+            };
+            write_stdin(p, &decode_input(&data.input)?).await?;
+        }
+    }
+    Ok((
+        [(header::CONTENT_TYPE, connect::STREAM_JSON)],
+        [connect::envelope(&json!({})), connect::end_stream(None)].concat(),
+    )
+        .into_response())
+}
+
+pub async fn close_stdin(
+    processes: &Processes,
+    id: &SandboxId,
+    request: SelectRequest,
+) -> Result<Response, RpcError> {
+    let proc = processes.find(id, &request.process)?;
+    drop(proc.stdin.lock().await.take());
+    Ok(connect::unary_response(&json!({})))
+}
+
+pub fn send_signal(
+    processes: &Processes,
+    id: &SandboxId,
+    request: SendSignalRequest,
+) -> Result<Response, RpcError> {
+    let signal = match &request.signal {
+        serde_json::Value::String(s) if s == "SIGNAL_SIGKILL" => 9,
+        serde_json::Value::String(s) if s == "SIGNAL_SIGTERM" => 15,
+        serde_json::Value::Number(n) if n.as_i64() == Some(9) => 9,
+        serde_json::Value::Number(n) if n.as_i64() == Some(15) => 15,
+        other => {
+            return Err(RpcError::new(
+                Code::Unimplemented,
+                format!("signal {other} is not supported; send SIGNAL_SIGTERM or SIGNAL_SIGKILL"),
+            ));
+        }
+    };
+    let proc = processes.find(id, &request.process)?;
+    if proc.ended() {
+        return Err(RpcError::new(
+            Code::NotFound,
+            format!("process with pid {} has already exited", proc.pid),
+        ));
+    }
+    proc.control.signal(signal)?;
+    Ok(connect::unary_response(&json!({})))
+}

@@ -1,0 +1,376 @@
+//! E2B's REST API (the control plane) over the provider: create (v1 and
+//! v2), connect (v1 and v2), list (v1, and v2 with metadata filter and
+//! paging), info, timeout and kill. Errors are E2B's `{code, message}`
+//! JSON with the HTTP status the SDKs map to their exceptions.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use axum::Json;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::{E2b, ENVD_VERSION, Record};
+use crate::provider::{CreateSpec, ProviderError, SandboxId, SandboxInfo};
+
+/// The longest timeout a sandbox may ask for (E2B's Pro plan's 24 h).
+const MAX_TIMEOUT: u64 = 86_400;
+/// The default timeout of a v2 create without one.
+const DEFAULT_TIMEOUT_V2: u64 = 300;
+/// The default timeout of a v1 create without one (E2B's API: 15 s).
+const DEFAULT_TIMEOUT_V1: u64 = 15;
+/// The page size of a list without `limit`.
+const DEFAULT_LIMIT: usize = 100;
+
+/// E2B's error answer.
+pub fn error(status: StatusCode, message: impl Into<String>) -> Response {
+    (
+        status,
+        Json(json!({ "code": status.as_u16(), "message": message.into() })),
+    )
+        .into_response()
+}
+
+fn provider_error(e: &ProviderError) -> Response {
+    let status = match e {
+        ProviderError::NoSuchSandbox(_) => StatusCode::NOT_FOUND,
+        ProviderError::UnknownTemplate { .. } => StatusCode::BAD_REQUEST,
+        ProviderError::Unsupported(_) => StatusCode::NOT_IMPLEMENTED,
+        ProviderError::Unavailable(_) | ProviderError::Unconfirmed { .. } => {
+            StatusCode::SERVICE_UNAVAILABLE
+        }
+        _ => StatusCode::INTERNAL_SERVER_ERROR,
+    };
+    error(status, e.to_string())
+}
+
+/// An error answer not yet rendered (small, unlike a `Response`).
+pub struct ApiError(StatusCode, String);
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        error(self.0, self.1)
+    }
+}
+
+fn sandbox_id(text: &str) -> Result<SandboxId, ApiError> {
+    SandboxId::parse(text)
+        .map_err(|_| ApiError(StatusCode::NOT_FOUND, format!("sandbox {text:?} not found")))
+}
+
+fn now_secs() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+fn rfc3339(secs: u64) -> String {
+    chrono::DateTime::from_timestamp(secs as i64, 0)
+        .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true))
+        .unwrap_or_default()
+}
+
+/// The `Sandbox` object of create and connect.
+fn sandbox_json(info: &SandboxInfo, record: &Record) -> Value {
+    json!({
+        "templateID": info.template,
+        "sandboxID": info.sandbox_id.as_str(),
+        "clientID": "sandkeep",
+        "envdVersion": ENVD_VERSION,
+        "envdAccessToken": record.access_token,
+    })
+}
+
+/// `ListedSandbox`; `SandboxDetail` adds the access token.
+fn listed_json(info: &SandboxInfo, record: &Record) -> Value {
+    let cpus = info.limits.milli_cpus.map_or_else(
+        || std::thread::available_parallelism().map_or(1, |n| n.get() as u32),
+        |m| m.div_ceil(1000),
+    );
+    json!({
+        "templateID": info.template,
+        "sandboxID": info.sandbox_id.as_str(),
+        "clientID": "sandkeep",
+        "startedAt": rfc3339(info.created_at),
+        "endAt": rfc3339(info.expires_at),
+        "cpuCount": cpus,
+        "memoryMB": info.limits.memory_mib.unwrap_or(0),
+        "diskSizeMB": info.limits.disk_mib.unwrap_or(0),
+        "state": "running",
+        "envdVersion": ENVD_VERSION,
+        "metadata": record.metadata,
+    })
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NewSandbox {
+    #[serde(rename = "templateID")]
+    template_id: String,
+    #[serde(default)]
+    timeout: Option<u64>,
+    #[serde(default)]
+    metadata: Option<BTreeMap<String, String>>,
+    #[serde(default)]
+    env_vars: Option<BTreeMap<String, String>>,
+}
+
+async fn create(e2b: &E2b, body: &[u8], default_timeout: u64) -> Response {
+    let request: NewSandbox = match serde_json::from_slice(body) {
+        Ok(r) => r,
+        Err(e) => return error(StatusCode::BAD_REQUEST, format!("invalid body: {e}")),
+    };
+    let timeout = request.timeout.unwrap_or(default_timeout);
+    if timeout == 0 || timeout > MAX_TIMEOUT {
+        return error(
+            StatusCode::BAD_REQUEST,
+            format!("timeout must be 1-{MAX_TIMEOUT} seconds, got {timeout}"),
+        );
+    }
+    let spec = CreateSpec {
+        template: request.template_id,
+        timeout,
+        envs: request.env_vars.unwrap_or_default(),
+        network: None,
+        allow_hosts: Vec::new(),
+        limits: Default::default(),
+    };
+    let info = match e2b.provider.create(spec).await {
+        Ok(info) => info,
+        Err(e) => return provider_error(&e),
+    };
+    let record = Record::new(request.metadata.unwrap_or_default());
+    if let Err(e) = e2b.records.save(&info.sandbox_id, &record) {
+        let _ = e2b.provider.kill(&info.sandbox_id).await;
+        return error(StatusCode::INTERNAL_SERVER_ERROR, e);
+    }
+    (StatusCode::CREATED, Json(sandbox_json(&info, &record))).into_response()
+}
+
+pub async fn create_v1(State(e2b): State<Arc<E2b>>, body: axum::body::Bytes) -> Response {
+    create(&e2b, &body, DEFAULT_TIMEOUT_V1).await
+}
+
+pub async fn create_v2(State(e2b): State<Arc<E2b>>, body: axum::body::Bytes) -> Response {
+    create(&e2b, &body, DEFAULT_TIMEOUT_V2).await
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub struct ConnectBody {
+    #[serde(default)]
+    timeout: Option<u64>,
+}
+
+/// Connect to a running sandbox: its `Sandbox` object; a timeout given
+/// only ever extends the deadline.
+async fn connect(e2b: &E2b, id: &str, body: &[u8], require_timeout: bool) -> Response {
+    let id = match sandbox_id(id) {
+        Ok(id) => id,
+        Err(r) => return r.into_response(),
+    };
+    let request: ConnectBody = if body.is_empty() {
+        ConnectBody::default()
+    } else {
+        match serde_json::from_slice(body) {
+            Ok(r) => r,
+            Err(e) => return error(StatusCode::BAD_REQUEST, format!("invalid body: {e}")),
+        }
+    };
+    if require_timeout && request.timeout.is_none() {
+        return error(StatusCode::BAD_REQUEST, "timeout is required");
+    }
+    let mut info = match e2b.provider.info(&id).await {
+        Ok(info) => info,
+        Err(e) => return provider_error(&e),
+    };
+    if let Some(timeout) = request.timeout
+        && now_secs() + timeout > info.expires_at
+    {
+        info = match e2b
+            .provider
+            .set_timeout(&id, timeout.min(MAX_TIMEOUT))
+            .await
+        {
+            Ok(info) => info,
+            Err(e) => return provider_error(&e),
+        };
+    }
+    match e2b.records.load_or_create(&id) {
+        Ok(record) => (StatusCode::OK, Json(sandbox_json(&info, &record))).into_response(),
+        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e),
+    }
+}
+
+pub async fn connect_v1(
+    State(e2b): State<Arc<E2b>>,
+    Path(id): Path<String>,
+    body: axum::body::Bytes,
+) -> Response {
+    connect(&e2b, &id, &body, true).await
+}
+
+pub async fn connect_v2(
+    State(e2b): State<Arc<E2b>>,
+    Path(id): Path<String>,
+    body: axum::body::Bytes,
+) -> Response {
+    connect(&e2b, &id, &body, false).await
+}
+
+pub async fn info(State(e2b): State<Arc<E2b>>, Path(id): Path<String>) -> Response {
+    let id = match sandbox_id(&id) {
+        Ok(id) => id,
+        Err(r) => return r.into_response(),
+    };
+    let info = match e2b.provider.info(&id).await {
+        Ok(info) => info,
+        Err(e) => return provider_error(&e),
+    };
+    match e2b.records.load_or_create(&id) {
+        Ok(record) => {
+            let mut v = listed_json(&info, &record);
+            v["envdAccessToken"] = json!(record.access_token);
+            Json(v).into_response()
+        }
+        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e),
+    }
+}
+
+#[derive(Debug, Deserialize)]
+pub struct TimeoutBody {
+    timeout: u64,
+}
+
+pub async fn set_timeout(
+    State(e2b): State<Arc<E2b>>,
+    Path(id): Path<String>,
+    body: axum::body::Bytes,
+) -> Response {
+    let id = match sandbox_id(&id) {
+        Ok(id) => id,
+        Err(r) => return r.into_response(),
+    };
+    let request: TimeoutBody = match serde_json::from_slice(&body) {
+        Ok(r) => r,
+        Err(e) => return error(StatusCode::BAD_REQUEST, format!("invalid body: {e}")),
+    };
+    if request.timeout > MAX_TIMEOUT {
+        return error(
+            StatusCode::BAD_REQUEST,
+            format!("timeout must be at most {MAX_TIMEOUT} seconds"),
+        );
+    }
+    match e2b.provider.set_timeout(&id, request.timeout).await {
+        Ok(_) => StatusCode::NO_CONTENT.into_response(),
+        Err(e) => provider_error(&e),
+    }
+}
+
+pub async fn kill(State(e2b): State<Arc<E2b>>, Path(id): Path<String>) -> Response {
+    let id = match sandbox_id(&id) {
+        Ok(id) => id,
+        Err(r) => return r.into_response(),
+    };
+    let killed = e2b.provider.kill(&id).await;
+    e2b.processes.forget(&id);
+    e2b.records.remove(&id);
+    match killed {
+        Ok(true) => StatusCode::NO_CONTENT.into_response(),
+        Ok(false) => error(StatusCode::NOT_FOUND, format!("sandbox {id} not found")),
+        Err(e) => provider_error(&e),
+    }
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ListQuery {
+    #[serde(default)]
+    metadata: Option<String>,
+    #[serde(default)]
+    state: Option<String>,
+    #[serde(default)]
+    limit: Option<usize>,
+    #[serde(default)]
+    next_token: Option<String>,
+}
+
+async fn listed(e2b: &E2b, query: &ListQuery) -> Result<Vec<Value>, ApiError> {
+    let filter: Vec<(String, String)> = query
+        .metadata
+        .as_deref()
+        .map(|m| form_urlencoded::parse(m.as_bytes()).into_owned().collect())
+        .unwrap_or_default();
+    let wants_running = query
+        .state
+        .as_deref()
+        .is_none_or(|s| s.split(',').any(|s| s.trim() == "running"));
+    if !wants_running {
+        return Ok(Vec::new());
+    }
+    let all = e2b
+        .provider
+        .list()
+        .await
+        .map_err(|e| ApiError(StatusCode::SERVICE_UNAVAILABLE, e.to_string()))?;
+    let mut out = Vec::new();
+    for info in all {
+        let record = e2b
+            .records
+            .load_or_create(&info.sandbox_id)
+            .map_err(|e| ApiError(StatusCode::INTERNAL_SERVER_ERROR, e))?;
+        if filter
+            .iter()
+            .all(|(k, v)| record.metadata.get(k) == Some(v))
+        {
+            out.push(listed_json(&info, &record));
+        }
+    }
+    Ok(out)
+}
+
+pub async fn list_v1(State(e2b): State<Arc<E2b>>, Query(query): Query<ListQuery>) -> Response {
+    match listed(&e2b, &query).await {
+        Ok(all) => Json(all).into_response(),
+        Err(r) => r.into_response(),
+    }
+}
+
+/// One page; the next page's token (an offset) in `X-Next-Token`.
+pub async fn list_v2(State(e2b): State<Arc<E2b>>, Query(query): Query<ListQuery>) -> Response {
+    let all = match listed(&e2b, &query).await {
+        Ok(all) => all,
+        Err(r) => return r.into_response(),
+    };
+    let limit = query.limit.unwrap_or(DEFAULT_LIMIT).clamp(1, 1000);
+    let start = match query.next_token.as_deref().filter(|t| !t.is_empty()) {
+        None => 0,
+        Some(t) => match t.parse::<usize>() {
+            Ok(n) => n,
+            Err(_) => return error(StatusCode::BAD_REQUEST, format!("invalid nextToken {t:?}")),
+        },
+    };
+    let end = (start + limit).min(all.len());
+    let page: Vec<Value> = all.get(start..end).unwrap_or_default().to_vec();
+    let mut headers = HeaderMap::new();
+    if end < all.len() {
+        headers.insert(
+            "x-next-token",
+            end.to_string().parse().expect("digits are a valid header"),
+        );
+    }
+    (headers, Json(page)).into_response()
+}
+
+pub async fn unsupported() -> Response {
+    error(
+        StatusCode::NOT_IMPLEMENTED,
+        "not implemented by sandkeep's E2B endpoint (pause, snapshots, metrics, templates and logs are not supported)",
+    )
+}
+
+pub async fn not_found() -> Response {
+    error(StatusCode::NOT_FOUND, "no such route")
+}

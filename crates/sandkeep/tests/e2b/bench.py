@@ -1,0 +1,52 @@
+"""Speed of `sandkeep serve --e2b` through the official Python SDK.
+
+    E2B_API_URL=http://ADDR E2B_SANDBOX_URL=http://ADDR E2B_API_KEY=KEY \
+        python crates/sandkeep/tests/e2b/bench.py
+
+Prints the medians docs/benchmarks.md records: create + run("true") + kill,
+run("true") in a live sandbox, and 100 MiB upload and download.
+"""
+
+import os
+import statistics
+import time
+
+from e2b import Sandbox
+
+
+def ms(samples):
+    return f"median {statistics.median(samples) * 1000:.1f} ms (n={len(samples)})"
+
+
+Sandbox.create(timeout=60).kill()  # warm-up
+
+cycle = []
+for _ in range(20):
+    t0 = time.perf_counter()
+    sbx = Sandbox.create(timeout=60)
+    sbx.commands.run("true")
+    sbx.kill()
+    cycle.append(time.perf_counter() - t0)
+print("create + run('true') + kill:", ms(cycle))
+
+sbx = Sandbox.create(timeout=120)
+try:
+    sbx.commands.run("true")
+    runs = []
+    for _ in range(50):
+        t0 = time.perf_counter()
+        sbx.commands.run("true")
+        runs.append(time.perf_counter() - t0)
+    print("run('true') in a live sandbox:", ms(runs))
+
+    data = os.urandom(100 << 20)
+    t0 = time.perf_counter()
+    sbx.files.write("big.bin", data)
+    up = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    back = sbx.files.read("big.bin", format="bytes")
+    down = time.perf_counter() - t0
+    assert bytes(back) == data
+    print(f"100 MiB upload: {100 / up:.0f} MiB/s; download: {100 / down:.0f} MiB/s")
+finally:
+    sbx.kill()

@@ -1,0 +1,242 @@
+"""The official E2B Python SDK against `sandkeep serve --e2b`.
+
+Run by crates/sandkeep/tests/e2b_sdk.rs with E2B_API_URL, E2B_SANDBOX_URL
+and E2B_API_KEY pointing at the server. Each check prints `ok NAME`; the
+first failure raises and the script exits non-zero.
+"""
+
+import os
+import sys
+import time
+import uuid
+
+from e2b import Sandbox, SandboxQuery
+from e2b.exceptions import NotFoundException, TimeoutException
+from e2b.sandbox.commands.command_handle import CommandExitException
+
+only = set(sys.argv[1:])
+
+
+def check(name):
+    def wrap(fn):
+        if not only or name in only:
+            fn()
+            print("ok", name, flush=True)
+        return fn
+
+    return wrap
+
+
+def make(**kw):
+    kw.setdefault("timeout", 120)
+    return Sandbox.create(**kw)
+
+
+@check("create_run_kill")
+def _():
+    run_id = uuid.uuid4().hex
+    sbx = make(template="base", envs={"GREETING": "hi"}, metadata={"run": run_id})
+    r = sbx.commands.run("echo $GREETING; echo err >&2")
+    assert r.stdout == "hi\n", r
+    assert r.stderr == "err\n", r
+    assert r.exit_code == 0
+    try:
+        sbx.commands.run("exit 3")
+        raise AssertionError("non-zero exit did not raise")
+    except CommandExitException as e:
+        assert e.exit_code == 3, e
+    r = sbx.commands.run("pwd; printf %s \"$X\"", envs={"X": "y z"}, cwd="/tmp")
+    assert r.stdout == "/tmp\ny z", r
+    info = sbx.get_info()
+    assert info.metadata == {"run": run_id}, info
+    assert info.template_id == "base", info
+    listed = Sandbox.list(query=SandboxQuery(metadata={"run": run_id})).next_items()
+    assert [s.sandbox_id for s in listed] == [sbx.sandbox_id], listed
+    assert Sandbox.list(query=SandboxQuery(metadata={"run": "nope"})).next_items() == []
+    assert sbx.kill() is True
+    assert Sandbox.kill(sbx.sandbox_id) is False
+    try:
+        Sandbox.connect(sbx.sandbox_id)
+        raise AssertionError("connect to a killed sandbox did not raise")
+    except NotFoundException:
+        pass
+
+
+@check("background")
+def _():
+    sbx = make()
+    try:
+        h = sbx.commands.run("read line; echo got:$line", background=True, stdin=True)
+        sbx.commands.send_stdin(h.pid, "hello\n")
+        r = h.wait()
+        assert r.stdout == "got:hello\n", r
+        h = sbx.commands.run("sleep 30", background=True, timeout=0)
+        pids = [p.pid for p in sbx.commands.list()]
+        assert h.pid in pids, pids
+        assert sbx.commands.kill(h.pid) is True
+        try:
+            h.wait()
+            raise AssertionError("a killed process did not raise")
+        except CommandExitException as e:
+            assert e.exit_code == -1, e
+        assert sbx.commands.kill(987654) is False
+    finally:
+        sbx.kill()
+
+
+@check("connect_no_replay")
+def _():
+    sbx = make()
+    try:
+        # Output made while nobody is connected is not replayed (envd).
+        h = sbx.commands.run(
+            "echo early; read x; echo late", background=True, stdin=True, timeout=0
+        )
+        h.disconnect()
+        time.sleep(0.3)
+        h2 = sbx.commands.connect(h.pid, timeout=0)
+        sbx.commands.send_stdin(h.pid, "\n")
+        r = h2.wait()
+        assert r.stdout == "late\n", r
+        # The end event stays for a later connect.
+        h3 = sbx.commands.connect(h.pid)
+        r = h3.wait()
+        assert r.exit_code == 0 and r.stdout == "", r
+    finally:
+        sbx.kill()
+
+
+@check("connect_timeout_kills")
+def _():
+    sbx = make()
+    try:
+        t0 = time.monotonic()
+        try:
+            sbx.commands.run("sleep 20", timeout=1)
+            raise AssertionError("timeout did not raise")
+        except TimeoutException:
+            pass
+        assert time.monotonic() - t0 < 10
+        # envd killed it at the deadline: it is gone from the list.
+        deadline = time.monotonic() + 5
+        while any(p.cmd == "/bin/bash" for p in sbx.commands.list()):
+            assert time.monotonic() < deadline, sbx.commands.list()
+            time.sleep(0.05)
+    finally:
+        sbx.kill()
+
+
+@check("signal_leader_only")
+def _():
+    sbx = make()
+    try:
+        # envd signals the process, not its group: a child survives.
+        h = sbx.commands.run(
+            "sleep 300 & echo $! > /tmp/child; wait", background=True, timeout=0
+        )
+        deadline = time.monotonic() + 10
+        while not sbx.files.exists("/tmp/child"):
+            assert time.monotonic() < deadline, "the child's pid file never appeared"
+            time.sleep(0.05)
+        child = sbx.files.read("/tmp/child").strip()
+        assert sbx.commands.kill(h.pid) is True
+        try:
+            h.wait()
+            raise AssertionError("a killed process did not raise")
+        except CommandExitException:
+            pass
+        assert sbx.commands.run(f"kill -0 {child}").exit_code == 0
+        assert sbx.commands.kill(h.pid) is False
+    finally:
+        sbx.kill()
+
+
+@check("end_retention")
+def _():
+    sbx = make()
+    try:
+        h = sbx.commands.run("exit 7", background=True, timeout=0)
+        try:
+            h.wait()
+        except CommandExitException as e:
+            assert e.exit_code == 7, e
+        ended = time.monotonic()
+        assert h.pid not in [p.pid for p in sbx.commands.list()]
+        # envd keeps the end event 30 s for Connect, then forgets the pid.
+        while True:
+            try:
+                sbx.commands.connect(h.pid).wait()
+            except CommandExitException as e:
+                assert e.exit_code == 7, e
+                assert time.monotonic() - ended < 31, "the end event outlived 30 s"
+                time.sleep(0.5)
+                continue
+            except NotFoundException:
+                break
+        assert time.monotonic() - ended >= 29, "the end event was dropped before 30 s"
+    finally:
+        sbx.kill()
+
+
+@check("files")
+def _():
+    sbx = make()
+    try:
+        info = sbx.files.write("dir/a.txt", "hello")
+        assert info.name == "a.txt" and info.path.endswith("/dir/a.txt"), info
+        assert sbx.files.read("dir/a.txt") == "hello"
+        assert bytes(sbx.files.read("dir/a.txt", format="bytes")) == b"hello"
+        assert sbx.files.exists("dir/a.txt")
+        assert not sbx.files.exists("dir/none")
+        entries = sbx.files.list("dir")
+        assert [e.name for e in entries] == ["a.txt"], entries
+        assert entries[0].size == 5
+        assert sbx.files.make_dir("dir/sub") is True
+        assert sbx.files.make_dir("dir/sub") is False
+        sbx.files.write("dir/sub/b.txt", "b")
+        deep = sbx.files.list("dir", depth=2)
+        assert sorted(e.name for e in deep) == ["a.txt", "b.txt", "sub"], deep
+        moved = sbx.files.rename("dir/a.txt", "other/c.txt")
+        assert moved.name == "c.txt", moved
+        assert not sbx.files.exists("dir/a.txt")
+        st = sbx.files.get_info("other/c.txt")
+        assert st.size == 5 and st.type.value == "file", st
+        sbx.files.remove("other")
+        assert not sbx.files.exists("other/c.txt")
+        try:
+            sbx.files.read("missing.txt")
+            raise AssertionError("reading a missing file did not raise")
+        except NotFoundException:
+            pass
+    finally:
+        sbx.kill()
+
+
+@check("large_files")
+def _():
+    sbx = make()
+    try:
+        data = os.urandom(100 << 20)
+        t0 = time.monotonic()
+        sbx.files.write("big.bin", data)
+        up = time.monotonic() - t0
+        t0 = time.monotonic()
+        back = sbx.files.read("big.bin", format="bytes")
+        down = time.monotonic() - t0
+        assert bytes(back) == data
+        print(f"  100 MiB up {100 / up:.0f} MiB/s, down {100 / down:.0f} MiB/s", flush=True)
+    finally:
+        sbx.kill()
+
+
+@check("set_timeout_and_expiry")
+def _():
+    sbx = make(timeout=300)
+    sbx.set_timeout(2)
+    info = sbx.get_info()
+    assert (info.end_at - info.started_at).total_seconds() < 30, info
+    deadline = time.monotonic() + 15
+    while sbx.is_running():
+        assert time.monotonic() < deadline, "the sandbox outlived its timeout"
+        time.sleep(0.2)
+    assert Sandbox.kill(sbx.sandbox_id) is False

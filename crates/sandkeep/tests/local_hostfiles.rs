@@ -1,0 +1,250 @@
+//! Host files in the `base` template (SPEC.md §10 "Host files"), against
+//! real sandboxes: what others cannot read on the host (0600 and 0640
+//! files, 0700 directories under /etc, /var, /opt, /srv, /usr/local, and
+//! another sandkeep state directory with a live sandbox's `spec.json`) is
+//! unreadable inside, to the sandbox's root and to an ordinary sandbox
+//! user alike; what others may read stays readable; `/etc` stays a
+//! writable copy-on-write copy; no host home or state directory shows.
+//!
+//! The planted files are root's and need root to plant: without root this
+//! skips loudly, and fails under CI=true.
+
+mod support;
+
+use std::os::unix::fs::{PermissionsExt, chown};
+use std::path::{Path, PathBuf};
+
+use sandkeep::provider::{CreateSpec, Provider};
+use support::local::*;
+use support::*;
+
+/// Where files are planted on the host.
+const PLACES: &[&str] = &["/etc", "/var", "/opt", "/srv", "/usr/local"];
+
+/// The sandbox user a non-root probe runs as.
+const SANDBOX_USER: u32 = 1000;
+
+/// Files and directories planted on the host, removed when dropped (also
+/// when an assertion fails).
+struct Planted {
+    paths: Vec<PathBuf>,
+    secret: String,
+    /// Private files and directories, and the file inside each directory.
+    private_files: Vec<PathBuf>,
+    private_dirs: Vec<PathBuf>,
+    /// World-readable files with their content.
+    open: Vec<(PathBuf, String)>,
+}
+
+impl Planted {
+    fn new(tag: &str) -> Self {
+        let secret = format!("sk-hostfile-secret-{tag}");
+        let mut p = Planted {
+            paths: Vec::new(),
+            secret: secret.clone(),
+            private_files: Vec::new(),
+            private_dirs: Vec::new(),
+            open: Vec::new(),
+        };
+        for place in PLACES {
+            let place = Path::new(place);
+            assert!(
+                place.is_dir(),
+                "{} is missing on this host",
+                place.display()
+            );
+            let name = |what: &str| place.join(format!("sk-hf-{tag}-{what}"));
+            for (file, mode) in [(name("0600"), 0o600), (name("0640"), 0o640)] {
+                p.file(&file, &secret, mode);
+                p.private_files.push(file);
+            }
+            // A group others are not in: the sandbox's root group is not
+            // the host's.
+            chown(name("0640"), Some(0), Some(0)).unwrap();
+            let dir = name("dir");
+            std::fs::create_dir(&dir).unwrap();
+            p.paths.push(dir.clone());
+            std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+            // World-readable itself, but inside a private directory.
+            p.file(&dir.join("inner"), &secret, 0o644);
+            p.private_dirs.push(dir);
+            let open = name("open");
+            let content = format!("open-{tag}");
+            p.file(&open, &content, 0o644);
+            p.open.push((open, content));
+        }
+        p
+    }
+
+    fn file(&mut self, path: &Path, content: &str, mode: u32) {
+        std::fs::write(path, content).unwrap();
+        self.paths.push(path.to_path_buf());
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+    }
+
+    /// A shell probe printing `READ path` / `LISTED path` for every
+    /// private thing it gets at, and the content of the open files.
+    fn probe(&self) -> String {
+        let mut s = String::new();
+        for f in &self.private_files {
+            let f = f.display();
+            s.push_str(&format!("cat {f} 2>/dev/null && echo READ {f}; "));
+        }
+        for d in &self.private_dirs {
+            let d = d.display();
+            s.push_str(&format!(
+                "ls -A {d} >/dev/null 2>&1 && echo LISTED {d}; \
+                 cat {d}/inner 2>/dev/null && echo READ {d}/inner; "
+            ));
+        }
+        for (f, _) in &self.open {
+            s.push_str(&format!("cat {}; echo; ", f.display()));
+        }
+        s
+    }
+
+    fn check(&self, who: &str, stdout: &str, stderr: &str) {
+        assert!(
+            !stdout.contains(&self.secret)
+                && !stdout.contains("READ ")
+                && !stdout.contains("LISTED "),
+            "{who} got at a private host file:\n{stdout}\n{stderr}"
+        );
+        for (f, content) in &self.open {
+            assert!(
+                stdout.contains(content.as_str()),
+                "{who} cannot read the world-readable {}:\n{stdout}\n{stderr}",
+                f.display()
+            );
+        }
+    }
+}
+
+impl Drop for Planted {
+    fn drop(&mut self) {
+        for p in self.paths.iter().rev() {
+            let _ = std::fs::remove_file(p).or_else(|_| std::fs::remove_dir_all(p));
+        }
+    }
+}
+
+fn as_user(command: &str) -> String {
+    let quoted = command.replace('\'', r"'\''");
+    format!(
+        "setpriv --reuid={SANDBOX_USER} --regid={SANDBOX_USER} --clear-groups -- sh -c '{quoted}'"
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_others_cannot_read_on_the_host_is_unreadable_inside() {
+    if !require(
+        rustix::process::geteuid().is_root(),
+        "planting root-only host files needs root",
+    ) {
+        return;
+    }
+    let tag = tag("");
+    let planted = Planted::new(&tag);
+
+    // A second state directory with a live sandbox whose spec.json holds
+    // a secret (its API_KEY).
+    let other_home = state_dir();
+    let other = provider(other_home.path());
+    let other_secret = format!("sk-other-api-key-{tag}");
+    let other_info = other
+        .create(CreateSpec {
+            envs: [("API_KEY".to_owned(), other_secret.clone())].into(),
+            ..spec(120)
+        })
+        .await
+        .expect("create the other sandbox");
+    let other_dir = sandbox_dir(other_home.path(), &other_info.sandbox_id);
+    let spec_json = std::fs::read_to_string(other_dir.join("spec.json")).unwrap();
+    assert!(spec_json.contains(&other_secret), "{spec_json}");
+
+    let (home, p, info) = fresh_sandbox(120).await;
+    let id = &info.sandbox_id;
+    let state_probe = format!(
+        "cat {0}/spec.json 2>/dev/null; ls -A {1} 2>/dev/null; grep -rs {2} /var/tmp; echo",
+        other_dir.display(),
+        other_home.path().display(),
+        other_secret,
+    );
+    for (who, command) in [
+        ("sandbox root", planted.probe()),
+        ("a sandbox user", as_user(&planted.probe())),
+    ] {
+        let out = sh(&p, id, &command).await;
+        planted.check(who, &text(&out.stdout), &text(&out.stderr));
+    }
+    for (who, command) in [
+        ("sandbox root", state_probe.clone()),
+        ("a sandbox user", as_user(&state_probe)),
+    ] {
+        let out = sh(&p, id, &command).await;
+        let stdout = text(&out.stdout);
+        assert!(
+            !stdout.contains(&other_secret) && stdout.trim().is_empty(),
+            "{who} saw another state directory:\n{stdout}{}",
+            text(&out.stderr)
+        );
+    }
+    // The probe as a sandbox user really ran as that user.
+    let out = sh(&p, id, &as_user("id -u")).await;
+    assert_eq!(
+        text(&out.stdout),
+        format!("{SANDBOX_USER}\n"),
+        "{}",
+        text(&out.stderr)
+    );
+
+    // No host home, and none of the host's /root.
+    let out = sh(&p, id, "ls -A /home; ls -A /root").await;
+    let listed = text(&out.stdout);
+    if let Ok(entries) = std::fs::read_dir("/root") {
+        for e in entries.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            assert!(
+                !listed.lines().any(|l| l == name),
+                "host /root's {name} shows inside:\n{listed}"
+            );
+        }
+    }
+    let out = sh(&p, id, &format!("ls -A {} 2>&1", home.path().display())).await;
+    assert!(
+        text(&out.stdout).trim().is_empty() || text(&out.stdout).contains("Permission denied"),
+        "the sandbox's own state directory shows: {}",
+        text(&out.stdout)
+    );
+
+    // /etc stays writable copy-on-write: an existing file and a new one.
+    let hosts = std::fs::read("/etc/hosts").unwrap();
+    let new_file = format!("/etc/sk-hf-{tag}-new");
+    let out = sh(
+        &p,
+        id,
+        &format!(
+            "echo '10.0.0.9 sk-hf-{tag}' >> /etc/hosts && echo made > {new_file} \
+             && grep -c sk-hf-{tag} /etc/hosts && cat {new_file}"
+        ),
+    )
+    .await;
+    assert_eq!(
+        text(&out.stdout),
+        "1\nmade\n",
+        "/etc is not writable copy-on-write: {}",
+        text(&out.stderr)
+    );
+    assert_eq!(
+        std::fs::read("/etc/hosts").unwrap(),
+        hosts,
+        "host /etc/hosts changed"
+    );
+    assert!(
+        !Path::new(&new_file).exists(),
+        "a sandbox write reached host /etc"
+    );
+
+    assert!(p.kill(id).await.unwrap());
+    assert!(other.kill(&other_info.sandbox_id).await.unwrap());
+}
