@@ -114,11 +114,19 @@ fn id_list(ids: &[crate::provider::SandboxId]) -> String {
     }
 }
 
+/// How many sandbox calls a server runs at once (see [`serve_runtime`]).
+const BLOCKING_THREADS: usize = 4096;
+
 /// The multi-thread runtime both transports serve on; `None` after telling
 /// the user on stderr why it could not start.
 fn serve_runtime() -> Option<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
+        // A sandbox call holds a blocking thread while it runs, asleep in
+        // poll(2) (a wait_task for up to 300 s). Tokio's default of 512
+        // would queue the 513th concurrent waiter behind the others; idle
+        // threads cost no CPU and exit after 10 s unused.
+        .max_blocking_threads(BLOCKING_THREADS)
         .build()
         .inspect_err(|e| eprintln!("sandkeep serve: cannot start the async runtime: {e}"))
         .ok()
