@@ -365,3 +365,38 @@ async fn no_sandbox_process_holds_the_clients_stdout_pipe() {
     ok(&b.client, "kill_sandbox", json!({"sandbox_id": sandbox})).await;
     assert!(b.close().await.success());
 }
+
+/// A server holds about six descriptors per running sandbox call: it lifts
+/// its soft open-file limit to the hard one, or the common 1,024 would
+/// fail a few hundred concurrent wait_task calls with EMFILE.
+#[test]
+fn serve_lifts_its_open_file_limit_to_the_hard_one() {
+    let home = Home::new();
+    let mut server = std::process::Command::new("prlimit")
+        .args(["--nofile=256:8192", "--", bin(), "serve"])
+        .env("SANDKEEP_HOME", home.path())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("prlimit (util-linux) runs sandkeep serve");
+    let pid = server.id();
+    let limits = poll(
+        Duration::from_secs(10),
+        "the lifted open-file limit",
+        || {
+            let limits = std::fs::read_to_string(format!("/proc/{pid}/limits")).ok()?;
+            let line = limits
+                .lines()
+                .find(|l| l.starts_with("Max open files"))?
+                .to_owned();
+            line.split_whitespace()
+                .nth(3)
+                .is_some_and(|soft| soft == "8192")
+                .then_some(line)
+        },
+    );
+    assert!(limits.contains("8192"), "{limits}");
+    server.kill().unwrap();
+    server.wait().unwrap();
+}

@@ -120,6 +120,7 @@ const BLOCKING_THREADS: usize = 4096;
 /// The multi-thread runtime both transports serve on; `None` after telling
 /// the user on stderr why it could not start.
 fn serve_runtime() -> Option<tokio::runtime::Runtime> {
+    raise_open_file_limit();
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         // A sandbox call holds a blocking thread while it runs, asleep in
@@ -130,6 +131,21 @@ fn serve_runtime() -> Option<tokio::runtime::Runtime> {
         .build()
         .inspect_err(|e| eprintln!("sandkeep serve: cannot start the async runtime: {e}"))
         .ok()
+}
+
+/// Lifts the soft limit on open files to the hard one: each running
+/// sandbox call holds about six descriptors (socket, pipes), and the
+/// common soft limit of 1,024 would fail the 170th concurrent waiter with
+/// EMFILE. What the hard limit allows is the administrator's choice.
+fn raise_open_file_limit() {
+    use rustix::process::{Resource, getrlimit, setrlimit};
+    let mut limit = getrlimit(Resource::Nofile);
+    if limit.current < limit.maximum {
+        limit.current = limit.maximum;
+        if let Err(e) = setrlimit(Resource::Nofile, limit) {
+            tracing::warn!("cannot raise the open-file limit: {e}");
+        }
+    }
 }
 
 /// Tools whose call is dropped as soon as the client cancels it: the
