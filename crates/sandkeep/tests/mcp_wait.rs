@@ -4,8 +4,9 @@
 //! The long-poll answers on exit, on output past each offset and at its
 //! timeout; waiters share one watcher process in the sandbox, which ends
 //! with the last of them and is replaced if killed; 300 waiters on 100
-//! tasks all answer right after their tasks end; delete_task frees one of
-//! the 128 places; bad input names the parameter.
+//! tasks all answer right after their tasks end; a provider without
+//! `spawn` still waits (one helper call per waiter); delete_task frees one
+//! of the 128 places; bad input names the parameter.
 
 mod support;
 
@@ -14,6 +15,11 @@ use std::time::{Duration, Instant};
 
 use rmcp::model::{CallToolRequestParams, ClientRequest, Request};
 use rmcp::service::PeerRequestOptions;
+use sandkeep::provider::{
+    CreateSpec, ExecOutput, ExecRequest, FileEntry, Provider, Release, Result as PResult,
+    SandboxId, SandboxInfo,
+};
+use sandkeep::service::{Service, Session};
 use serde_json::{Value, json};
 use support::mcp::*;
 use support::*;
@@ -453,4 +459,98 @@ async fn three_hundred_waiters_share_one_watcher_and_answer_right_after_their_ta
     server.ok("kill_sandbox", json!({"sandbox_id": sb})).await;
     let server = Arc::into_inner(server).expect("no other user of the server");
     assert!(server.close().await.success());
+}
+
+/// The local provider without `spawn`: how a provider that cannot keep a
+/// process running (E2B here) looks to the service.
+struct NoSpawn(sandkeep::provider::local::LocalProvider);
+
+#[async_trait::async_trait]
+impl Provider for NoSpawn {
+    fn kind(&self) -> &'static str {
+        "local without spawn"
+    }
+    async fn create(&self, spec: CreateSpec) -> PResult<SandboxInfo> {
+        self.0.create(spec).await
+    }
+    async fn kill(&self, id: &SandboxId) -> PResult<bool> {
+        self.0.kill(id).await
+    }
+    async fn kill_unless_retained(&self, id: &SandboxId) -> PResult<Release> {
+        self.0.kill_unless_retained(id).await
+    }
+    async fn list(&self) -> PResult<Vec<SandboxInfo>> {
+        self.0.list().await
+    }
+    async fn info(&self, id: &SandboxId) -> PResult<SandboxInfo> {
+        self.0.info(id).await
+    }
+    async fn exec(&self, id: &SandboxId, request: ExecRequest) -> PResult<ExecOutput> {
+        self.0.exec(id, request).await
+    }
+    async fn read_file(&self, id: &SandboxId, path: &str, limit: u64) -> PResult<Vec<u8>> {
+        self.0.read_file(id, path, limit).await
+    }
+    async fn write_file(&self, id: &SandboxId, path: &str, content: &[u8]) -> PResult<u64> {
+        self.0.write_file(id, path, content).await
+    }
+    async fn list_files(&self, id: &SandboxId, path: &str) -> PResult<Vec<FileEntry>> {
+        self.0.list_files(id, path).await
+    }
+    async fn renew(&self, id: &SandboxId) -> PResult<SandboxInfo> {
+        self.0.renew(id).await
+    }
+    async fn retain(&self, id: &SandboxId) -> PResult<()> {
+        self.0.retain(id).await
+    }
+    async fn task_helper(&self, id: &SandboxId) -> PResult<String> {
+        self.0.task_helper(id).await
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_spawn_wait_task_waits_in_one_helper_call_of_its_own() {
+    let home = Home::new();
+    let provider = Arc::new(NoSpawn(support::local::provider(home.path())));
+    let service = Service::new(provider, Vec::new());
+    let session = Session::new();
+    let call = |tool: &'static str, args: Value| {
+        let (service, session) = (&service, &session);
+        async move {
+            service
+                .call_json(session, tool, args.as_object().cloned())
+                .await
+                .unwrap_or_else(|e| panic!("{tool}: {e}"))
+        }
+    };
+    let sb = sid(&call("create_sandbox", json!({"timeout": 600})).await);
+    let marker = "600.401";
+    call(
+        "start_task",
+        json!({"sandbox_id": sb, "command": format!("exec sleep {marker}")}),
+    )
+    .await;
+    let task = tid(&call(
+        "start_task",
+        json!({"sandbox_id": sb, "command": "sleep 1; exit 3"}),
+    )
+    .await);
+    let waiting = call("wait_task", json!({"sandbox_id": sb, "task_id": task}));
+    let watch = async {
+        until(
+            Duration::from_secs(10),
+            "the waiter's own helper call",
+            || std::future::ready(!in_sandbox_of(marker, " wait {").is_empty()),
+        )
+        .await;
+        assert!(
+            watchers(marker).is_empty(),
+            "no shared watcher without spawn"
+        );
+    };
+    let (done, ()) = tokio::join!(waiting, watch);
+    assert_eq!(done["state"], "failed", "{done}");
+    assert_eq!(done["exit_code"], 3, "{done}");
+    assert!(done["waited_ms"].as_u64().unwrap() >= 500, "{done}");
+    call("kill_sandbox", json!({"sandbox_id": sb})).await;
 }
