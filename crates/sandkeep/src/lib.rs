@@ -7,11 +7,13 @@
 //! - [`mcp`]: rmcp glue for stdio and Streamable HTTP. Decides no policy.
 //! - [`cli`]: the command line for people, on the same service.
 //! - [`e2b`]: the E2B-compatible endpoint (`serve --e2b`), on the provider.
+//! - [`edge`]: the HTTP accept loop both listeners share (timeouts, caps).
 
 #![forbid(unsafe_code)]
 
 pub mod cli;
 pub mod e2b;
+mod edge;
 pub mod mcp;
 pub mod provider;
 pub mod service;

@@ -30,9 +30,16 @@ struct E2bServer {
 impl E2bServer {
     async fn start(home: &Home) -> Self {
         let key = format!("test-key-{}", std::process::id());
+        Self::launch(home, &["--api-key", &key], key.clone()).await
+    }
+
+    /// `serve --e2b 127.0.0.1:0 ARGS…`; `key` is what clients will send.
+    async fn launch(home: &Home, args: &[&str], key: String) -> Self {
         let mut child = home
             .async_command()
-            .args(["serve", "--e2b", "127.0.0.1:0", "--api-key", &key])
+            .args(["serve", "--e2b", "127.0.0.1:0"])
+            .args(args)
+            .env_remove("SANDKEEP_E2B_API_KEY")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -146,6 +153,11 @@ async fn sdk_end_event_is_kept_30_s() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sdk_files() {
     sdk_check("files").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sdk_slow_reader_gets_every_byte_in_order() {
+    sdk_check("slow_reader").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -355,4 +367,192 @@ fn a_non_loopback_address_needs_a_key() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// A sandbox made over REST: its id and access token.
+async fn create_sandbox(http: &reqwest::Client, server: &E2bServer) -> (String, String) {
+    let created: serde_json::Value = http
+        .post(format!("{}/v2/sandboxes", server.url))
+        .header("x-api-key", &server.key)
+        .json(&serde_json::json!({ "templateID": "base", "timeout": 60 }))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let id = created["sandboxID"]
+        .as_str()
+        .expect("a sandbox id")
+        .to_owned();
+    let token = created["envdAccessToken"]
+        .as_str()
+        .expect("an access token")
+        .to_owned();
+    (id, token)
+}
+
+/// A sandbox's access token opens that sandbox's envd only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_sandboxs_access_token_is_refused() {
+    let home = Home::new();
+    let server = E2bServer::start(&home).await;
+    let http = reqwest::Client::new();
+    let (a, a_token) = create_sandbox(&http, &server).await;
+    let (_b, b_token) = create_sandbox(&http, &server).await;
+    assert_ne!(a_token, b_token);
+    let list = |token: &str| {
+        http.post(format!("{}/process.Process/List", server.url))
+            .header("e2b-sandbox-id", &a)
+            .header("x-access-token", token)
+            .header("content-type", "application/json")
+            .body("{}")
+            .send()
+    };
+    assert_eq!(list(&a_token).await.unwrap().status(), 200, "its own token");
+    let r = list(&b_token).await.unwrap();
+    assert_eq!(r.status(), 401, "another sandbox's token on an RPC");
+    let body: serde_json::Value = r.json().await.unwrap();
+    assert_eq!(body["code"], "unauthenticated", "{body}");
+    let r = http
+        .get(format!("{}/files?path=/etc/hostname", server.url))
+        .header("e2b-sandbox-id", &a)
+        .header("x-access-token", &b_token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 401, "another sandbox's token on /files");
+    // The same token by host-name routing (`49983-ID.…`).
+    let r = http
+        .post(format!("{}/process.Process/List", server.url))
+        .header("host", format!("49983-{a}.localhost"))
+        .header("x-access-token", &b_token)
+        .header("content-type", "application/json")
+        .body("{}")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 401, "another sandbox's token by host name");
+}
+
+/// The generated API key is written 0600 and another user cannot read it
+/// (a real second uid: a child that drops to `nobody`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_generated_api_key_file_is_private() {
+    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::process::CommandExt;
+    let home = Home::new();
+    let server = E2bServer::launch(&home, &[], String::new()).await;
+    let file = home.path().join("e2b-api-key");
+    let key = std::fs::read_to_string(&file).expect("the generated key file");
+    assert!(
+        server.stderr.lock().unwrap().contains(&key),
+        "the key is printed for clients"
+    );
+    let mode = std::fs::metadata(&file).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600, "the key file's mode");
+
+    let is_root = std::process::Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0");
+    if !require(
+        is_root,
+        "reading the key as another user needs root (to setuid a child)",
+    ) {
+        return;
+    }
+    // Only the file's own mode may stand in the way: the directory is
+    // open to everyone for the check, and a control file beside it with
+    // mode 0644 must be readable by the same child.
+    std::fs::set_permissions(home.path(), std::fs::Permissions::from_mode(0o711)).unwrap();
+    let control = home.path().join("control");
+    std::fs::write(&control, "readable").unwrap();
+    std::fs::set_permissions(&control, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let read_as_nobody = |path: &std::path::Path| {
+        std::process::Command::new("cat")
+            .arg(path)
+            .uid(65534)
+            .gid(65534)
+            .output()
+            .expect("run cat as uid 65534")
+    };
+    let out = read_as_nobody(&control);
+    assert!(
+        out.status.success() && out.stdout == b"readable",
+        "the control file is readable by uid 65534: {out:?}"
+    );
+    let out = read_as_nobody(&file);
+    assert!(
+        !out.status.success() && !String::from_utf8_lossy(&out.stdout).contains(&key),
+        "uid 65534 read the key: {out:?}"
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("Permission denied"),
+        "{out:?}"
+    );
+}
+
+/// The E2B listener holds clients as the MCP edge does: a client that
+/// never finishes its request head is cut off at the header read timeout
+/// (10 s), and past `--max-connections` a connection is told 503.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_e2b_listener_cuts_slow_clients_and_caps_connections() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let home = Home::new();
+    let key = "test-key".to_owned();
+    let server = E2bServer::launch(
+        &home,
+        &["--api-key", &key, "--max-connections", "1"],
+        key.clone(),
+    )
+    .await;
+    let port = server.url.rsplit(':').next().unwrap().to_owned();
+    let addr = format!("127.0.0.1:{port}");
+
+    // The only place, held by a client that never finishes its headers.
+    let mut slow = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    slow.write_all(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ")
+        .await
+        .unwrap();
+    let started = std::time::Instant::now();
+
+    let mut second = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    second
+        .write_all(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        .await
+        .unwrap();
+    let mut answer = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), second.read_to_end(&mut answer))
+        .await
+        .expect("the busy answer within 10 s")
+        .unwrap();
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(
+        answer.starts_with("HTTP/1.1 503") && answer.to_ascii_lowercase().contains("retry-after"),
+        "{answer}"
+    );
+
+    let mut rest = Vec::new();
+    let ended = tokio::time::timeout(Duration::from_secs(30), slow.read_to_end(&mut rest)).await;
+    assert!(
+        ended.is_ok(),
+        "the half-sent request was still open after 30 s"
+    );
+    let waited = started.elapsed();
+    assert!(
+        waited >= Duration::from_secs(9) && waited <= Duration::from_secs(20),
+        "cut after {waited:?}"
+    );
+    // Its place is free again.
+    until(
+        Duration::from_secs(10),
+        "a freed connection place",
+        || async {
+            reqwest::get(format!("{}/health", server.url))
+                .await
+                .is_ok_and(|r| r.status() == 204)
+        },
+    )
+    .await;
 }

@@ -86,7 +86,7 @@ pub fn run(args: ServeArgs) -> i32 {
         .init();
 
     if let Some(e2b) = &args.e2b {
-        return serve_e2b(e2b, args.api_key.clone());
+        return serve_e2b(e2b, args.api_key.clone(), args.max_connections as usize);
     }
     let addr = match args.http.as_deref().map(resolve).transpose() {
         Ok(a) => a,
@@ -157,7 +157,7 @@ pub fn run(args: ServeArgs) -> i32 {
 
 /// `serve --e2b ADDR`: the key (configured, or generated on loopback
 /// only), then the endpoint.
-fn serve_e2b(text: &str, configured: Option<String>) -> i32 {
+fn serve_e2b(text: &str, configured: Option<String>, max_connections: usize) -> i32 {
     let addr = match resolve(text) {
         Ok(a) => a,
         Err(message) => {
@@ -197,7 +197,14 @@ fn serve_e2b(text: &str, configured: Option<String>) -> i32 {
             }
         },
     };
-    crate::e2b::run(provider, crate::e2b::E2bOptions { addr, api_key })
+    crate::e2b::run(
+        provider,
+        crate::e2b::E2bOptions {
+            addr,
+            api_key,
+            max_connections,
+        },
+    )
 }
 
 /// A new secret (128 bits from the OS) written to `$SANDKEEP_HOME/NAME`.

@@ -49,6 +49,8 @@ const ENVD_PORT: &str = "49983";
 pub struct E2bOptions {
     pub addr: SocketAddr,
     pub api_key: String,
+    /// Open connections at once; one more is answered 503.
+    pub max_connections: usize,
 }
 
 /// The server's shared state.
@@ -325,12 +327,14 @@ pub fn run(provider: Arc<dyn Provider>, options: E2bOptions) -> i32 {
             "sandkeep serve: E2B-compatible endpoint at http://{addr}\n  \
              E2B_API_URL=http://{addr} E2B_SANDBOX_URL=http://{addr} E2B_API_KEY=<the key>"
         );
-        match axum::serve(listener, router(e2b)).await {
-            Ok(()) => 0,
+        let shutdown = match crate::edge::shutdown_on_signal() {
+            Ok(s) => s,
             Err(e) => {
-                eprintln!("sandkeep serve: the E2B endpoint stopped: {e}");
-                1
+                eprintln!("sandkeep serve: cannot watch for SIGTERM/SIGINT: {e}");
+                return 1;
             }
-        }
+        };
+        crate::edge::serve(listener, router(e2b), options.max_connections, shutdown).await;
+        0
     })
 }

@@ -4,7 +4,10 @@
 //! bookkeeping rules, traps included (docs/e2b.md):
 //!
 //! - output goes only to streams connected when it is produced; nothing is
-//!   replayed to a later Connect;
+//!   replayed to a later Connect. A connected stream loses nothing: each
+//!   has a bounded queue, and a full one holds the reader of the process's
+//!   pipe, so a slow client slows the process down (as a full pipe would)
+//!   instead of missing chunks;
 //! - a process leaves List when it exits, and its end event stays for
 //!   Connect for [`END_RETENTION`];
 //! - `Connect-Timeout-Ms` on Start SIGKILLs the process when it expires,
@@ -24,7 +27,7 @@ use base64::engine::general_purpose::STANDARD as B64;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::sync::{broadcast, mpsc, watch};
+use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
 use super::connect::{self, Code, RpcError};
@@ -40,8 +43,13 @@ const DEFAULT_KEEPALIVE: Duration = Duration::from_secs(90);
 /// After the exit, how long to keep reading output that a child of the
 /// process may still hold open (envd stops at the exit too).
 const DRAIN_GRACE: Duration = Duration::from_millis(50);
-/// Output chunks buffered per connected stream before it loses some.
-const FANOUT: usize = 1024;
+/// After the exit, the most that is still read: the rest of what the
+/// process wrote before it exited (a pipe holds at most 1 MiB), not a
+/// lingering child's endless output.
+const DRAIN_TAIL: usize = 1 << 20;
+/// Output chunks queued per connected stream; a full queue holds the
+/// process's output back until the stream catches up.
+const QUEUE: usize = 16;
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ProcessConfig {
@@ -141,7 +149,9 @@ struct Proc {
     tag: Option<String>,
     config: ProcessConfig,
     stdin: tokio::sync::Mutex<Option<Stdin>>,
-    output: broadcast::Sender<Output>,
+    /// The queues of the connected streams; `None` once the output is over
+    /// (a stream connecting then gets only the end event).
+    listeners: Mutex<Option<Vec<mpsc::Sender<Output>>>>,
     end: watch::Sender<Option<End>>,
     control: Arc<dyn RunningProcess>,
 }
@@ -149,6 +159,35 @@ struct Proc {
 impl Proc {
     fn ended(&self) -> bool {
         self.end.borrow().is_some()
+    }
+
+    /// A queue of the output produced from now on, closed when the output
+    /// is over.
+    fn listen(&self) -> mpsc::Receiver<Output> {
+        let (tx, rx) = mpsc::channel(QUEUE);
+        if let Some(listeners) = self.listeners.lock().expect("listeners lock").as_mut() {
+            listeners.push(tx);
+        }
+        rx
+    }
+
+    /// Hands a chunk to every connected stream, waiting for room in each
+    /// queue; a stream that went away is dropped from the list.
+    async fn deliver(&self, output: Output) {
+        let listeners = self.listeners.lock().expect("listeners lock").clone();
+        let mut gone = false;
+        for l in listeners.into_iter().flatten() {
+            gone |= l.send(output.clone()).await.is_err();
+        }
+        if gone && let Some(l) = self.listeners.lock().expect("listeners lock").as_mut() {
+            l.retain(|s| !s.is_closed());
+        }
+    }
+
+    /// No more output: every connected stream's queue ends after what it
+    /// holds.
+    fn close_output(&self) {
+        self.listeners.lock().expect("listeners lock").take();
     }
 }
 
@@ -309,17 +348,17 @@ pub async fn start(
         )
         .await?;
     let pid = processes.next_pid.fetch_add(1, Ordering::Relaxed) + 1000;
-    let (output, rx) = broadcast::channel(FANOUT);
     let (end, end_rx) = watch::channel(None);
     let proc = Arc::new(Proc {
         pid,
         tag: request.tag,
         config: request.process,
         stdin: tokio::sync::Mutex::new(spawned.stdin),
-        output,
+        listeners: Mutex::new(Some(Vec::new())),
         end,
         control: Arc::from(spawned.process),
     });
+    let rx = proc.listen();
     processes
         .table
         .lock()
@@ -329,8 +368,8 @@ pub async fn start(
         .insert(pid, Arc::clone(&proc));
 
     let pumps = [
-        tokio::spawn(pump(spawned.stdout, proc.output.clone(), Output::Stdout)),
-        tokio::spawn(pump(spawned.stderr, proc.output.clone(), Output::Stderr)),
+        tokio::spawn(pump(spawned.stdout, Arc::clone(&proc), Output::Stdout)),
+        tokio::spawn(pump(spawned.stderr, Arc::clone(&proc), Output::Stderr)),
     ];
     if let Some(timeout) = timeout {
         let proc = Arc::clone(&proc);
@@ -347,11 +386,10 @@ pub async fn start(
         let id = id.clone();
         tokio::spawn(async move {
             let waited = proc.control.wait().await;
-            for mut p in pumps {
-                if tokio::time::timeout(DRAIN_GRACE, &mut p).await.is_err() {
-                    p.abort();
-                }
+            for p in pumps {
+                let _ = p.await;
             }
+            proc.close_output();
             let end = match waited {
                 Ok(code) => End {
                     exit_code: if code > 128 { -1 } else { code },
@@ -375,19 +413,48 @@ pub async fn start(
     Ok(event_stream(pid, rx, end_rx, keepalive(headers), timeout))
 }
 
+/// Reads one pipe of the process to its end, or, once the process has
+/// exited, until the pipe stays empty for [`DRAIN_GRACE`] (a child holds
+/// it open) or [`DRAIN_TAIL`] more bytes came.
 async fn pump(
     mut from: Box<dyn tokio::io::AsyncRead + Send + Unpin>,
-    to: broadcast::Sender<Output>,
+    proc: Arc<Proc>,
     wrap: fn(Bytes) -> Output,
 ) {
+    let control = Arc::clone(&proc.control);
+    let exit = async move { control.wait().await };
+    tokio::pin!(exit);
+    let mut exited = false;
+    let mut tail = 0;
     let mut buf = vec![0u8; CHUNK];
-    while let Ok(n) = from.read(&mut buf).await {
-        if n == 0 {
-            break;
+    loop {
+        let read = if exited {
+            match tokio::time::timeout(DRAIN_GRACE, from.read(&mut buf)).await {
+                Ok(r) => r,
+                Err(_) => break,
+            }
+        } else {
+            tokio::select! {
+                biased;
+                r = from.read(&mut buf) => r,
+                _ = &mut exit => {
+                    exited = true;
+                    continue;
+                }
+            }
+        };
+        let n = match read {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        if exited {
+            tail += n;
+            if tail > DRAIN_TAIL {
+                break;
+            }
         }
-        // No receiver: nobody is connected and the output is dropped, as
-        // envd drops it.
-        let _ = to.send(wrap(Bytes::copy_from_slice(&buf[..n])));
+        // Nobody connected: the chunk is dropped, as envd drops it.
+        proc.deliver(wrap(Bytes::copy_from_slice(&buf[..n]))).await;
     }
 }
 
@@ -399,7 +466,7 @@ pub fn connect(
 ) -> Result<Response, RpcError> {
     let timeout = connect_timeout(headers)?;
     let proc = processes.find(id, &request.process)?;
-    let rx = proc.output.subscribe();
+    let rx = proc.listen();
     let end_rx = proc.end.subscribe();
     Ok(event_stream(
         proc.pid,
@@ -419,7 +486,7 @@ async fn ended(rx: &mut watch::Receiver<Option<End>>) -> Option<End> {
 /// The Start/Connect response: start, data…, keepalives, end.
 fn event_stream(
     pid: u32,
-    mut rx: broadcast::Receiver<Output>,
+    mut rx: mpsc::Receiver<Output>,
     mut end_rx: watch::Receiver<Option<End>>,
     keepalive: Duration,
     timeout: Option<Duration>,
@@ -450,30 +517,17 @@ fn event_stream(
             let message = tokio::select! {
                 biased;
                 r = rx.recv() => match r {
-                    Ok(o) => data(o),
-                    Err(broadcast::error::RecvError::Lagged(_)) => continue,
-                    // Every sender is gone: the process was forgotten.
-                    Err(broadcast::error::RecvError::Closed) => {
-                        let end = ended(&mut end_rx).await;
-                        if let Some(end) = end {
+                    Some(o) => data(o),
+                    // The output is over: the end event follows it (none
+                    // if the process was forgotten with its sandbox).
+                    None => {
+                        if let Some(end) = ended(&mut end_rx).await {
                             let _ = tx.send(event(json!({ "end": end }))).await;
                         }
                         let _ = tx.send(connect::end_stream(None)).await;
                         return;
                     }
                 },
-                end = ended(&mut end_rx) => {
-                    while let Ok(o) = rx.try_recv() {
-                        if tx.send(data(o)).await.is_err() {
-                            return;
-                        }
-                    }
-                    if let Some(end) = end {
-                        let _ = tx.send(event(json!({ "end": end }))).await;
-                    }
-                    let _ = tx.send(connect::end_stream(None)).await;
-                    return;
-                }
                 () = tokio::time::sleep_until(ping) => event(json!({ "keepalive": {} })),
                 () = expired => {
                     let e = RpcError::new(Code::DeadlineExceeded, "the Connect-Timeout-Ms deadline expired");

@@ -3,9 +3,9 @@
 //! Owns the HTTP edge: the token rule (every request carries the bearer
 //! token, loopback included; only `--insecure-no-auth` on a loopback
 //! address goes without), bearer-token checks (401), same-origin checks
-//! (403), what one client can hold (a header read timeout, caps on
-//! connections and legacy sessions answered with 503 and `Retry-After`),
-//! and session-end cleanup. A legacy (initialize) session ends on DELETE or
+//! (403), the cap on legacy sessions (503 and `Retry-After`; the header
+//! read timeout and the connection cap are [`crate::edge`]'s), and
+//! session-end cleanup. A legacy (initialize) session ends on DELETE or
 //! after the idle timeout; its handler's drop then ends the service session
 //! in the background. On SIGTERM/SIGINT every live session is ended before
 //! the process exits.
@@ -19,14 +19,8 @@ use axum::extract::{Request, State};
 use axum::http::{HeaderMap, Method, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use hyper_util::server::conn::auto;
-use hyper_util::server::graceful::GracefulShutdown;
-use hyper_util::service::TowerToHyperService;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
-use tokio::signal::unix::{SignalKind, signal};
-use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -36,12 +30,6 @@ use crate::service::{Service, Session};
 /// Largest accepted request body: the same bound as a stdio line, so
 /// write_file accepts the same content on both transports.
 const MAX_BODY_BYTES: usize = 16 * 1024 * 1024;
-/// How long shutdown waits for open connections and session cleanups.
-const SHUTDOWN_GRACE: Duration = Duration::from_secs(20);
-/// A client that has not sent a whole request head by then is cut off.
-pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
-/// What a client told "busy" (503) waits before it tries again.
-const RETRY_AFTER_SECS: &str = "5";
 
 /// Who may call the server.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -169,18 +157,7 @@ pub fn run(service: Arc<Service>, options: HttpOptions) -> i32 {
         return 1;
     };
     let result = runtime.block_on(async {
-        let shutdown = CancellationToken::new();
-        let mut term = signal(SignalKind::terminate()).map_err(HttpError::Serve)?;
-        let mut int = signal(SignalKind::interrupt()).map_err(HttpError::Serve)?;
-        let trigger = shutdown.clone();
-        tokio::spawn(async move {
-            tokio::select! {
-                _ = term.recv() => {}
-                _ = int.recv() => {}
-            }
-            tracing::info!("signal received: shutting down");
-            trigger.cancel();
-        });
+        let shutdown = crate::edge::shutdown_on_signal().map_err(HttpError::Serve)?;
         serve(service, options, shutdown).await
     });
     runtime.shutdown_timeout(Duration::from_secs(1));
@@ -282,94 +259,16 @@ pub async fn serve(
         ),
         Auth::InsecureNoAuth => {}
     }
-    accept_until(listener, app, options.max_connections, shutdown.clone()).await;
+    crate::edge::serve(listener, app, options.max_connections, shutdown.clone()).await;
     ender.end_all_live().await;
     ender.tracker.close();
-    if tokio::time::timeout(SHUTDOWN_GRACE, ender.tracker.wait())
+    if tokio::time::timeout(crate::edge::SHUTDOWN_GRACE, ender.tracker.wait())
         .await
         .is_err()
     {
         tracing::warn!("session cleanups did not finish within the grace period");
     }
     Ok(())
-}
-
-/// Serves connections until `shutdown`, then waits (bounded) for the open
-/// ones. Each connection gets the header read timeout; past
-/// `max_connections` a connection is only told 503 and closed.
-async fn accept_until(
-    listener: tokio::net::TcpListener,
-    app: axum::Router,
-    max_connections: usize,
-    shutdown: CancellationToken,
-) {
-    let mut builder = auto::Builder::new(TokioExecutor::new());
-    builder
-        .http1()
-        .timer(TokioTimer::new())
-        .header_read_timeout(HEADER_READ_TIMEOUT);
-    builder.http2().timer(TokioTimer::new());
-    let mut busy = hyper::server::conn::http1::Builder::new();
-    busy.timer(TokioTimer::new())
-        .header_read_timeout(HEADER_READ_TIMEOUT)
-        .keep_alive(false);
-    let graceful = GracefulShutdown::new();
-    let slots = Arc::new(Semaphore::new(max_connections));
-    loop {
-        let stream = tokio::select! {
-            _ = shutdown.cancelled() => break,
-            accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => stream,
-                Err(e) => {
-                    // Out of descriptors or a connection reset before
-                    // accept: the listener itself is fine.
-                    tracing::warn!("accept failed: {e}");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                }
-            },
-        };
-        let io = TokioIo::new(stream);
-        match slots.clone().try_acquire_owned() {
-            Ok(permit) => {
-                let service = TowerToHyperService::new(app.clone());
-                let connection = graceful.watch(
-                    builder
-                        .serve_connection_with_upgrades(io, service)
-                        .into_owned(),
-                );
-                tokio::spawn(async move {
-                    let _ = connection.await;
-                    drop(permit);
-                });
-            }
-            Err(_) => {
-                let answer = busy.serve_connection(
-                    io,
-                    hyper::service::service_fn(|_| async {
-                        Ok::<_, std::convert::Infallible>(busy_response("connections"))
-                    }),
-                );
-                tokio::spawn(answer);
-            }
-        }
-    }
-    if tokio::time::timeout(SHUTDOWN_GRACE, graceful.shutdown())
-        .await
-        .is_err()
-    {
-        tracing::warn!("open connections did not close within the grace period");
-    }
-}
-
-/// 503 with `Retry-After`: the server is at one of its caps.
-fn busy_response(what: &str) -> Response {
-    (
-        StatusCode::SERVICE_UNAVAILABLE,
-        [(header::RETRY_AFTER, RETRY_AFTER_SECS)],
-        format!("Service Unavailable: the server holds as many {what} as it allows; retry later"),
-    )
-        .into_response()
 }
 
 struct Guard {
@@ -420,7 +319,7 @@ async fn check_request(State(guard): State<Arc<Guard>>, request: Request, next: 
             return (StatusCode::PAYLOAD_TOO_LARGE, "Payload Too Large").into_response();
         };
         if opens_session(&bytes) {
-            return busy_response("sessions");
+            return crate::edge::busy_response("sessions");
         }
         return next
             .run(Request::from_parts(parts, Body::from(bytes)))

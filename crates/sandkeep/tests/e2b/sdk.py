@@ -212,6 +212,29 @@ def _():
         sbx.kill()
 
 
+@check("slow_reader")
+def _():
+    # ~38 MiB produced far faster than this reader takes it: the stream
+    # must hold the producer back, never drop chunks.
+    sbx = make()
+    try:
+        chunks = []
+
+        def slow(chunk):
+            if len(chunks) in (0, 300):
+                time.sleep(2)
+            chunks.append(chunk)
+
+        r = sbx.commands.run("seq 1 5000000", on_stdout=slow, timeout=0)
+        expected = "".join(f"{i}\n" for i in range(1, 5000001))
+        got = "".join(chunks)
+        assert len(got) == len(expected), (len(got), len(expected))
+        assert got == expected, "the output arrived out of order or altered"
+        assert r.stdout == expected
+    finally:
+        sbx.kill()
+
+
 @check("large_files")
 def _():
     sbx = make()
