@@ -122,6 +122,9 @@ pub struct E2bProvider {
     rest: Rest,
     stats: Arc<Stats>,
     known: Mutex<HashMap<SandboxId, Known>>,
+    /// Where the helper is read from; `None`: `SANDKEEP_TASK_HELPER`, else
+    /// this executable.
+    helper_path: Option<std::path::PathBuf>,
     helper: OnceCell<Arc<Helper>>,
 }
 
@@ -182,8 +185,18 @@ impl E2bProvider {
             rest,
             stats,
             known: Mutex::default(),
+            helper_path: None,
             helper: OnceCell::new(),
         })
+    }
+
+    /// The same provider uploading `path` as the task helper (an
+    /// executable that behaves as `sandkeep-task`).
+    pub fn with_helper(self, path: impl Into<std::path::PathBuf>) -> Self {
+        Self {
+            helper_path: Some(path.into()),
+            ..self
+        }
     }
 
     pub fn config(&self) -> &E2bConfig {
@@ -366,8 +379,12 @@ impl E2bProvider {
     async fn helper(&self) -> Result<Arc<Helper>> {
         self.helper
             .get_or_try_init(|| async {
-                let path = match std::env::var_os(HELPER_ENV) {
-                    Some(p) => std::path::PathBuf::from(p),
+                let path = match self
+                    .helper_path
+                    .clone()
+                    .or_else(|| std::env::var_os(HELPER_ENV).map(Into::into))
+                {
+                    Some(p) => p,
                     None => std::env::current_exe().map_err(|e| ProviderError::Io {
                         context: "cannot locate this executable (the task helper)".into(),
                         source: e,
