@@ -6,7 +6,7 @@
 //!    2 ms: latency, and CPU spent meanwhile by the server process and by
 //!    the whole machine (/proc/stat; the machine is shared, so this one is
 //!    noisy).
-//! 3. 1,000 wait_task calls held open over HTTP (one legacy session):
+//! 3. 1,000 wait_task calls held open over HTTP (sessionless requests):
 //!    server RSS, server CPU over 10 s while they all wait, and the
 //!    processes in the sandbox (one shared watcher serves them all).
 //!
@@ -84,6 +84,46 @@ fn rss_kib(pid: u32) -> u64 {
         .find_map(|l| l.strip_prefix("VmRSS:"))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
         .unwrap()
+}
+
+/// One 2026-07-28 tools/call (no session, no progress token): its result's
+/// structuredContent.
+async fn modern_call(
+    http: reqwest::Client,
+    port: u16,
+    token: &str,
+    tool: &str,
+    args: Value,
+) -> Value {
+    const MODERN: &str = "2026-07-28";
+    let params = json!({"name": tool, "arguments": args, "_meta": {
+        "io.modelcontextprotocol/protocolVersion": MODERN,
+        "io.modelcontextprotocol/clientCapabilities": {},
+        "io.modelcontextprotocol/clientInfo": {"name": "wait-bench", "version": "0"},
+    }});
+    let body = http
+        .post(format!("http://127.0.0.1:{port}/mcp"))
+        .header("accept", "application/json, text/event-stream")
+        .header("authorization", format!("Bearer {token}"))
+        .header("mcp-protocol-version", MODERN)
+        .header("mcp-method", "tools/call")
+        .header("mcp-name", tool)
+        .json(&json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": params}))
+        .send()
+        .await
+        .expect("POST /mcp")
+        .text()
+        .await
+        .expect("response body");
+    let json_text = body
+        .lines()
+        .filter_map(|l| l.strip_prefix("data:"))
+        .map(str::trim)
+        .find(|d| d.contains("\"id\":7"))
+        .unwrap_or(body.as_str());
+    let v: Value = serde_json::from_str(json_text).unwrap_or_else(|e| panic!("{e}: {body}"));
+    assert_ne!(v["result"]["isError"], true, "{tool}: {v}");
+    v["result"]["structuredContent"].clone()
 }
 
 /// Sockets the process holds open.
@@ -297,11 +337,15 @@ async fn idle_waiters_over_http(home: &tempfile::TempDir) {
         .unwrap()
         .to_owned();
     let rss_before = rss_kib(pid);
+    // The waiters are sessionless 2026-07-28 requests without a progress
+    // token, as Claude Code sends them: rmcp's client asks for progress on
+    // every call, and 1,000 calls reporting every 5 s would measure the
+    // notifications, not the waiting.
+    let http = reqwest::Client::new();
     let waiters: Vec<_> = (0..IDLE_WAITERS)
         .map(|_| {
-            let client = client.clone();
             let args = json!({"sandbox_id": sid, "task_id": task, "timeout": 300});
-            tokio::spawn(async move { call(&client, "wait_task", args).await })
+            tokio::spawn(modern_call(http.clone(), port, token, "wait_task", args))
         })
         .collect();
     // Every waiter holds its own HTTP connection while it waits.
@@ -314,14 +358,17 @@ async fn idle_waiters_over_http(home: &tempfile::TempDir) {
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    // Then the server settles: no tick spent in a whole second.
+    // Then the server settles: at most a tick in a whole second.
+    let settle = Instant::now() + Duration::from_secs(120);
     loop {
         let ticks = process_ticks(pid);
         tokio::time::sleep(Duration::from_secs(1)).await;
-        if process_ticks(pid) == ticks {
+        let spent = process_ticks(pid) - ticks;
+        if spent <= 1 {
             break;
         }
-        assert!(Instant::now() < deadline, "the server never settled");
+        println!("  settling: {spent} ticks in the last second");
+        assert!(Instant::now() < settle, "the server never settled");
     }
     let (in_sandbox, watchers) = sandbox_processes("sleep 3000");
     let (server0, t0) = (process_ticks(pid), Instant::now());

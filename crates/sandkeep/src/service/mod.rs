@@ -63,6 +63,7 @@ pub struct Service {
     masker: Masker,
     helpers: helper::HelperPaths,
     waiters: waiters::Waiters,
+    answers: wait_task::SharedReads,
     ceilings: Ceilings,
 }
 
@@ -113,6 +114,7 @@ impl Service {
             masker: Masker::new(secrets),
             helpers: helper::HelperPaths::default(),
             waiters: waiters::Waiters::default(),
+            answers: wait_task::SharedReads::default(),
             ceilings: Ceilings::default(),
         }
     }
