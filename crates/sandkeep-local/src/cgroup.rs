@@ -564,9 +564,56 @@ pub fn remove_recorded(sandbox_dir: &Path) {
     remove(&dirs);
 }
 
+/// A sandbox's memory cgroup, seen from the host: its OOM-kill counter
+/// tells that the memory limit killed a command (the task helper reads the
+/// same counter inside).
+pub struct MemoryCgroup {
+    dir: PathBuf,
+}
+
+impl MemoryCgroup {
+    /// The memory cgroup recorded in a sandbox directory, if it has one.
+    pub fn of(sandbox_dir: &Path) -> Option<Self> {
+        let text = fs::read_to_string(sandbox_dir.join(RECORD)).ok()?;
+        text.lines().map(PathBuf::from).find_map(|dir| {
+            (dir.join("memory.events").exists() || dir.join("memory.oom_control").exists())
+                .then_some(Self { dir })
+        })
+    }
+
+    /// How many processes the limit has killed so far (v2
+    /// `memory.events`, v1 `memory.oom_control`).
+    pub fn kills(&self) -> Option<u64> {
+        ["memory.events", "memory.oom_control"]
+            .iter()
+            .find_map(|f| fs::read_to_string(self.dir.join(f)).ok())
+            .and_then(|t| oom_kills(&t))
+    }
+}
+
+/// The `oom_kill N` line of `memory.events` or `memory.oom_control`.
+fn oom_kills(text: &str) -> Option<u64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix("oom_kill "))
+        .and_then(|n| n.trim().parse().ok())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_oom_kill_counter_is_read_in_both_formats() {
+        assert_eq!(
+            oom_kills("low 0\nhigh 0\nmax 3\noom 1\noom_kill 1\n"),
+            Some(1)
+        );
+        assert_eq!(
+            oom_kills("oom_kill_disable 0\nunder_oom 0\noom_kill 4\n"),
+            Some(4)
+        );
+        assert_eq!(oom_kills("oom_kill_disable 0\n"), None);
+    }
 
     const HYBRID: &str = "\
 tmpfs /sys/fs/cgroup tmpfs rw,relatime,mode=755 0 0

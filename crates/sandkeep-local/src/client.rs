@@ -40,7 +40,7 @@ impl Tail {
         }
     }
 
-    fn push(&mut self, bytes: &[u8]) {
+    pub fn push(&mut self, bytes: &[u8]) {
         self.total += bytes.len() as u64;
         self.buf.extend_from_slice(bytes);
         if self.buf.len() > self.limit.saturating_mul(2).max(64 * 1024) {

@@ -80,6 +80,9 @@ pub struct InitContext {
     /// The sandbox's memory cgroup on the host, when it has a memory
     /// limit: shown read-only inside (see [`rootfs::build`]).
     pub memory_cgroup: Option<std::path::PathBuf>,
+    /// Where the walk of the host's /etc answers (root, `base`): see
+    /// [`super::unreadable`].
+    pub etc_walk: Option<OwnedFd>,
     pub listener: OwnedFd,
     /// A seqpacket socket: one JSON [`InitReport`], with the proxy's
     /// listening socket attached when there is one, then closed.
@@ -103,6 +106,7 @@ pub fn run(ctx: InitContext) -> ! {
         mode,
         net,
         memory_cgroup,
+        etc_walk,
         listener,
         report,
     } = ctx;
@@ -114,10 +118,12 @@ pub fn run(ctx: InitContext) -> ! {
     let setup = match mode {
         Mode::Namespaces { owner, userns } => {
             let memory_cgroup = memory_cgroup.as_deref();
-            setup(&spec, &dir, owner, userns, net, memory_cgroup).map(|(isolation, warnings, p)| {
-                proxy = p;
-                (isolation, warnings)
-            })
+            setup(&spec, &dir, owner, userns, net, memory_cgroup, etc_walk).map(
+                |(isolation, warnings, p)| {
+                    proxy = p;
+                    (isolation, warnings)
+                },
+            )
         }
         Mode::ProcessOnly { uid } => setup_process_only(&dir, uid),
     };
@@ -154,6 +160,7 @@ fn setup(
     userns: Option<OwnedFd>,
     net: NetPlan,
     memory_cgroup: Option<&std::path::Path>,
+    etc_walk: Option<OwnedFd>,
 ) -> Result<(String, Vec<String>, ProxySocket), String> {
     sys::set_signal_mask(&[]).map_err(|e| format!("signal mask: {e}"))?;
     let mut flags = UnshareFlags::NEWNS | UnshareFlags::NEWUTS | UnshareFlags::NEWIPC;
@@ -168,7 +175,7 @@ fn setup(
     rustix::system::sethostname(spec.sandbox_id.as_str().as_bytes())
         .map_err(|e| format!("sethostname: {e}"))?;
     let idmap = userns.as_ref().map(|f| f.as_fd());
-    let built = rootfs::build(dir, spec, owner, idmap, memory_cgroup)?;
+    let built = rootfs::build(dir, spec, owner, idmap, memory_cgroup, etc_walk)?;
     enter_sandbox_identity(owner, userns)?;
     // The keeper's death must end the sandbox. Set only now: credential
     // changes clear it. Should the keeper already be gone, the report

@@ -28,7 +28,7 @@ use super::init::{self, InitContext, InitReport, Mode, NetPlan};
 use super::proxy::Proxy;
 use super::rootfs::Owner;
 use super::state::{self, Home, Lock, Meta, SandboxDir, Spec};
-use super::{doctor, sys, wire};
+use super::{doctor, sys, unreadable, wire};
 use sandkeep_proto::procfs;
 use sandkeep_proto::record::ProcessIdentity;
 use sandkeep_provider::{Limits, Network, SandboxId, SandboxInfo};
@@ -161,6 +161,14 @@ fn start(home: &Home, dir: &SandboxDir) -> Result<Running, String> {
     } else {
         None
     };
+    // Root sees the base template's /etc idmapped: what others cannot
+    // read there is masked. Walked on the host meanwhile (see
+    // `unreadable`); the init takes the list when it masks.
+    let mut etc_walk = if root && spec.template_dir.is_none() && !spec.process_only {
+        Some(unreadable::start(Path::new("/etc"), Path::new("etc"))?)
+    } else {
+        None
+    };
     // Before any namespace: the cgroups are made with the host's view.
     let (cgroups, enforced) = limit_resources(&spec, dir, &mut warnings)?;
     let cgroup_dirs = cgroups.dirs.clone();
@@ -184,6 +192,8 @@ fn start(home: &Home, dir: &SandboxDir) -> Result<Running, String> {
         };
         proxy = None;
     }
+    let walker = etc_walk.as_ref().map(|w| w.pid);
+    let etc_walk = etc_walk.take().filter(|_| !process_only).map(|w| w.answer);
     for d in [dir.rootfs(), dir.disk(), dir.lower(), dir.home(), dir.tmp()] {
         fs::create_dir_all(&d).map_err(|e| format!("mkdir {}: {e}", d.display()))?;
     }
@@ -258,12 +268,14 @@ fn start(home: &Home, dir: &SandboxDir) -> Result<Running, String> {
             mode,
             net,
             memory_cgroup,
+            etc_walk,
             listener,
             report: report_w,
         }),
         sys::Forked::Parent(pid) => pid,
     };
     drop(report_w);
+    drop(etc_walk);
     drop(listener);
     drop(mode);
     drop(cgroups);
@@ -275,6 +287,10 @@ fn start(home: &Home, dir: &SandboxDir) -> Result<Running, String> {
     let mut buf = vec![0u8; 256 * 1024];
     let (n, mut fds) = wire::recv(&report_r, &mut buf).unwrap_or_default();
     buf.truncate(n);
+    // Done by now (the init read its answer, or no longer will).
+    if let Some(pid) = walker {
+        let _ = sys::wait_for(pid);
+    }
     let fail = |message: String| {
         let _ = rustix::process::pidfd_send_signal(&init_pidfd, Signal::KILL);
         let _ = sys::wait_for(init_pid);

@@ -38,10 +38,11 @@ mod seccomp;
 mod spawn;
 mod state;
 mod sys;
+mod unreadable;
 mod wire;
 
 use std::os::fd::AsFd;
-use std::os::unix::fs::PermissionsExt;
+use std::os::unix::fs::DirBuilderExt;
 use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
@@ -72,6 +73,8 @@ pub fn keeper_main(args: Vec<String>) -> i32 {
 /// Others are root filesystem directories under `SANDKEEP_HOME/templates/`.
 pub const BASE_TEMPLATE: &str = "base";
 
+/// The exit code of a command ended by SIGKILL (128 + 9).
+const KILLED: i32 = 137;
 /// Room for a file operation's answer or error report.
 const FILE_OP_REPORT: usize = 64 * 1024;
 /// Isolation levels that are the full design for their mode; anything else
@@ -271,8 +274,14 @@ impl LocalProvider {
                 return Err(ProviderError::NoSuchSandbox(id2));
             };
             let mut meta = *meta;
+            let before = meta.info.clone();
             f(&mut meta);
-            state::write_json(&dir.meta(), &meta).map_err(io_err("update meta.json"))?;
+            // A renewal within the second of the last one (the one right
+            // after create, or before and after a short command) changes
+            // nothing: no write.
+            if meta.info != before {
+                state::write_json(&dir.meta(), &meta).map_err(io_err("update meta.json"))?;
+            }
             Ok(meta.info)
         })
         .await?
@@ -303,9 +312,11 @@ impl Provider for LocalProvider {
             .map_err(ProviderError::Unsupported)?;
         let id = Self::new_id()?;
         let dir = self.home.sandbox(&id);
-        std::fs::create_dir(&dir.path).map_err(io_err(format!("create {}", dir.path.display())))?;
-        std::fs::set_permissions(&dir.path, std::fs::Permissions::from_mode(0o700))
-            .map_err(io_err(format!("chmod {}", dir.path.display())))?;
+        // 0700 from the start: a umask can only take bits away.
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&dir.path)
+            .map_err(io_err(format!("create {}", dir.path.display())))?;
         let record = Spec {
             sandbox_id: id.clone(),
             template: spec.template,
@@ -408,7 +419,11 @@ impl Provider for LocalProvider {
     }
 
     async fn exec(&self, id: &SandboxId, request: ExecRequest) -> Result<ExecOutput> {
-        let outcome = self
+        // Read before and after: a rise with a KILL status is the memory
+        // limit's doing (SPEC.md §10), said as a task's error says it.
+        let memory = cgroup::MemoryCgroup::of(&self.home.sandbox(id).path);
+        let kills_before = memory.as_ref().and_then(|m| m.kills());
+        let mut outcome = self
             .call(
                 id,
                 Request::Exec {
@@ -420,6 +435,19 @@ impl Provider for LocalProvider {
                 request.timeout,
             )
             .await?;
+        if outcome.exit_code == Some(KILLED)
+            && memory.as_ref().and_then(|m| m.kills()) > kills_before
+        {
+            let limit = self
+                .live(id)
+                .await
+                .ok()
+                .and_then(|m| m.info.limits.memory_mib);
+            let limit = limit.map_or_else(String::new, |mib| format!(" (limit {mib} MiB)"));
+            outcome
+                .stderr
+                .push(format!("\nsandkeep: out of memory{limit}: the sandbox's memory limit killed the command\n").as_bytes());
+        }
         let (stdout, stdout_truncated) = outcome.stdout.finish();
         let (stderr, stderr_truncated) = outcome.stderr.finish();
         Ok(ExecOutput {

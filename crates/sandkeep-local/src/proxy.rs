@@ -7,6 +7,9 @@
 //! sandbox processes reach it while everything else of the host stays out
 //! of their reach. Each destination is resolved here, on the host, and
 //! every resolved address is checked by [`netpolicy`] before connecting.
+//! SPEC.md §10 bounds where a sandbox may connect by address, not by port:
+//! any port (1–65535) of a public address is reachable, through CONNECT as
+//! through SOCKS5 and plain `http://`; port 0 is no destination.
 //! One thread per connection: this process never forks.
 
 use std::io::{self, Read, Write};
@@ -352,6 +355,13 @@ fn parse(buf: &[u8]) -> Result<Option<(Target, usize)>, Answer> {
 /// Resolves on the host, checks every address, and connects to the first
 /// permitted one that answers.
 fn connect(host: &str, port: u16, allow: &[String]) -> Result<TcpStream, Answer> {
+    if port == 0 {
+        return Err(Answer::new(
+            400,
+            "Bad Request",
+            "sandkeep: port 0 is not a destination",
+        ));
+    }
     netpolicy::check_host(host, allow)?;
     let name = netpolicy::normalize_host(host);
     let addrs: Vec<SocketAddr> = match name.parse::<IpAddr>() {
@@ -539,6 +549,30 @@ mod tests {
                 .status,
             400
         );
+    }
+
+    #[test]
+    fn connect_may_name_any_port_and_only_addresses_are_refused() {
+        // SPEC.md §10 limits destinations by address: every port of a
+        // public name is a tunnel like 443.
+        for port in [1, 22, 25, 80, 443, 5432, 8443, 65535] {
+            let req = format!("CONNECT example.com:{port} HTTP/1.1\r\n\r\n");
+            let (t, _) = parse(req.as_bytes()).unwrap().unwrap();
+            assert_eq!(
+                t,
+                Target::Tunnel {
+                    host: "example.com".into(),
+                    port
+                }
+            );
+            // A refused address is refused for the address, whatever the
+            // port: the 403 names the rule, never a port.
+            let a = connect("10.0.0.1", port, &[]).unwrap_err();
+            assert_eq!(a.status, 403, "{}", a.body);
+            assert!(a.body.contains("private"), "{}", a.body);
+        }
+        let a = connect("example.com", 0, &[]).unwrap_err();
+        assert_eq!((a.status, a.body.contains("port 0")), (400, true));
     }
 
     #[test]

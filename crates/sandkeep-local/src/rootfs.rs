@@ -16,7 +16,7 @@
 //! too. The masks are read-only 4 KiB tmpfs mounts.
 
 use std::fs;
-use std::os::fd::{AsFd, BorrowedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::fs::{PermissionsExt, symlink};
 use std::path::{Path, PathBuf};
 
@@ -26,6 +26,7 @@ use rustix::mount::{
 
 use super::state::{HELPER_DIR, HELPER_NAME, SandboxDir, Spec};
 use super::sys;
+use super::unreadable::{self, Unreadable};
 
 /// Host top-level entries the sandbox sees (as overlays, or as the same
 /// symlinks); everything else is left out.
@@ -129,6 +130,7 @@ pub fn build(
     owner: Owner,
     idmap: Option<BorrowedFd<'_>>,
     memory_cgroup: Option<&Path>,
+    etc_walk: Option<OwnedFd>,
 ) -> Result<Built, String> {
     // Nothing mounted from here on may propagate back to the host.
     rustix::mount::mount_change(
@@ -166,9 +168,7 @@ pub fn build(
         idmapped: idmap.is_some(),
         warnings: Vec::new(),
     };
-    // Host entries others cannot read under an idmapped /etc, as paths
-    // relative to the new root.
-    let mut unreadable = Vec::new();
+    let mut etc_idmapped = false;
     match &spec.template_dir {
         // A template is a whole root filesystem, the sandbox's own: one
         // overlay over it, idmapped so that its owners are the sandbox's.
@@ -183,15 +183,12 @@ pub fn build(
                 // their files, only the "other" permission bits count,
                 // so what others cannot read on the host stays unreadable
                 // inside, at no cost per file.
+                // Under the idmap owner bits would let sandbox users in:
+                // what others cannot read there is masked below, as the
+                // keeper's walker found it.
                 let etc = *name == "etc";
                 host_entry(dir, &root, name, owner, idmap.filter(|_| etc), &mut built)?;
-                if etc && built.idmapped {
-                    // Under the idmap owner bits would let sandbox users
-                    // in: hide what others cannot read, found afresh at
-                    // every create (about a thousand entries) so a host
-                    // change is never missed.
-                    unreadable = scan_unreadable(&dir.lower().join("etc"), Path::new("etc"));
-                }
+                etc_idmapped |= etc && built.idmapped;
             }
         }
     }
@@ -245,6 +242,14 @@ pub fn build(
     fs::File::create(&helper).map_err(ctx("create the helper mount point"))?;
     bind(&spec.exe, &helper, true)?;
 
+    // Taken as late as possible: the walk runs while all of the above is
+    // built.
+    // Without the idmap host owners stay unmapped and only the "other"
+    // bits count: nothing to mask (nor a walk to wait for).
+    let unreadable = match etc_walk.filter(|_| etc_idmapped) {
+        Some(answer) => unreadable::collect(answer)?,
+        None => Vec::new(),
+    };
     mask(&root, &disk, spec, &unreadable)?;
 
     // The tmpfs root itself stays writable: it belongs to the sandbox.
@@ -451,50 +456,6 @@ fn build_dev(disk: &Path, dev: &Path) -> Result<(), String> {
     )
 }
 
-/// An entry of an idmapped host directory that others cannot read.
-#[derive(Debug, PartialEq, Eq)]
-enum Unreadable {
-    /// A file (or fifo, socket, device) without the "other" read bit.
-    File(PathBuf),
-    /// A directory others cannot list or enter; its content is not walked.
-    Dir(PathBuf),
-}
-
-/// Walks `tree` (the mount the sandbox's lower layer is, so its submounts
-/// and modes are exactly what the sandbox would see) and names, relative
-/// to `rel`, every entry that the "other" permission bits keep from
-/// others. A directory that cannot be walked is named whole, so an error
-/// hides too much rather than too little.
-fn scan_unreadable(tree: &Path, rel: &Path) -> Vec<Unreadable> {
-    use std::os::unix::fs::MetadataExt;
-    let mut found = Vec::new();
-    let mut pending = vec![(tree.to_path_buf(), rel.to_path_buf())];
-    while let Some((host, inside)) = pending.pop() {
-        let Ok(entries) = fs::read_dir(&host) else {
-            found.push(Unreadable::Dir(inside));
-            continue;
-        };
-        for entry in entries.flatten() {
-            // A file removed meanwhile is gone inside too.
-            let Ok(md) = entry.metadata() else { continue };
-            let (path, name) = (entry.path(), inside.join(entry.file_name()));
-            let mode = md.mode();
-            if md.is_symlink() {
-                continue;
-            } else if md.is_dir() {
-                if mode & 0o005 == 0o005 {
-                    pending.push((path, name));
-                } else {
-                    found.push(Unreadable::Dir(name));
-                }
-            } else if mode & 0o004 == 0 {
-                found.push(Unreadable::File(name));
-            }
-        }
-    }
-    found
-}
-
 /// Hides host secrets that the allowed directories contain, the entries
 /// that others cannot read under an idmapped directory, and sandkeep's own
 /// state wherever it lives.
@@ -511,9 +472,15 @@ fn mask(root: &Path, disk: &Path, spec: &Spec, unreadable: &[Unreadable]) -> Res
     let sealed_dir =
         MountFlags::RDONLY | MountFlags::NOSUID | MountFlags::NODEV | MountFlags::NOEXEC;
     for entry in unreadable {
+        let (Unreadable::File(rel) | Unreadable::Dir(rel)) = entry;
+        let target = root.join(rel);
+        // Removed on the host since the walk: gone inside too.
+        if fs::symlink_metadata(&target).is_err() {
+            continue;
+        }
         match entry {
-            Unreadable::File(rel) => bind(&sealed, &root.join(rel), true)?,
-            Unreadable::Dir(rel) => mount_tmpfs(&root.join(rel), "mode=0,size=4k", sealed_dir)?,
+            Unreadable::File(_) => bind(&sealed, &target, true)?,
+            Unreadable::Dir(_) => mount_tmpfs(&target, "mode=0,size=4k", sealed_dir)?,
         }
     }
     let hidden = |rel: &Path| {

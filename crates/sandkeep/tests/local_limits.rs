@@ -131,6 +131,19 @@ async fn memory_past_the_limit_is_oom_killed_and_the_neighbour_lives() {
         "not OOM-killed: {}",
         text(&out.stderr)
     );
+    // A foreground command says so too, as a task's error does.
+    assert!(
+        text(&out.stderr).ends_with("sandkeep: out of memory (limit 64 MiB): the sandbox's memory limit killed the command\n"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = run(&p, &small.sandbox_id, "kill -9 $$").await;
+    assert_eq!(out.exit_code, Some(137));
+    assert!(
+        !text(&out.stderr).contains("out of memory"),
+        "a KILL from elsewhere is no OOM: {}",
+        text(&out.stderr)
+    );
     // A background task killed by the limit ends `failed` with 137, and
     // its error says why (SPEC.md §10).
     let helper = p.task_helper(&small.sandbox_id).await.unwrap();
