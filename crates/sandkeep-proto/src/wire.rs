@@ -198,6 +198,46 @@ pub struct WaitReply {
     pub waited_ms: u64,
 }
 
+/// `sandkeep-task wait --stream`: one process watching many tasks for one
+/// host. It reads [`WatchCommand`] lines on stdin and writes a
+/// [`WatchEvent`] line whenever a watched task's state or log sizes change
+/// (and once when the watch is added); it exits at the end of its stdin.
+pub const WAIT_STREAM: &str = "--stream";
+
+/// One line on the stdin of `wait --stream`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+pub enum WatchCommand {
+    /// Start reporting this task (at once, then on every change).
+    Watch(TaskId),
+    /// Stop reporting it.
+    Unwatch(TaskId),
+}
+
+/// One line on the stdout of `wait --stream`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WatchEvent {
+    /// The task as it is now: enough to tell whether a waiter is answered.
+    Seen {
+        task_id: TaskId,
+        state: TaskState,
+        stdout_bytes: u64,
+        stderr_bytes: u64,
+    },
+    /// The task cannot be watched (no such task, unreadable); it is no
+    /// longer watched.
+    Refused { task_id: TaskId, error: ErrorBody },
+}
+
+impl WatchEvent {
+    pub fn task_id(&self) -> &TaskId {
+        match self {
+            Self::Seen { task_id, .. } | Self::Refused { task_id, .. } => task_id,
+        }
+    }
+}
+
 /// `sandkeep-task delete JSON`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -2,7 +2,8 @@
 //! start / status / wait / cancel / delete / list, and the supervisor that runs each task.
 //!
 //! The helper is a short-lived command answering with exactly one JSON
-//! object on stdout (the verb's reply, or an error reply with exit code 1).
+//! object on stdout (the verb's reply, or an error reply with exit code 1);
+//! `wait --stream` alone lives as long as its stdin and answers with lines.
 //! The supervisor is the same executable re-run detached under a hidden
 //! verb. Nothing here knows about MCP or the host.
 
@@ -27,12 +28,12 @@ use std::io::Write;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use sandkeep_proto::wire::{ErrorReply, verb};
+use sandkeep_proto::wire::{self, ErrorReply, verb};
 
 pub use error::HelperError;
 pub use supervisor::SUPERVISE_VERB;
 
-const USAGE: &str = "usage: sandkeep-task start JSON | status JSON | wait JSON | cancel JSON | delete JSON | list [{}]";
+const USAGE: &str = "usage: sandkeep-task start JSON | status JSON | wait JSON | wait --stream | cancel JSON | delete JSON | list [{}]";
 
 /// Runs the helper with its command-line arguments (without argv\[0\]) and
 /// returns the process exit code.
@@ -58,6 +59,10 @@ pub fn main_with_args(args: Vec<String>) -> i32 {
             reply(parse(json).and_then(start::start))
         }
         Some(verb::STATUS) => reply(parse(json).and_then(status::status)),
+        Some(verb::WAIT) if json == Some(wire::WAIT_STREAM) => {
+            wait::stream();
+            0
+        }
         Some(verb::WAIT) => reply(parse(json).and_then(wait::wait)),
         Some(verb::CANCEL) => reply(parse(json).and_then(cancel::cancel)),
         Some(verb::DELETE) => reply(parse(json).and_then(delete::delete)),

@@ -1,20 +1,25 @@
 //! The `wait`, `delete` and `list` verbs against real processes: the
 //! long-poll answers on exit, on new output past each offset, on a lost
 //! supervisor and at its timeout; a waiter whose reader goes away exits;
+//! `wait --stream` reports many tasks' changes from one process with one
+//! inotify instance and exits when its stdin ends;
 //! delete frees a place and refuses a running task; list shows the
 //! command redacted, newest first.
 
 mod common;
 
-use std::io::Read;
+use std::io::{BufRead, BufReader, Read, Write};
 use std::process::Stdio;
+use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use common::{User, assert_state, new_id};
 use sandkeep_proto::TaskId;
 use sandkeep_proto::TaskState;
 use sandkeep_proto::limits::MAX_TASK_DIRS;
-use sandkeep_proto::wire::{DeleteReply, ErrorKind, ListReply, WaitReply};
+use sandkeep_proto::wire::{
+    DeleteReply, ErrorKind, ListReply, WaitReply, WatchCommand, WatchEvent,
+};
 use serde_json::json;
 
 const SOON: Duration = Duration::from_secs(10);
@@ -149,6 +154,140 @@ fn a_waiter_whose_reader_goes_away_exits() {
         std::thread::sleep(Duration::from_millis(10));
     }
     user.cancel(&id);
+}
+
+/// The next event `wait --stream` reports, within [`SOON`].
+fn next_event(events: &mpsc::Receiver<WatchEvent>, what: &str) -> WatchEvent {
+    events
+        .recv_timeout(SOON)
+        .unwrap_or_else(|e| panic!("no event ({what}) within {SOON:?}: {e}"))
+}
+
+fn seen(event: &WatchEvent) -> (&TaskId, TaskState, u64, u64) {
+    match event {
+        WatchEvent::Seen {
+            task_id,
+            state,
+            stdout_bytes,
+            stderr_bytes,
+        } => (task_id, *state, *stdout_bytes, *stderr_bytes),
+        WatchEvent::Refused { .. } => panic!("refused: {event:?}"),
+    }
+}
+
+#[test]
+fn one_stream_reports_many_tasks_and_ends_with_its_stdin() {
+    let user = User::new();
+    let (writer, lost, unknown) = (new_id(), new_id(), new_id());
+    user.start(&writer, "sleep 0.5; printf x; sleep 0.5; exit 2", 60);
+    user.start(&lost, "sleep 1000.613", 60);
+    let mut stream = user
+        .command()
+        .args(["wait", "--stream"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = stream.stdin.take().unwrap();
+    let stdout = BufReader::new(stream.stdout.take().unwrap());
+    let (tx, events) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in stdout.lines() {
+            let event: WatchEvent = serde_json::from_str(&line.unwrap()).unwrap();
+            if tx.send(event).is_err() {
+                break;
+            }
+        }
+    });
+    for id in [&writer, &lost, &unknown] {
+        let line = serde_json::to_string(&WatchCommand::Watch(id.clone())).unwrap();
+        writeln!(stdin, "{line}").unwrap();
+    }
+    // Each watch is reported at once (in no particular order).
+    let mut first: Vec<WatchEvent> = (0..3)
+        .map(|_| next_event(&events, "the watches' first reports"))
+        .collect();
+    first.sort_by_key(|e| {
+        [&writer, &lost, &unknown]
+            .iter()
+            .position(|id| *id == e.task_id())
+    });
+    assert_eq!(seen(&first[0]), (&writer, TaskState::Running, 0, 0));
+    assert_eq!(seen(&first[1]), (&lost, TaskState::Running, 0, 0));
+    match &first[2] {
+        WatchEvent::Refused { task_id, error } => {
+            assert_eq!((task_id, error.kind), (&unknown, ErrorKind::NoSuchTask));
+        }
+        other => panic!("{other:?}"),
+    }
+    // One process, one inotify instance for every task.
+    let inotify_fds = std::fs::read_dir(format!("/proc/{}/fd", stream.id()))
+        .unwrap()
+        .filter(|fd| {
+            std::fs::read_link(fd.as_ref().unwrap().path())
+                .is_ok_and(|target| target.to_string_lossy().contains("inotify"))
+        })
+        .count();
+    assert_eq!(inotify_fds, 1, "one inotify instance for all tasks");
+
+    // Output, then the exit, each reported as it happens.
+    assert_eq!(
+        seen(&next_event(&events, "writer's output")),
+        (&writer, TaskState::Running, 1, 0)
+    );
+    let t = Instant::now();
+    assert_eq!(
+        seen(&next_event(&events, "writer's exit")),
+        (&writer, TaskState::Failed, 1, 0)
+    );
+    assert!(
+        t.elapsed() > Duration::from_millis(300),
+        "{:?}",
+        t.elapsed()
+    );
+
+    // A supervisor killed without recording its end: `unknown` at once.
+    let supervisor = user.record(&lost).supervisor.pid as i32;
+    let t = Instant::now();
+    rustix::process::kill_process(
+        rustix::process::Pid::from_raw(supervisor).unwrap(),
+        rustix::process::Signal::KILL,
+    )
+    .unwrap();
+    assert_eq!(
+        seen(&next_event(&events, "lost supervisor")),
+        (&lost, TaskState::Unknown, 0, 0)
+    );
+    assert!(
+        t.elapsed() < Duration::from_millis(500),
+        "{:?}",
+        t.elapsed()
+    );
+
+    // An unwatched task is no longer reported.
+    let again = new_id();
+    user.start(&again, "sleep 0.3; printf y", 60);
+    let line = serde_json::to_string(&WatchCommand::Watch(again.clone())).unwrap();
+    writeln!(stdin, "{line}").unwrap();
+    assert_eq!(seen(&next_event(&events, "again watched")).0, &again,);
+    let line = serde_json::to_string(&WatchCommand::Unwatch(again.clone())).unwrap();
+    writeln!(stdin, "{line}").unwrap();
+    user.wait_terminal(&again, SOON);
+    assert!(
+        events.recv_timeout(Duration::from_millis(300)).is_err(),
+        "an unwatched task is not reported"
+    );
+
+    drop(stdin);
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while stream.try_wait().unwrap().is_none() {
+        assert!(
+            Instant::now() < deadline,
+            "the stream outlived its stdin by 2 s"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(stream.wait().unwrap().success());
 }
 
 #[test]

@@ -7,7 +7,8 @@
 //!    the whole machine (/proc/stat; the machine is shared, so this one is
 //!    noisy).
 //! 3. 1,000 wait_task calls held open over HTTP (one legacy session):
-//!    server RSS, and server CPU over 10 s while they all wait.
+//!    server RSS, server CPU over 10 s while they all wait, and the
+//!    processes in the sandbox (one shared watcher serves them all).
 //!
 //! Run: `cargo bench -p sandkeep --bench wait`.
 
@@ -83,6 +84,51 @@ fn rss_kib(pid: u32) -> u64 {
         .find_map(|l| l.strip_prefix("VmRSS:"))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
         .unwrap()
+}
+
+/// Sockets the process holds open.
+fn sockets(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|fds| {
+            fds.flatten()
+                .filter(|fd| {
+                    std::fs::read_link(fd.path())
+                        .is_ok_and(|t| t.to_string_lossy().starts_with("socket:"))
+                })
+                .count()
+        })
+        .unwrap_or(0)
+}
+
+/// Live processes in the sandbox (the pid namespace) of the process whose
+/// command line contains `marker`: all of them, and the task watchers.
+fn sandbox_processes(marker: &str) -> (usize, usize) {
+    let cmdline = |pid: &str| {
+        std::fs::read(format!("/proc/{pid}/cmdline"))
+            .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
+            .unwrap_or_default()
+    };
+    let ns = |pid: &str| std::fs::read_link(format!("/proc/{pid}/ns/pid")).ok();
+    let pids: Vec<String> = std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|p| p.parse::<u32>().is_ok())
+        .collect();
+    let sandbox = pids
+        .iter()
+        .find(|p| cmdline(p).contains(marker) && !cmdline(p).contains("sandkeep"))
+        .and_then(|p| ns(p))
+        .expect("the marker process");
+    let inside: Vec<&String> = pids
+        .iter()
+        .filter(|p| ns(p).as_ref() == Some(&sandbox))
+        .collect();
+    let watchers = inside
+        .iter()
+        .filter(|p| cmdline(p).contains(" wait "))
+        .count();
+    (inside.len(), watchers)
 }
 
 /// Starts a task that records when it exits, and returns its id.
@@ -258,37 +304,38 @@ async fn idle_waiters_over_http(home: &tempfile::TempDir) {
             tokio::spawn(async move { call(&client, "wait_task", args).await })
         })
         .collect();
-    let in_sandbox = || {
-        std::fs::read_dir("/proc")
-            .unwrap()
-            .flatten()
-            .filter(|e| {
-                std::fs::read(e.path().join("cmdline")).is_ok_and(|c| {
-                    let c = String::from_utf8_lossy(&c);
-                    c.contains("\0wait\0") && c.contains(&task)
-                })
-            })
-            .count()
-    };
+    // Every waiter holds its own HTTP connection while it waits.
     let deadline = Instant::now() + Duration::from_secs(180);
-    while in_sandbox() < IDLE_WAITERS {
+    while sockets(pid) < IDLE_WAITERS {
         assert!(
             Instant::now() < deadline,
-            "only {} of {IDLE_WAITERS} waiters started",
-            in_sandbox()
+            "only {} of {IDLE_WAITERS} waiters connected",
+            sockets(pid)
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+    // Then the server settles: no tick spent in a whole second.
+    loop {
+        let ticks = process_ticks(pid);
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        if process_ticks(pid) == ticks {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the server never settled");
+    }
+    let (in_sandbox, watchers) = sandbox_processes("sleep 3000");
     let (server0, t0) = (process_ticks(pid), Instant::now());
     tokio::time::sleep(Duration::from_secs(10)).await;
     let idle_ticks = process_ticks(pid) - server0;
     println!(
-        "{IDLE_WAITERS} idle wait_task calls over HTTP: server RSS {} KiB (before {} KiB), server CPU {} ticks in {:.1} s",
+        "{IDLE_WAITERS} idle wait_task calls over HTTP: server RSS {} KiB (before {} KiB), server CPU {} ticks in {:.1} s; \
+         {in_sandbox} processes in the sandbox, {watchers} of them watchers",
         rss_kib(pid),
         rss_before,
         idle_ticks,
         t0.elapsed().as_secs_f64()
     );
+    assert_eq!(watchers, 1, "one shared watcher in the sandbox");
     call(
         &client,
         "cancel_task",

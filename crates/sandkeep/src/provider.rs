@@ -1,17 +1,60 @@
 //! Where sandboxes live: the [`Provider`] trait and its types (crate
 //! `sandkeep-provider`), the embedded local provider (crate
-//! `sandkeep-local`), and the choice between them from the environment.
+//! `sandkeep-local`), the remote E2B provider (crate `sandkeep-e2b`), and
+//! the choice between them from the environment.
 
+pub use sandkeep_e2b as e2b;
 pub use sandkeep_local as local;
 pub use sandkeep_provider::*;
 
 use std::sync::Arc;
 
-/// The provider this process's configuration names. Today that is always
-/// the local provider on `SANDKEEP_HOME`; the choice lives here so the CLI
-/// and `serve` never name a provider themselves.
+/// The providers a configuration can name (`SANDKEEP_PROVIDER`,
+/// `--provider`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum Kind {
+    /// Namespaced sandboxes on this host, state in `SANDKEEP_HOME`.
+    #[default]
+    Local,
+    /// E2B-compatible clouds, configured by `E2B_API_KEY`, `E2B_DOMAIN`,
+    /// `E2B_API_URL` and `E2B_SANDBOX_URL`.
+    E2b,
+}
+
+impl Kind {
+    /// `SANDKEEP_PROVIDER`, `local` when unset.
+    pub fn from_env() -> Result<Self> {
+        match std::env::var("SANDKEEP_PROVIDER").as_deref().map(str::trim) {
+            Err(_) | Ok("" | "local") => Ok(Self::Local),
+            Ok("e2b") => Ok(Self::E2b),
+            Ok(other) => Err(ProviderError::Unavailable(format!(
+                "SANDKEEP_PROVIDER={other:?} is not a provider: use \"local\" or \"e2b\""
+            ))),
+        }
+    }
+}
+
+impl std::fmt::Display for Kind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Local => "local",
+            Self::E2b => e2b::KIND,
+        })
+    }
+}
+
+/// The provider this process's configuration names; the choice lives here
+/// so the CLI and `serve` never name a provider themselves.
 pub fn from_env() -> Result<Arc<dyn Provider>> {
-    Ok(Arc::new(local::LocalProvider::from_env()?))
+    open(Kind::from_env()?)
+}
+
+/// The provider of `kind`, configured from the environment.
+pub fn open(kind: Kind) -> Result<Arc<dyn Provider>> {
+    Ok(match kind {
+        Kind::Local => Arc::new(local::LocalProvider::from_env()?),
+        Kind::E2b => Arc::new(e2b::E2bProvider::from_env()?),
+    })
 }
 
 /// `SANDKEEP_HOME` as this process's configuration resolves it (absolute):

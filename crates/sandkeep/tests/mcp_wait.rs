@@ -2,9 +2,11 @@
 //! clients, `sandkeep serve` children, real local sandboxes.
 //!
 //! The long-poll answers on exit, on output past each offset and at its
-//! timeout; a cancelled wait leaves no waiter in the sandbox; 100 waiters
-//! on 100 tasks all answer right after their tasks end; delete_task frees
-//! one of the 128 places; bad input names the parameter.
+//! timeout; waiters share one watcher process in the sandbox, which ends
+//! with the last of them and is replaced if killed; 300 waiters on 100
+//! tasks all answer right after their tasks end; a provider without
+//! `spawn` still waits (one helper call per waiter); delete_task frees one
+//! of the 128 places; bad input names the parameter.
 
 mod support;
 
@@ -13,6 +15,11 @@ use std::time::{Duration, Instant};
 
 use rmcp::model::{CallToolRequestParams, ClientRequest, Request};
 use rmcp::service::PeerRequestOptions;
+use sandkeep::provider::{
+    CreateSpec, ExecOutput, ExecRequest, FileEntry, Provider, Release, Result as PResult,
+    SandboxId, SandboxInfo,
+};
+use sandkeep::service::{Service, Session};
 use serde_json::{Value, json};
 use support::mcp::*;
 use support::*;
@@ -191,26 +198,53 @@ async fn delete_task_frees_a_place_for_the_129th_start() {
     assert!(server.close().await.success());
 }
 
-/// In-sandbox waiters of `task_id` still alive (seen from the host).
-fn waiters_of(task_id: &str) -> Vec<i32> {
-    host_pids_where(|cmd| cmd.contains(" wait ") && cmd.contains(task_id))
+/// Live processes in the sandbox where the process whose command line
+/// contains `marker` runs (its pid namespace), whose command line contains
+/// `what`.
+fn in_sandbox_of(marker: &str, what: &str) -> Vec<i32> {
+    let pid_ns = |pid: i32| std::fs::read_link(format!("/proc/{pid}/ns/pid")).ok();
+    let Some(ns) = host_pids_with(marker).into_iter().find_map(pid_ns) else {
+        return Vec::new();
+    };
+    host_pids_where(|cmd| cmd.contains(what))
         .into_iter()
         .filter(|&pid| {
-            std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
-                s.rsplit(')')
-                    .next()
-                    .is_some_and(|r| !r.trim_start().starts_with('Z'))
-            })
+            pid_ns(pid).as_ref() == Some(&ns)
+                && std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+                    s.rsplit(')')
+                        .next()
+                        .is_some_and(|r| !r.trim_start().starts_with('Z'))
+                })
         })
         .collect()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_cancelled_wait_leaves_no_waiter_in_the_sandbox() {
-    let home = Home::new();
-    let server = StdioServer::start(&home).await;
-    let sb = sandbox(&server).await;
-    let task = start(&server, &sb, "exec sleep 600").await;
+/// The shared watchers in the sandbox of `marker`.
+fn watchers(marker: &str) -> Vec<i32> {
+    in_sandbox_of(marker, " wait --stream")
+}
+
+/// How many task directories a watcher has an inotify watch on.
+fn watches_of(pid: i32) -> usize {
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fdinfo")) else {
+        return 0;
+    };
+    fds.flatten()
+        .filter_map(|fd| std::fs::read_to_string(fd.path()).ok())
+        .map(|info| {
+            info.lines()
+                .filter(|l| l.starts_with("inotify wd:"))
+                .count()
+        })
+        .sum()
+}
+
+/// Sends wait_task so that it can be cancelled, as a client giving up does.
+async fn cancellable_wait(
+    server: &StdioServer,
+    sb: &str,
+    task: &str,
+) -> rmcp::service::RequestHandle<rmcp::RoleClient> {
     let params = CallToolRequestParams::new("wait_task").with_arguments(
         json!({"sandbox_id": sb, "task_id": task, "timeout": 300})
             .as_object()
@@ -218,38 +252,130 @@ async fn a_cancelled_wait_leaves_no_waiter_in_the_sandbox() {
             .clone(),
     );
     let request = ClientRequest::CallToolRequest(Request::new(params));
-    let handle = server
+    server
         .client
         .peer()
         .send_cancellable_request(request, PeerRequestOptions::no_options())
         .await
-        .expect("sending wait_task");
+        .expect("sending wait_task")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_share_one_watcher_that_ends_with_the_last_of_them() {
+    let home = Home::new();
+    let server = StdioServer::start(&home).await;
+    let sb = sandbox(&server).await;
+    let marker = "600.201";
+    let a = start(&server, &sb, &format!("exec sleep {marker}")).await;
+    let b = start(&server, &sb, "exec sleep 600.202").await;
+    let on_a = cancellable_wait(&server, &sb, &a).await;
+    let on_b1 = cancellable_wait(&server, &sb, &b).await;
+    let on_b2 = cancellable_wait(&server, &sb, &b).await;
     until(
         Duration::from_secs(10),
-        "the waiter to start in the sandbox",
-        || std::future::ready(!waiters_of(&task).is_empty()),
+        "one watcher watching both tasks",
+        || {
+            std::future::ready(
+                watchers(marker)
+                    .first()
+                    .is_some_and(|&w| watches_of(w) == 2),
+            )
+        },
     )
     .await;
-    handle
-        .cancel(Some("the client gave up".into()))
-        .await
-        .expect("sending the cancellation");
-    until(Duration::from_secs(3), "the waiter to be gone", || {
-        std::future::ready(waiters_of(&task).is_empty())
+    let watcher = watchers(marker);
+    assert_eq!(watcher.len(), 1, "three waiters, one watcher: {watcher:?}");
+    assert!(
+        in_sandbox_of(marker, " wait {").is_empty(),
+        "no waiter runs a process of its own"
+    );
+
+    // The last waiter of a task gone: the task is no longer watched.
+    on_a.cancel(Some("gave up".into())).await.unwrap();
+    until(Duration::from_secs(3), "task a to be unwatched", || {
+        std::future::ready(watches_of(watcher[0]) == 1)
     })
     .await;
-    // The server still serves, and the task is untouched.
-    let v = server
-        .ok("get_task", json!({"sandbox_id": sb, "task_id": task}))
-        .await;
-    assert_eq!(v["state"], "running", "{v}");
+    on_b1.cancel(Some("gave up".into())).await.unwrap();
+    // The last waiter in the sandbox gone: nothing is left there.
+    on_b2.cancel(Some("gave up".into())).await.unwrap();
+    until(Duration::from_secs(3), "the watcher to be gone", || {
+        std::future::ready(watchers(marker).is_empty())
+    })
+    .await;
+
+    // The next waiter starts a new watcher, and ends it when answered.
+    let (quiet, took) = wait(
+        &server,
+        json!({"sandbox_id": sb, "task_id": b, "timeout": 1}),
+    )
+    .await;
+    assert_eq!(quiet["state"], "running", "{quiet}");
+    assert!(took >= Duration::from_secs(1), "{took:?}");
+    until(Duration::from_secs(3), "the new watcher to be gone", || {
+        std::future::ready(watchers(marker).is_empty())
+    })
+    .await;
     server.ok("kill_sandbox", json!({"sandbox_id": sb})).await;
     assert!(server.close().await.success());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_hundred_waiters_answer_right_after_their_tasks_end() {
+async fn a_killed_watcher_is_replaced_and_its_waiter_still_answers() {
+    let home = Home::new();
+    let server = Arc::new(StdioServer::start(&home).await);
+    let sb = sandbox(&server).await;
+    let marker = "600.301";
+    start(&server, &sb, &format!("exec sleep {marker}")).await;
+    let task = start(&server, &sb, "sleep 3; printf late; exec sleep 60").await;
+    let waiter = {
+        let (server, args) = (
+            server.clone(),
+            json!({"sandbox_id": sb, "task_id": task, "timeout": 60}),
+        );
+        tokio::spawn(async move { wait(&server, args).await })
+    };
+    until(
+        Duration::from_secs(10),
+        "the watcher to watch the task",
+        || {
+            std::future::ready(
+                watchers(marker)
+                    .first()
+                    .is_some_and(|&w| watches_of(w) == 1),
+            )
+        },
+    )
+    .await;
+    let first = watchers(marker)[0];
+    rustix::process::kill_process(
+        rustix::process::Pid::from_raw(first).unwrap(),
+        rustix::process::Signal::KILL,
+    )
+    .unwrap();
+    until(
+        Duration::from_secs(2),
+        "a new watcher to watch the task",
+        || {
+            std::future::ready(
+                watchers(marker)
+                    .first()
+                    .is_some_and(|&w| w != first && watches_of(w) == 1),
+            )
+        },
+    )
+    .await;
+    let (v, _) = waiter.await.unwrap();
+    assert_eq!(v["stdout"], "late", "{v}");
+    server.ok("kill_sandbox", json!({"sandbox_id": sb})).await;
+    let server = Arc::into_inner(server).expect("no other user of the server");
+    assert!(server.close().await.success());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_hundred_waiters_share_one_watcher_and_answer_right_after_their_tasks_end() {
     const N: usize = 100;
+    const PER_TASK: usize = 3;
     let home = Home::new();
     let server = Arc::new(StdioServer::start(&home).await);
     let sb = sandbox(&server).await;
@@ -274,8 +400,8 @@ async fn a_hundred_waiters_answer_right_after_their_tasks_end() {
     for _ in 0..N {
         tasks.push(start(&server, &sb, "flock -s /tmp/gate true").await);
     }
-    let waiters: Vec<_> = tasks
-        .iter()
+    let waiters: Vec<_> = (0..PER_TASK)
+        .flat_map(|_| &tasks)
         .map(|task| {
             let server = server.clone();
             let args = json!({"sandbox_id": sb, "task_id": task, "timeout": 120});
@@ -285,12 +411,30 @@ async fn a_hundred_waiters_answer_right_after_their_tasks_end() {
             })
         })
         .collect();
+    // The gate's `flock` names /tmp/gate: it marks the sandbox.
+    let marker = "/tmp/gate sleep 600";
     until(
         Duration::from_secs(60),
-        "all 100 waiters to be asleep",
-        || std::future::ready(tasks.iter().all(|t| !waiters_of(t).is_empty())),
+        "one watcher to watch all 100 tasks",
+        || {
+            std::future::ready(
+                watchers(marker)
+                    .first()
+                    .is_some_and(|&w| watches_of(w) == N),
+            )
+        },
     )
     .await;
+    assert_eq!(
+        watchers(marker).len(),
+        1,
+        "{} waiters, one watcher",
+        N * PER_TASK
+    );
+    assert!(
+        in_sandbox_of(marker, " wait {").is_empty(),
+        "no waiter runs a process of its own"
+    );
     let released = Instant::now();
     server
         .ok("cancel_task", json!({"sandbox_id": sb, "task_id": gate}))
@@ -304,7 +448,10 @@ async fn a_hundred_waiters_answer_right_after_their_tasks_end() {
             .unwrap_or_else(|| panic!("a waiter answered before the gate opened: {v}"));
         latest = latest.max(after);
     }
-    eprintln!("the last of {N} waiters answered {latest:?} after the gate opened");
+    eprintln!(
+        "the last of {} waiters answered {latest:?} after the gate opened",
+        N * PER_TASK
+    );
     assert!(
         latest < Duration::from_secs(5),
         "the last waiter answered {latest:?} after the tasks could end"
@@ -312,4 +459,98 @@ async fn a_hundred_waiters_answer_right_after_their_tasks_end() {
     server.ok("kill_sandbox", json!({"sandbox_id": sb})).await;
     let server = Arc::into_inner(server).expect("no other user of the server");
     assert!(server.close().await.success());
+}
+
+/// The local provider without `spawn`: how a provider that cannot keep a
+/// process running (E2B here) looks to the service.
+struct NoSpawn(sandkeep::provider::local::LocalProvider);
+
+#[async_trait::async_trait]
+impl Provider for NoSpawn {
+    fn kind(&self) -> &'static str {
+        "local without spawn"
+    }
+    async fn create(&self, spec: CreateSpec) -> PResult<SandboxInfo> {
+        self.0.create(spec).await
+    }
+    async fn kill(&self, id: &SandboxId) -> PResult<bool> {
+        self.0.kill(id).await
+    }
+    async fn kill_unless_retained(&self, id: &SandboxId) -> PResult<Release> {
+        self.0.kill_unless_retained(id).await
+    }
+    async fn list(&self) -> PResult<Vec<SandboxInfo>> {
+        self.0.list().await
+    }
+    async fn info(&self, id: &SandboxId) -> PResult<SandboxInfo> {
+        self.0.info(id).await
+    }
+    async fn exec(&self, id: &SandboxId, request: ExecRequest) -> PResult<ExecOutput> {
+        self.0.exec(id, request).await
+    }
+    async fn read_file(&self, id: &SandboxId, path: &str, limit: u64) -> PResult<Vec<u8>> {
+        self.0.read_file(id, path, limit).await
+    }
+    async fn write_file(&self, id: &SandboxId, path: &str, content: &[u8]) -> PResult<u64> {
+        self.0.write_file(id, path, content).await
+    }
+    async fn list_files(&self, id: &SandboxId, path: &str) -> PResult<Vec<FileEntry>> {
+        self.0.list_files(id, path).await
+    }
+    async fn renew(&self, id: &SandboxId) -> PResult<SandboxInfo> {
+        self.0.renew(id).await
+    }
+    async fn retain(&self, id: &SandboxId) -> PResult<()> {
+        self.0.retain(id).await
+    }
+    async fn task_helper(&self, id: &SandboxId) -> PResult<String> {
+        self.0.task_helper(id).await
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_spawn_wait_task_waits_in_one_helper_call_of_its_own() {
+    let home = Home::new();
+    let provider = Arc::new(NoSpawn(support::local::provider(home.path())));
+    let service = Service::new(provider, Vec::new());
+    let session = Session::new();
+    let call = |tool: &'static str, args: Value| {
+        let (service, session) = (&service, &session);
+        async move {
+            service
+                .call_json(session, tool, args.as_object().cloned())
+                .await
+                .unwrap_or_else(|e| panic!("{tool}: {e}"))
+        }
+    };
+    let sb = sid(&call("create_sandbox", json!({"timeout": 600})).await);
+    let marker = "600.401";
+    call(
+        "start_task",
+        json!({"sandbox_id": sb, "command": format!("exec sleep {marker}")}),
+    )
+    .await;
+    let task = tid(&call(
+        "start_task",
+        json!({"sandbox_id": sb, "command": "sleep 1; exit 3"}),
+    )
+    .await);
+    let waiting = call("wait_task", json!({"sandbox_id": sb, "task_id": task}));
+    let watch = async {
+        until(
+            Duration::from_secs(10),
+            "the waiter's own helper call",
+            || std::future::ready(!in_sandbox_of(marker, " wait {").is_empty()),
+        )
+        .await;
+        assert!(
+            watchers(marker).is_empty(),
+            "no shared watcher without spawn"
+        );
+    };
+    let (done, ()) = tokio::join!(waiting, watch);
+    assert_eq!(done["state"], "failed", "{done}");
+    assert_eq!(done["exit_code"], 3, "{done}");
+    assert!(done["waited_ms"].as_u64().unwrap() >= 500, "{done}");
+    call("kill_sandbox", json!({"sandbox_id": sb})).await;
 }

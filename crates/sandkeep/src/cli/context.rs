@@ -1,4 +1,4 @@
-//! What one CLI invocation works with: the service on the local provider,
+//! What one CLI invocation works with: the service on the configured provider,
 //! its one session, the async runtime, and how a failure is told to the
 //! person (message, next step, exit code).
 //!
@@ -33,7 +33,8 @@ pub enum SessionKind {
 }
 
 impl Context {
-    /// Opens the local provider of `$SANDKEEP_HOME` and starts a session.
+    /// Opens the provider this environment configures (`SANDKEEP_PROVIDER`)
+    /// and starts a session.
     pub fn open(kind: SessionKind) -> Result<Self, CliError> {
         let provider = open_provider()?;
         let session = match kind {
@@ -65,8 +66,10 @@ impl Context {
 /// The provider this environment configures.
 fn open_provider() -> Result<Arc<dyn Provider>, CliError> {
     provider::from_env().map_err(|e| {
-        CliError::new(format!("cannot open the local provider: {e}"))
-            .hint("set SANDKEEP_HOME to a directory this user can create and write, or run `sandkeep doctor`")
+        CliError::new(format!("cannot open the provider: {e}")).hint(
+            "for the local provider set SANDKEEP_HOME to a directory this user can create and write; \
+             for SANDKEEP_PROVIDER=e2b set E2B_API_KEY; then run `sandkeep doctor`",
+        )
     })
 }
 

@@ -1,10 +1,14 @@
-//! `sandkeep doctor`: what isolation this host gives, where state lives,
-//! which helper runs in sandboxes, and what to do about what is missing.
-//! The probing is the local provider's; this module only prints its report.
+//! `sandkeep doctor`: which provider this configuration uses; for the
+//! local one, what isolation this host gives, where state lives, which
+//! helper runs in sandboxes; for the e2b one, whether the credentials and
+//! the API work; and what to do about what is missing. The probing is the
+//! providers'; this module only prints their reports.
 
 use clap::Args;
 
+use crate::provider::e2b::E2bProvider;
 use crate::provider::local::{DoctorReport, LocalProvider};
+use crate::provider::{self, Kind};
 
 use super::Outcome;
 use super::context::CliError;
@@ -32,6 +36,57 @@ pub struct DoctorArgs {
 }
 
 pub async fn run(args: DoctorArgs) -> Outcome {
+    let kind = Kind::from_env().map_err(|e| CliError::new(e.to_string()))?;
+    match kind {
+        Kind::Local => local(args).await,
+        Kind::E2b => e2b(args).await,
+    }
+}
+
+/// The e2b provider: its configuration (never the key) and one call to
+/// the API with these credentials.
+async fn e2b(args: DoctorArgs) -> Outcome {
+    let provider = E2bProvider::from_env().map_err(|e| {
+        CliError::new(format!("cannot open the e2b provider: {e}"))
+            .hint("set E2B_API_KEY (and E2B_DOMAIN or E2B_API_URL for a self-hosted E2B)")
+    })?;
+    let config = provider.config();
+    let check = provider.check().await;
+    let api = match &check {
+        Ok(()) => "ok: the API answered with these credentials".to_owned(),
+        Err(e) => format!("FAILED: {e}"),
+    };
+    let sandbox_url = config
+        .sandbox_url
+        .clone()
+        .unwrap_or_else(|| config.envd_url("<id>", None));
+    if args.output.json {
+        output::print_json(&serde_json::json!({
+            "provider": provider::e2b::KIND,
+            "api_url": config.api_url,
+            "domain": config.domain,
+            "sandbox_url": sandbox_url,
+            "api_ok": check.is_ok(),
+            "api": api,
+        }));
+    } else {
+        output::print_fields(&[
+            ("provider", "e2b (SANDKEEP_PROVIDER)".to_owned()),
+            ("api url", config.api_url.clone()),
+            ("domain", config.domain.clone()),
+            ("envd url", sandbox_url),
+            ("api key", "set (E2B_API_KEY)".to_owned()),
+            ("api", api),
+        ]);
+    }
+    Ok(if check.is_ok() {
+        exit::OK
+    } else {
+        exit::OWN_FAILURE
+    })
+}
+
+async fn local(args: DoctorArgs) -> Outcome {
     let provider = LocalProvider::from_env().map_err(|e| {
         CliError::new(format!("cannot open the local provider: {e}"))
             .hint("set SANDKEEP_HOME to a directory this user can create and write")
@@ -47,6 +102,7 @@ pub async fn run(args: DoctorArgs) -> Outcome {
         let mut value = serde_json::to_value(&report).map_err(|e| CliError::new(e.to_string()))?;
         if let Some(map) = value.as_object_mut() {
             map.insert("helper".into(), helper.into());
+            map.insert("provider".into(), "local".into());
         }
         output::print_json(&value);
     } else {
@@ -61,6 +117,7 @@ pub async fn run(args: DoctorArgs) -> Outcome {
 
 fn print_human(report: &DoctorReport, helper: &str) {
     output::print_fields(&[
+        ("provider", "local (SANDKEEP_PROVIDER)".to_owned()),
         ("isolation", report.isolation.clone()),
         ("why", report.reason.clone()),
         (

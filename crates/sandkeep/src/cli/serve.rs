@@ -12,6 +12,11 @@ use crate::service::{Ceilings, Service};
 
 #[derive(Debug, clap::Args)]
 pub struct ServeArgs {
+    /// Where sandboxes live: `local` (namespaced sandboxes on this host) or
+    /// `e2b` (E2B-compatible clouds, configured by E2B_API_KEY, E2B_DOMAIN,
+    /// E2B_API_URL and E2B_SANDBOX_URL).
+    #[arg(long, value_enum, env = "SANDKEEP_PROVIDER", default_value = "local")]
+    pub provider: provider::Kind,
     /// Serve Streamable HTTP at http://ADDR/mcp instead of stdio (e.g.
     /// 127.0.0.1:8765). Every request needs the bearer token, loopback
     /// included.
@@ -86,7 +91,12 @@ pub fn run(args: ServeArgs) -> i32 {
         .init();
 
     if let Some(e2b) = &args.e2b {
-        return serve_e2b(e2b, args.api_key.clone(), args.max_connections as usize);
+        return serve_e2b(
+            e2b,
+            args.api_key.clone(),
+            args.provider,
+            args.max_connections as usize,
+        );
     }
     let addr = match args.http.as_deref().map(resolve).transpose() {
         Ok(a) => a,
@@ -95,11 +105,12 @@ pub fn run(args: ServeArgs) -> i32 {
             return 2;
         }
     };
-    let provider = match provider::from_env() {
+    let provider = match provider::open(args.provider) {
         Ok(p) => p,
         Err(e) => {
             eprintln!(
-                "sandkeep serve: cannot open the local provider: {e}; run `sandkeep doctor` to see what is missing"
+                "sandkeep serve: cannot open the {} provider: {e}; run `sandkeep doctor` to see what is missing",
+                args.provider
             );
             return 1;
         }
@@ -157,7 +168,12 @@ pub fn run(args: ServeArgs) -> i32 {
 
 /// `serve --e2b ADDR`: the key (configured, or generated on loopback
 /// only), then the endpoint.
-fn serve_e2b(text: &str, configured: Option<String>, max_connections: usize) -> i32 {
+fn serve_e2b(
+    text: &str,
+    configured: Option<String>,
+    kind: provider::Kind,
+    max_connections: usize,
+) -> i32 {
     let addr = match resolve(text) {
         Ok(a) => a,
         Err(message) => {
@@ -165,11 +181,11 @@ fn serve_e2b(text: &str, configured: Option<String>, max_connections: usize) -> 
             return 2;
         }
     };
-    let provider = match provider::from_env() {
+    let provider = match provider::open(kind) {
         Ok(p) => p,
         Err(e) => {
             eprintln!(
-                "sandkeep serve: cannot open the local provider: {e}; run `sandkeep doctor` to see what is missing"
+                "sandkeep serve: cannot open the {kind} provider: {e}; run `sandkeep doctor` to see what is missing"
             );
             return 1;
         }

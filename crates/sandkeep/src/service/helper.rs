@@ -46,7 +46,7 @@ pub(super) struct HelperPaths {
 const MAX_KNOWN: usize = 4096;
 
 impl HelperPaths {
-    async fn get(
+    pub(super) async fn get(
         &self,
         provider: &dyn Provider,
         sandbox: &SandboxId,

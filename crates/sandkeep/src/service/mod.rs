@@ -42,6 +42,7 @@ mod session;
 mod types;
 mod validate;
 mod wait_task;
+mod waiters;
 
 use std::sync::Arc;
 
@@ -61,6 +62,7 @@ pub struct Service {
     provider: Arc<dyn Provider>,
     masker: Masker,
     helpers: helper::HelperPaths,
+    waiters: waiters::Waiters,
     ceilings: Ceilings,
 }
 
@@ -110,6 +112,7 @@ impl Service {
             provider,
             masker: Masker::new(secrets),
             helpers: helper::HelperPaths::default(),
+            waiters: waiters::Waiters::default(),
             ceilings: Ceilings::default(),
         }
     }

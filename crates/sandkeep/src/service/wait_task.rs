@@ -1,22 +1,26 @@
 //! wait_task and delete_task (SPEC.md §4, beyond the seed's three task
 //! tools): the long-poll on a task, and the removal of a settled one.
 //!
-//! Both go to the in-sandbox helper (`wait`, `delete` verbs). Like get_task
-//! they neither renew the deadline nor touch the session. wait_task holds
-//! one provider call open for up to its timeout; the host spends nothing
-//! on it meanwhile (one pending future), and dropping the call (a client
-//! that went away) ends the in-sandbox waiter.
+//! Like get_task they neither renew the deadline nor touch the session.
+//! wait_task waits on the sandbox's shared watcher ([`super::waiters`]),
+//! then reads its answer with the helper's `status`; where no watcher can
+//! run it falls back to one `wait` call of its own. delete_task is the
+//! helper's `delete`.
 
 use std::time::Duration;
 
+use tokio::time::Instant;
+
 use sandkeep_proto::limits::*;
-use sandkeep_proto::wire::{self, DeleteReply, DeleteRequest, WaitReply, WaitRequest};
+use sandkeep_proto::wire::{self, DeleteReply, DeleteRequest, TaskStatus, WaitReply, WaitRequest};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::handlers::helper_error;
 use super::helper;
+use super::waiters::Outcome;
 use super::{Service, TaskResult, ToolError, validate};
+use crate::provider::SandboxId;
 
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -84,20 +88,61 @@ impl Service {
             limit: validate::limit(args.limit)?,
             timeout: validate::wait_timeout(args.timeout)?,
         };
+        let started = Instant::now();
+        let deadline = started + Duration::from_secs(request.timeout);
+        let outcome = self
+            .waiters
+            .until_changed(
+                self.provider.as_ref(),
+                &self.helpers,
+                &id,
+                &request,
+                deadline,
+            )
+            .await
+            .map_err(|e| helper_error(e, &id, &request.task_id))?;
+        let status: TaskStatus = match outcome {
+            Outcome::Done => helper::call(
+                self.provider.as_ref(),
+                &self.helpers,
+                &id,
+                wire::verb::STATUS,
+                &request.status_request(),
+            )
+            .await
+            .map_err(|e| helper_error(e, &id, &request.task_id))?,
+            Outcome::NoWatcher(why) => {
+                tracing::debug!(sandbox = %id, "wait_task without a shared watcher: {why}");
+                self.wait_in_one_call(&id, request, deadline).await?
+            }
+        };
+        Ok(WaitTaskResult {
+            task: self.task_result(&id, status),
+            waited_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+        })
+    }
+
+    /// The wait as one helper call that watches alone: for providers that
+    /// cannot keep a watcher running. Costs a process per waiter.
+    async fn wait_in_one_call(
+        &self,
+        id: &SandboxId,
+        mut request: WaitRequest,
+        deadline: Instant,
+    ) -> Result<TaskStatus, ToolError> {
+        let left = deadline.saturating_duration_since(Instant::now());
+        request.timeout = left.as_secs_f64().ceil().max(WAIT_TIMEOUT_MIN as f64) as u64;
         let reply: WaitReply = helper::call_within(
             self.provider.as_ref(),
             &self.helpers,
-            &id,
+            id,
             wire::verb::WAIT,
             &request,
             Duration::from_secs(request.timeout),
         )
         .await
-        .map_err(|e| helper_error(e, &id, &request.task_id))?;
-        Ok(WaitTaskResult {
-            task: self.task_result(&id, reply.status),
-            waited_ms: reply.waited_ms,
-        })
+        .map_err(|e| helper_error(e, id, &request.task_id))?;
+        Ok(reply.status)
     }
 
     pub async fn delete_task(&self, args: DeleteTaskArgs) -> Result<DeleteTaskResult, ToolError> {

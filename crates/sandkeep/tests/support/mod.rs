@@ -8,6 +8,7 @@
 #![allow(dead_code)] // each test crate uses a different subset
 
 pub mod cli;
+pub mod e2b;
 pub mod local;
 pub mod mcp;
 
@@ -22,8 +23,11 @@ pub fn bin() -> &'static str {
 }
 
 /// A private SANDKEEP_HOME; whatever a test left running is killed on drop.
+/// Under `SANDKEEP_TEST_PROVIDER=e2b` it also has its own E2B endpoint,
+/// and every `sandkeep` started through it uses the e2b provider.
 pub struct Home {
     pub dir: tempfile::TempDir,
+    pub e2b: Option<e2b::Endpoint>,
 }
 
 impl Home {
@@ -33,7 +37,27 @@ impl Home {
                 .prefix("sandkeep-test")
                 .tempdir()
                 .expect("tempdir"),
+            e2b: e2b::enabled().then(e2b::Endpoint::start),
         }
+    }
+
+    /// A home whose `sandkeep` processes use the e2b provider on an
+    /// endpoint of its own, whatever `SANDKEEP_TEST_PROVIDER` says.
+    pub fn with_e2b() -> Self {
+        let mut home = Self::new();
+        if home.e2b.is_none() {
+            home.e2b = Some(e2b::Endpoint::start());
+        }
+        home
+    }
+
+    /// The provider configuration of the `sandkeep` processes this home
+    /// starts (empty: the local provider on this home).
+    pub fn provider_vars(&self) -> Vec<(&'static str, String)> {
+        self.e2b
+            .as_ref()
+            .map(e2b::Endpoint::vars)
+            .unwrap_or_default()
     }
 
     pub fn path(&self) -> &Path {
@@ -43,7 +67,9 @@ impl Home {
     /// `sandkeep ARGS` with this home, not yet run.
     pub fn command(&self, args: &[&str]) -> std::process::Command {
         let mut c = std::process::Command::new(bin());
-        c.env("SANDKEEP_HOME", self.path()).args(args);
+        c.env("SANDKEEP_HOME", self.path())
+            .envs(self.provider_vars())
+            .args(args);
         c
     }
 
@@ -52,6 +78,7 @@ impl Home {
     pub fn async_command(&self) -> tokio::process::Command {
         let mut c = tokio::process::Command::new(bin());
         c.env("SANDKEEP_HOME", self.path())
+            .envs(self.provider_vars())
             .env("SANDKEEP_LOG", "sandkeep=debug,rmcp=warn")
             .kill_on_drop(true);
         c

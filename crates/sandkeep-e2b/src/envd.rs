@@ -1,0 +1,395 @@
+//! One sandbox's envd: the process service's Start as a Connect JSON
+//! server stream (never with a `Connect-Timeout-Ms`, which envd turns into
+//! a kill timer), `/files` upload and ranged download, and the filesystem
+//! service's Move and ListDir.
+
+use std::time::Duration;
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD as B64;
+use reqwest::StatusCode;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use crate::Stats;
+use crate::config::ENVD_PORT;
+
+/// The bound of a unary call or a file transfer.
+const CALL_TIMEOUT: Duration = Duration::from_secs(120);
+/// envd emits a keepalive event after this many seconds without data, so
+/// idle proxies do not cut a long stream (the SDKs send 50).
+const KEEPALIVE_SECS: &str = "50";
+/// Connect's envelope flag of the end-of-stream message.
+const END_STREAM: u8 = 0x02;
+
+#[derive(Debug, thiserror::Error)]
+pub enum EnvdError {
+    /// E2B's proxy: the sandbox is not running.
+    #[error("the sandbox was not found")]
+    SandboxGone,
+    /// A file or directory that does not exist.
+    #[error("not found: {0}")]
+    PathNotFound(String),
+    /// envd refused the request: nothing happened.
+    #[error("envd answered {code}: {message}")]
+    Refused { code: String, message: String },
+    /// The request never reached envd.
+    #[error("cannot reach envd: {0}")]
+    Unreachable(String),
+    /// The call broke after the request may have reached envd.
+    #[error("{0}")]
+    Broken(String),
+}
+
+/// What a process run through Start did.
+#[derive(Debug, Default)]
+pub struct Finished {
+    /// Exit status, or 128+N for signal N; `None` without an end event.
+    pub exit_code: Option<i32>,
+    pub stdout: Tail,
+    pub stderr: Tail,
+}
+
+/// The last `limit` bytes of a stream.
+#[derive(Debug, Default)]
+pub struct Tail {
+    pub bytes: Vec<u8>,
+    pub truncated: bool,
+    limit: usize,
+}
+
+impl Tail {
+    fn new(limit: usize) -> Self {
+        Self {
+            bytes: Vec::new(),
+            truncated: false,
+            limit,
+        }
+    }
+
+    fn push(&mut self, data: &[u8]) {
+        self.bytes.extend_from_slice(data);
+        if self.bytes.len() > self.limit {
+            let cut = self.bytes.len() - self.limit;
+            self.bytes.drain(..cut);
+            self.truncated = true;
+        }
+    }
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct Event {
+    #[serde(default)]
+    start: Option<Value>,
+    #[serde(default)]
+    data: Option<Data>,
+    #[serde(default)]
+    end: Option<End>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct Data {
+    #[serde(default)]
+    stdout: Option<String>,
+    #[serde(default)]
+    stderr: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct End {
+    #[serde(default)]
+    exit_code: i32,
+    #[serde(default)]
+    exited: bool,
+    #[serde(default)]
+    status: String,
+}
+
+impl End {
+    /// envd reports a signal death as exit code -1 and `signal: NAME`.
+    fn code(&self) -> i32 {
+        if self.exited {
+            return self.exit_code;
+        }
+        let signal = match self.status.strip_prefix("signal: ").unwrap_or("") {
+            "killed" => 9,
+            "terminated" => 15,
+            "interrupt" => 2,
+            "hangup" => 1,
+            "aborted" => 6,
+            "segmentation fault" => 11,
+            _ => return self.exit_code,
+        };
+        128 + signal
+    }
+}
+
+/// `/files?path=…`, the path encoded.
+fn files_path(path: &str) -> String {
+    let query: String = form_urlencoded::Serializer::new(String::new())
+        .append_pair("path", path)
+        .finish();
+    format!("/files?{query}")
+}
+
+/// A sandbox's envd, as these credentials reach it.
+pub struct Envd<'a> {
+    pub http: &'a reqwest::Client,
+    pub base: String,
+    pub sandbox_id: &'a str,
+    pub token: Option<&'a str>,
+    pub stats: &'a Stats,
+}
+
+impl Envd<'_> {
+    fn request(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
+        self.stats.count_envd();
+        tracing::debug!(target: "sandkeep_e2b::http", "e2b request: envd {method} {path}");
+        let mut r = self
+            .http
+            .request(method, format!("{}{path}", self.base))
+            .header("E2b-Sandbox-Id", self.sandbox_id)
+            .header("E2b-Sandbox-Port", ENVD_PORT.to_string());
+        if let Some(token) = self.token {
+            r = r.header("X-Access-Token", token);
+        }
+        r
+    }
+
+    /// An error answer: the proxy's "not found" (sandbox gone), a Connect
+    /// error `{code, message}`, or anything else.
+    fn refused(status: StatusCode, body: &[u8]) -> EnvdError {
+        let v: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
+        let message = v
+            .get("message")
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+            .unwrap_or_else(|| String::from_utf8_lossy(&body[..body.len().min(300)]).into_owned());
+        if status == StatusCode::BAD_GATEWAY && message.contains("not found") {
+            return EnvdError::SandboxGone;
+        }
+        let code = match v.get("code") {
+            Some(Value::String(s)) => s.clone(),
+            _ => status.as_u16().to_string(),
+        };
+        if code == "not_found" || status == StatusCode::NOT_FOUND {
+            return EnvdError::PathNotFound(message);
+        }
+        EnvdError::Refused { code, message }
+    }
+
+    fn transport(e: &reqwest::Error) -> EnvdError {
+        if e.is_connect() {
+            EnvdError::Unreachable(crate::chain(e))
+        } else {
+            EnvdError::Broken(crate::chain(e))
+        }
+    }
+
+    /// Runs `cmd args…` through Start (no connect timeout), feeding
+    /// `stdin` if given, and collects its output until the end event or
+    /// `deadline`. `Ok` with `exit_code: None` means the deadline passed.
+    pub async fn run(
+        &self,
+        cmd: &str,
+        args: &[&str],
+        stdin: Option<&[u8]>,
+        deadline: Duration,
+        output_limit: usize,
+    ) -> Result<Finished, EnvdError> {
+        let message = json!({
+            "process": { "cmd": cmd, "args": args, "envs": {} },
+            "stdin": stdin.is_some(),
+        });
+        let payload = serde_json::to_vec(&message).expect("a request is JSON");
+        let mut body = Vec::with_capacity(payload.len() + 5);
+        body.push(0);
+        body.extend_from_slice(&(payload.len() as u32).to_be_bytes());
+        body.extend_from_slice(&payload);
+        let response = self
+            .request(reqwest::Method::POST, "/process.Process/Start")
+            .header("Content-Type", "application/connect+json")
+            .header("Connect-Protocol-Version", "1")
+            .header("Keepalive-Ping-Interval", KEEPALIVE_SECS)
+            .body(body)
+            .send()
+            .await
+            .map_err(|e| Self::transport(&e))?;
+        let status = response.status();
+        if !status.is_success() {
+            let bytes = response.bytes().await.unwrap_or_default();
+            return Err(Self::refused(status, &bytes));
+        }
+        let mut finished = Finished {
+            exit_code: None,
+            stdout: Tail::new(output_limit),
+            stderr: Tail::new(output_limit),
+        };
+        let read = self.read_stream(response, stdin, &mut finished);
+        match tokio::time::timeout(deadline, read).await {
+            Ok(result) => result.map(|()| finished),
+            Err(_) => Ok(finished),
+        }
+    }
+
+    async fn read_stream(
+        &self,
+        mut response: reqwest::Response,
+        mut stdin: Option<&[u8]>,
+        out: &mut Finished,
+    ) -> Result<(), EnvdError> {
+        let mut buf: Vec<u8> = Vec::new();
+        loop {
+            while buf.len() >= 5 {
+                let len = u32::from_be_bytes([buf[1], buf[2], buf[3], buf[4]]) as usize;
+                if buf.len() < 5 + len {
+                    break;
+                }
+                let flags = buf[0];
+                let frame: Vec<u8> = buf.drain(..5 + len).skip(5).collect();
+                let v: Value = serde_json::from_slice(&frame)
+                    .map_err(|e| EnvdError::Broken(format!("unreadable message from envd: {e}")))?;
+                if flags & END_STREAM != 0 {
+                    if let Some(error) = v.get("error") {
+                        return Err(EnvdError::Broken(format!(
+                            "the process stream ended with {error}"
+                        )));
+                    }
+                    return if out.exit_code.is_some() {
+                        Ok(())
+                    } else {
+                        Err(EnvdError::Broken(
+                            "the process stream ended without an end event".into(),
+                        ))
+                    };
+                }
+                let event: Event =
+                    serde_json::from_value(v.get("event").cloned().unwrap_or_default())
+                        .unwrap_or_default();
+                if let Some(start) = event.start
+                    && let Some(input) = stdin.take()
+                {
+                    let pid = start.get("pid").cloned().unwrap_or(Value::Null);
+                    self.feed(&pid, input).await?;
+                }
+                if let Some(data) = event.data {
+                    let decode = |s: &str| B64.decode(s).unwrap_or_default();
+                    if let Some(s) = data.stdout {
+                        out.stdout.push(&decode(&s));
+                    }
+                    if let Some(s) = data.stderr {
+                        out.stderr.push(&decode(&s));
+                    }
+                }
+                if let Some(end) = event.end {
+                    out.exit_code = Some(end.code());
+                }
+            }
+            match response.chunk().await {
+                Ok(Some(chunk)) => buf.extend_from_slice(&chunk),
+                Ok(None) => {
+                    return Err(EnvdError::Broken(
+                        "the process stream was cut before its end".into(),
+                    ));
+                }
+                Err(e) => return Err(EnvdError::Broken(crate::chain(&e))),
+            }
+        }
+    }
+
+    /// Writes `input` to process `pid`'s stdin and closes it.
+    async fn feed(&self, pid: &Value, input: &[u8]) -> Result<(), EnvdError> {
+        self.unary(
+            "/process.Process/SendInput",
+            &json!({ "process": { "pid": pid }, "input": { "stdin": B64.encode(input) } }),
+        )
+        .await?;
+        self.unary(
+            "/process.Process/CloseStdin",
+            &json!({ "process": { "pid": pid } }),
+        )
+        .await
+        .map(drop)
+    }
+
+    /// A unary Connect call with the JSON codec.
+    pub async fn unary(&self, path: &str, message: &Value) -> Result<Value, EnvdError> {
+        let response = self
+            .request(reqwest::Method::POST, path)
+            .header("Content-Type", "application/json")
+            .header("Connect-Protocol-Version", "1")
+            .timeout(CALL_TIMEOUT)
+            .json(message)
+            .send()
+            .await
+            .map_err(|e| Self::transport(&e))?;
+        let status = response.status();
+        let bytes = response
+            .bytes()
+            .await
+            .map_err(|e| EnvdError::Broken(crate::chain(&e)))?;
+        if !status.is_success() {
+            return Err(Self::refused(status, &bytes));
+        }
+        serde_json::from_slice(&bytes)
+            .map_err(|e| EnvdError::Broken(format!("unreadable answer from envd: {e}")))
+    }
+
+    /// Writes a file (envd creates missing parents and truncates).
+    pub async fn upload(&self, path: &str, content: Vec<u8>) -> Result<(), EnvdError> {
+        let response = self
+            .request(reqwest::Method::POST, &files_path(path))
+            .header("Content-Type", "application/octet-stream")
+            .timeout(CALL_TIMEOUT)
+            .body(content)
+            .send()
+            .await
+            .map_err(|e| Self::transport(&e))?;
+        let status = response.status();
+        if status.is_success() {
+            return Ok(());
+        }
+        let bytes = response.bytes().await.unwrap_or_default();
+        Err(Self::refused(status, &bytes))
+    }
+
+    /// At most the first `limit + 1` bytes of a file and its full size.
+    pub async fn download(&self, path: &str, limit: u64) -> Result<(Vec<u8>, u64), EnvdError> {
+        let mut response = self
+            .request(reqwest::Method::GET, &files_path(path))
+            .header("Range", format!("bytes=0-{limit}"))
+            .timeout(CALL_TIMEOUT)
+            .send()
+            .await
+            .map_err(|e| Self::transport(&e))?;
+        let status = response.status();
+        if status == StatusCode::RANGE_NOT_SATISFIABLE {
+            // Range 0- of an empty file.
+            return Ok((Vec::new(), 0));
+        }
+        if !status.is_success() {
+            let bytes = response.bytes().await.unwrap_or_default();
+            return Err(Self::refused(status, &bytes));
+        }
+        let total = response
+            .headers()
+            .get("content-range")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.rsplit('/').next())
+            .and_then(|n| n.parse::<u64>().ok());
+        let mut data = Vec::new();
+        while let Some(chunk) = response
+            .chunk()
+            .await
+            .map_err(|e| EnvdError::Broken(crate::chain(&e)))?
+        {
+            data.extend_from_slice(&chunk);
+            if data.len() as u64 > limit {
+                break;
+            }
+        }
+        let total = total.unwrap_or(data.len() as u64);
+        Ok((data, total))
+    }
+}

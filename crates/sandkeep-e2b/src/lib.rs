@@ -1,0 +1,751 @@
+//! The remote provider: sandboxes on E2B cloud, self-hosted E2B or any
+//! service speaking E2B's API (SPEC.md §11), behind the same
+//! [`Provider`] trait as the local one. It knows nothing of MCP, sessions
+//! or what a task means.
+//!
+//! - The control plane (create, kill, list, info, timeout) is E2B's REST
+//!   API (`rest`); sandkeep's sandboxes carry metadata (`sandkeep=1` and a
+//!   hash of the API key) so a list shows only its own, for these
+//!   credentials.
+//! - Commands and files go to the sandbox's envd (`envd`). A command is a
+//!   `Start` without a connect timeout, wrapped so that it has its own
+//!   process group, killed whole at its timeout (`script`).
+//! - The task helper is uploaded once per sandbox and checked by SHA-256
+//!   inside the sandbox before each use is handed out.
+//! - Retention is decided inside the sandbox by one atomic `ln -s`, so it
+//!   holds across server processes.
+
+#![forbid(unsafe_code)]
+
+mod config;
+mod envd;
+mod rest;
+mod script;
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use sandkeep_provider::{
+    CreateSpec, ExecOutput, ExecRequest, FileEntry, FileKind, Limits, Network, Provider,
+    ProviderError, Release, Result, SandboxId, SandboxInfo,
+};
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+use tokio::sync::OnceCell;
+
+pub use config::{E2bConfig, MissingKey};
+use envd::{Envd, EnvdError};
+use rest::{Detail, NewSandbox, Rest, RestError};
+use script::Fate;
+
+/// The provider's kind, as `SANDKEEP_PROVIDER` names it.
+pub const KIND: &str = "e2b";
+/// The isolation every E2B sandbox gets (a Firecracker microVM on E2B's
+/// own infrastructure; the service decides what it is elsewhere).
+const ISOLATION: &str = "e2b";
+/// Metadata keys sandkeep sets on its sandboxes.
+const META_MARK: &str = "sandkeep";
+const META_OWNER: &str = "sandkeep_owner";
+const META_TIMEOUT: &str = "sandkeep_timeout";
+const META_NETWORK: &str = "sandkeep_network";
+/// Extra time the client gives a command past its own timeout (the
+/// watchdog inside the sandbox acts at the timeout).
+const EXEC_GRACE: Duration = Duration::from_secs(10);
+/// The bound of the provider's own short scripts.
+const SCRIPT_TIMEOUT: Duration = Duration::from_secs(60);
+/// Where the helper is taken from when `SANDKEEP_TASK_HELPER` is unset:
+/// this very executable, which is also the helper under that name.
+const HELPER_ENV: &str = "SANDKEEP_TASK_HELPER";
+
+/// Counts of what this provider sent, for benchmarks and tests.
+#[derive(Debug, Default)]
+pub struct Stats {
+    rest: AtomicU64,
+    envd: AtomicU64,
+    uploads: AtomicU64,
+}
+
+impl Stats {
+    fn count_rest(&self) {
+        self.rest.fetch_add(1, Ordering::Relaxed);
+    }
+    fn count_envd(&self) {
+        self.envd.fetch_add(1, Ordering::Relaxed);
+    }
+    /// REST requests sent, retries included.
+    pub fn rest_requests(&self) -> u64 {
+        self.rest.load(Ordering::Relaxed)
+    }
+    /// envd requests sent.
+    pub fn envd_requests(&self) -> u64 {
+        self.envd.load(Ordering::Relaxed)
+    }
+    /// Helper uploads.
+    pub fn helper_uploads(&self) -> u64 {
+        self.uploads.load(Ordering::Relaxed)
+    }
+}
+
+/// An error and its sources on one line.
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
+}
+
+/// What this process knows of a sandbox: how to reach its envd, and its
+/// timeout (E2B reports a deadline, not the renewal period).
+#[derive(Debug, Clone)]
+struct Known {
+    token: Option<String>,
+    domain: Option<String>,
+    info: SandboxInfo,
+}
+
+/// The static helper to upload: its bytes and their SHA-256.
+struct Helper {
+    bytes: Vec<u8>,
+    hash: String,
+}
+
+pub struct E2bProvider {
+    config: E2bConfig,
+    http: reqwest::Client,
+    rest: Rest,
+    stats: Arc<Stats>,
+    known: Mutex<HashMap<SandboxId, Known>>,
+    /// Where the helper is read from; `None`: `SANDKEEP_TASK_HELPER`, else
+    /// this executable.
+    helper_path: Option<std::path::PathBuf>,
+    helper: OnceCell<Arc<Helper>>,
+}
+
+impl std::fmt::Debug for E2bProvider {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("E2bProvider")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+fn now_secs() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+fn parse_time(text: &str) -> Option<u64> {
+    chrono::DateTime::parse_from_rfc3339(text)
+        .ok()
+        .and_then(|t| u64::try_from(t.timestamp()).ok())
+}
+
+fn random_hex() -> String {
+    let mut bytes = [0u8; 8];
+    getrandom::fill(&mut bytes).expect("the OS random source works");
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+impl E2bProvider {
+    pub fn from_env() -> Result<Self> {
+        let config =
+            E2bConfig::from_env().map_err(|e| ProviderError::Unavailable(e.to_string()))?;
+        Self::new(config)
+    }
+
+    pub fn new(config: E2bConfig) -> Result<Self> {
+        // reqwest is built without a default crypto provider; the first
+        // one installed in this process wins, which is fine either way.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let http = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(10))
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .map_err(|e| {
+                ProviderError::Unavailable(format!("cannot build an HTTP client: {}", chain(&e)))
+            })?;
+        let stats = Arc::new(Stats::default());
+        let rest = Rest::new(
+            http.clone(),
+            config.api_url.clone(),
+            config.api_key.clone(),
+            Arc::clone(&stats),
+        );
+        Ok(Self {
+            config,
+            http,
+            rest,
+            stats,
+            known: Mutex::default(),
+            helper_path: None,
+            helper: OnceCell::new(),
+        })
+    }
+
+    /// The same provider uploading `path` as the task helper (an
+    /// executable that behaves as `sandkeep-task`).
+    pub fn with_helper(self, path: impl Into<std::path::PathBuf>) -> Self {
+        Self {
+            helper_path: Some(path.into()),
+            ..self
+        }
+    }
+
+    pub fn config(&self) -> &E2bConfig {
+        &self.config
+    }
+
+    pub fn stats(&self) -> &Stats {
+        &self.stats
+    }
+
+    /// doctor's check: the API answers these credentials.
+    pub async fn check(&self) -> Result<()> {
+        self.rest.ping().await.map_err(|e| api_error(e, None))
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<SandboxId, Known>> {
+        self.known.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn owner_filter(&self) -> BTreeMap<String, String> {
+        BTreeMap::from([
+            (META_MARK.to_owned(), "1".to_owned()),
+            (META_OWNER.to_owned(), self.config.owner_tag()),
+        ])
+    }
+
+    /// A sandbox as this provider reports it, from E2B's detail.
+    fn info_from(&self, d: &Detail) -> Option<SandboxInfo> {
+        let id = SandboxId::parse(&d.sandbox_id).ok()?;
+        let meta = d.metadata.clone().unwrap_or_default();
+        let created_at = parse_time(&d.started_at).unwrap_or(0);
+        let expires_at = parse_time(&d.end_at).unwrap_or(0);
+        let timeout = meta
+            .get(META_TIMEOUT)
+            .and_then(|t| t.parse().ok())
+            .unwrap_or_else(|| expires_at.saturating_sub(created_at).max(1));
+        let network = match (
+            meta.get(META_NETWORK).map(String::as_str),
+            d.allow_internet_access,
+        ) {
+            (_, Some(false)) | (Some("none"), None) => Network::None,
+            _ => Network::Internet,
+        };
+        Some(SandboxInfo {
+            sandbox_id: id,
+            template: d.alias.clone().unwrap_or_else(|| d.template_id.clone()),
+            created_at,
+            expires_at,
+            timeout,
+            retained: false,
+            isolation: ISOLATION.to_owned(),
+            network: Some(network),
+            allow_hosts: Vec::new(),
+            limits: Limits {
+                memory_mib: d.memory_mb.filter(|&m| m > 0),
+                milli_cpus: d.cpu_count.filter(|&c| c > 0).map(|c| c * 1000),
+                pids: None,
+                disk_mib: d.disk_size_mb.filter(|&m| m > 0),
+            },
+        })
+    }
+
+    /// What is known of `id`, asking the API when this process has not
+    /// seen it yet (the access token comes with the detail).
+    async fn known(&self, id: &SandboxId) -> Result<Known> {
+        if let Some(k) = self.lock().get(id) {
+            return Ok(k.clone());
+        }
+        self.refresh(id).await
+    }
+
+    async fn refresh(&self, id: &SandboxId) -> Result<Known> {
+        let detail = self
+            .rest
+            .info(id.as_str())
+            .await
+            .map_err(|e| api_error(e, Some(id)))?;
+        let info = self.info_from(&detail).ok_or_else(|| {
+            ProviderError::Unavailable(format!(
+                "the E2B API returned an unusable sandbox id {:?}",
+                detail.sandbox_id
+            ))
+        })?;
+        let known = Known {
+            token: detail.envd_access_token,
+            domain: detail.domain,
+            info,
+        };
+        self.lock().insert(id.clone(), known.clone());
+        Ok(known)
+    }
+
+    fn forget(&self, id: &SandboxId) {
+        self.lock().remove(id);
+    }
+
+    /// Runs a shell script in the sandbox through envd.
+    async fn run(
+        &self,
+        id: &SandboxId,
+        command: &str,
+        cwd: Option<&str>,
+        stdin: Option<&[u8]>,
+        timeout: Duration,
+        output_limit: usize,
+    ) -> Result<ExecOutput> {
+        let known = self.known(id).await?;
+        let envd = Envd {
+            http: &self.http,
+            base: self.config.envd_url(id.as_str(), known.domain.as_deref()),
+            sandbox_id: id.as_str(),
+            token: known.token.as_deref(),
+            stats: &self.stats,
+        };
+        let secs = timeout.as_secs().max(1).to_string();
+        let args = [
+            "-c",
+            script::LAUNCH,
+            script::EXEC,
+            command,
+            &secs,
+            cwd.unwrap_or(""),
+            if stdin.is_some() { "1" } else { "0" },
+        ];
+        let finished = envd
+            .run("/bin/sh", &args, stdin, timeout + EXEC_GRACE, output_limit)
+            .await
+            .map_err(|e| self.envd_error(e, id, true))?;
+        let timed_out = finished.exit_code.is_none_or(|c| c == script::TIMED_OUT);
+        Ok(ExecOutput {
+            exit_code: if timed_out { None } else { finished.exit_code },
+            stdout: finished.stdout.bytes,
+            stderr: finished.stderr.bytes,
+            stdout_truncated: finished.stdout.truncated,
+            stderr_truncated: finished.stderr.truncated,
+            timed_out,
+        })
+    }
+
+    /// A short script of the provider's own: its stdout, or why it failed.
+    async fn script(&self, id: &SandboxId, script: &str) -> Result<String> {
+        let out = self
+            .run(id, script, None, None, SCRIPT_TIMEOUT, 64 * 1024)
+            .await?;
+        if out.exit_code != Some(0) {
+            return Err(ProviderError::Unavailable(format!(
+                "a sandkeep script failed in sandbox {id} ({}): {}",
+                out.exit_code
+                    .map_or("no status".to_owned(), |c| format!("status {c}")),
+                String::from_utf8_lossy(&out.stderr).trim()
+            )));
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    fn envd_error(&self, e: EnvdError, id: &SandboxId, may_have_run: bool) -> ProviderError {
+        match e {
+            EnvdError::SandboxGone => {
+                self.forget(id);
+                ProviderError::NoSuchSandbox(id.clone())
+            }
+            EnvdError::Broken(message) if may_have_run => ProviderError::Unconfirmed {
+                sandbox: id.clone(),
+                message,
+            },
+            other => ProviderError::Unavailable(format!("sandbox {id}: {other}")),
+        }
+    }
+
+    async fn envd_for<'a>(&'a self, id: &'a SandboxId, known: &'a Known) -> Envd<'a> {
+        Envd {
+            http: &self.http,
+            base: self.config.envd_url(id.as_str(), known.domain.as_deref()),
+            sandbox_id: id.as_str(),
+            token: known.token.as_deref(),
+            stats: &self.stats,
+        }
+    }
+
+    async fn helper(&self) -> Result<Arc<Helper>> {
+        self.helper
+            .get_or_try_init(|| async {
+                let path = match self
+                    .helper_path
+                    .clone()
+                    .or_else(|| std::env::var_os(HELPER_ENV).map(Into::into))
+                {
+                    Some(p) => p,
+                    None => std::env::current_exe().map_err(|e| ProviderError::Io {
+                        context: "cannot locate this executable (the task helper)".into(),
+                        source: e,
+                    })?,
+                };
+                let bytes = tokio::fs::read(&path)
+                    .await
+                    .map_err(|e| ProviderError::Io {
+                        context: format!("cannot read the task helper {}", path.display()),
+                        source: e,
+                    })?;
+                let hash = Sha256::digest(&bytes)
+                    .iter()
+                    .map(|b| format!("{b:02x}"))
+                    .collect();
+                Ok(Arc::new(Helper { bytes, hash }))
+            })
+            .await
+            .cloned()
+    }
+
+    /// Writes the retention decision (or reads the one already made).
+    async fn decide(&self, id: &SandboxId, wish: Fate) -> Result<Fate> {
+        let out = self.script(id, &script::decide(wish)).await?;
+        Fate::parse(&out).ok_or_else(|| {
+            ProviderError::Unavailable(format!(
+                "sandbox {id}: unreadable retention marker {:?}",
+                out.trim()
+            ))
+        })
+    }
+
+    async fn retained(&self, id: &SandboxId) -> bool {
+        matches!(
+            self.script(id, script::READ_FATE)
+                .await
+                .ok()
+                .as_deref()
+                .and_then(Fate::parse),
+            Some(Fate::Retained)
+        )
+    }
+}
+
+fn api_error(e: RestError, id: Option<&SandboxId>) -> ProviderError {
+    match (e, id) {
+        (RestError::NotFound, Some(id)) => ProviderError::NoSuchSandbox(id.clone()),
+        (e, _) => ProviderError::Unavailable(e.to_string()),
+    }
+}
+
+fn refuse(what: &str) -> ProviderError {
+    ProviderError::Unsupported(format!(
+        "the e2b provider cannot enforce {what}: E2B sandboxes get their resources from their template; create it without {what}, or use the local provider. Nothing was created"
+    ))
+}
+
+#[async_trait]
+impl Provider for E2bProvider {
+    fn kind(&self) -> &'static str {
+        KIND
+    }
+
+    async fn create(&self, spec: CreateSpec) -> Result<SandboxInfo> {
+        let Limits {
+            memory_mib,
+            milli_cpus,
+            pids,
+            disk_mib,
+        } = spec.limits;
+        for (asked, name) in [
+            (memory_mib.is_some(), "memory_mib"),
+            (milli_cpus.is_some(), "cpus"),
+            (pids.is_some(), "pids"),
+            (disk_mib.is_some(), "disk_mib"),
+        ] {
+            if asked {
+                return Err(refuse(name));
+            }
+        }
+        if !spec.allow_hosts.is_empty() {
+            return Err(ProviderError::Unsupported(
+                "the e2b provider cannot enforce allow_hosts (E2B's API takes no host-name allow list sandkeep can rely on); use network \"internet\" or \"none\", or the local provider. Nothing was created".into(),
+            ));
+        }
+        let network = spec.network.unwrap_or_default();
+        let mut metadata = self.owner_filter();
+        metadata.insert(META_TIMEOUT.to_owned(), spec.timeout.to_string());
+        metadata.insert(META_NETWORK.to_owned(), network.to_string());
+        let created = self
+            .rest
+            .create(&NewSandbox {
+                template_id: &spec.template,
+                timeout: spec.timeout,
+                metadata: &metadata,
+                env_vars: &spec.envs,
+                secure: true,
+                allow_internet_access: network == Network::Internet,
+            })
+            .await
+            .map_err(|e| match e {
+                RestError::Status {
+                    status: 400 | 404,
+                    message,
+                } => ProviderError::Unavailable(format!(
+                    "E2B refused to create a sandbox of template {:?}: {message}",
+                    spec.template
+                )),
+                e => api_error(e, None),
+            })?;
+        let id = SandboxId::parse(&created.sandbox_id).map_err(ProviderError::Unavailable)?;
+        let detail = match self.rest.info(id.as_str()).await {
+            Ok(d) => d,
+            Err(e) => {
+                let _ = self.rest.kill(id.as_str()).await;
+                return Err(api_error(e, None));
+            }
+        };
+        if network == Network::None && detail.allow_internet_access != Some(false) {
+            // Never pretend: an API that does not confirm the cut leaves
+            // the sandbox on the internet.
+            let _ = self.rest.kill(id.as_str()).await;
+            return Err(ProviderError::Unsupported(
+                "network \"none\": this E2B API did not confirm allowInternetAccess=false for the new sandbox, so it was destroyed; nothing is left".into(),
+            ));
+        }
+        let info = self
+            .info_from(&detail)
+            .ok_or_else(|| ProviderError::Unavailable("unusable sandbox detail".into()))?;
+        let known = Known {
+            token: created.envd_access_token.or(detail.envd_access_token),
+            domain: created.domain.or(detail.domain),
+            info: info.clone(),
+        };
+        self.lock().insert(id, known);
+        Ok(info)
+    }
+
+    async fn kill(&self, id: &SandboxId) -> Result<bool> {
+        self.forget(id);
+        self.rest
+            .kill(id.as_str())
+            .await
+            .map_err(|e| api_error(e, Some(id)))
+    }
+
+    async fn kill_unless_retained(&self, id: &SandboxId) -> Result<Release> {
+        match self.decide(id, Fate::Released).await {
+            Ok(Fate::Retained) => Ok(Release::Retained),
+            Ok(Fate::Released) => Ok(if self.kill(id).await? {
+                Release::Destroyed
+            } else {
+                Release::Gone
+            }),
+            Err(ProviderError::NoSuchSandbox(_)) => Ok(Release::Gone),
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn list(&self) -> Result<Vec<SandboxInfo>> {
+        let details = self
+            .rest
+            .list(&self.owner_filter())
+            .await
+            .map_err(|e| api_error(e, None))?;
+        let infos: Vec<(SandboxInfo, Detail)> = details
+            .into_iter()
+            .filter_map(|d| self.info_from(&d).map(|i| (i, d)))
+            .collect();
+        let checks = infos.into_iter().map(|(mut info, _)| async move {
+            info.retained = self.retained(&info.sandbox_id).await;
+            info
+        });
+        let mut out = Vec::new();
+        for check in checks {
+            out.push(check.await);
+        }
+        Ok(out)
+    }
+
+    async fn info(&self, id: &SandboxId) -> Result<SandboxInfo> {
+        let mut info = self.refresh(id).await?.info;
+        info.retained = self.retained(id).await;
+        Ok(info)
+    }
+
+    async fn exec(&self, id: &SandboxId, request: ExecRequest) -> Result<ExecOutput> {
+        self.run(
+            id,
+            &request.command,
+            request.cwd.as_deref(),
+            request.stdin.as_deref(),
+            request.timeout,
+            request.output_limit,
+        )
+        .await
+    }
+
+    async fn set_timeout(&self, id: &SandboxId, timeout: u64) -> Result<SandboxInfo> {
+        self.rest
+            .set_timeout(id.as_str(), timeout)
+            .await
+            .map_err(|e| api_error(e, Some(id)))?;
+        let mut known = self.known(id).await?;
+        known.info.timeout = timeout;
+        known.info.expires_at = now_secs() + timeout;
+        self.lock().insert(id.clone(), known.clone());
+        Ok(known.info)
+    }
+
+    async fn read_file(&self, id: &SandboxId, path: &str, limit: u64) -> Result<Vec<u8>> {
+        let known = self.known(id).await?;
+        let envd = self.envd_for(id, &known).await;
+        let (data, size) = envd.download(path, limit).await.map_err(|e| match e {
+            EnvdError::PathNotFound(_) => ProviderError::NoSuchPath {
+                path: path.to_owned(),
+            },
+            EnvdError::Refused { message, .. } => ProviderError::FileError {
+                path: path.to_owned(),
+                message,
+            },
+            e => self.envd_error(e, id, false),
+        })?;
+        if size > limit || data.len() as u64 > limit {
+            return Err(ProviderError::FileTooLarge {
+                path: path.to_owned(),
+                size,
+                limit,
+            });
+        }
+        Ok(data)
+    }
+
+    async fn write_file(&self, id: &SandboxId, path: &str, content: &[u8]) -> Result<u64> {
+        let known = self.known(id).await?;
+        let envd = self.envd_for(id, &known).await;
+        let file_error = |e: EnvdError| match e {
+            EnvdError::PathNotFound(message) | EnvdError::Refused { message, .. } => {
+                ProviderError::FileError {
+                    path: path.to_owned(),
+                    message,
+                }
+            }
+            e => self.envd_error(e, id, false),
+        };
+        // envd truncates in place; an upload beside the target and a
+        // rename make the replacement atomic.
+        let (dir, name) = match path.rsplit_once('/') {
+            Some((dir, name)) => (format!("{dir}/"), name),
+            None => (String::new(), path),
+        };
+        let tmp = format!("{dir}.{name}.sandkeep-{}", random_hex());
+        envd.upload(&tmp, content.to_vec())
+            .await
+            .map_err(file_error)?;
+        envd.unary(
+            "/filesystem.Filesystem/Move",
+            &json!({ "source": tmp, "destination": path }),
+        )
+        .await
+        .map_err(file_error)?;
+        Ok(content.len() as u64)
+    }
+
+    async fn list_files(&self, id: &SandboxId, path: &str) -> Result<Vec<FileEntry>> {
+        let known = self.known(id).await?;
+        let envd = self.envd_for(id, &known).await;
+        let answer = envd
+            .unary(
+                "/filesystem.Filesystem/ListDir",
+                &json!({ "path": path, "depth": 1 }),
+            )
+            .await
+            .map_err(|e| match e {
+                EnvdError::PathNotFound(_) => ProviderError::NoSuchPath {
+                    path: path.to_owned(),
+                },
+                EnvdError::Refused { message, .. } => ProviderError::FileError {
+                    path: path.to_owned(),
+                    message,
+                },
+                e => self.envd_error(e, id, false),
+            })?;
+        let entries = answer
+            .get("entries")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
+        Ok(entries
+            .iter()
+            .map(|e| {
+                let text = |k: &str| e.get(k).and_then(Value::as_str).unwrap_or("");
+                let kind = match text("type") {
+                    "FILE_TYPE_FILE" => FileKind::File,
+                    "FILE_TYPE_DIRECTORY" => FileKind::Dir,
+                    "FILE_TYPE_SYMLINK" => FileKind::Symlink,
+                    _ if e.get("symlinkTarget").is_some() => FileKind::Symlink,
+                    _ => FileKind::Other,
+                };
+                let size = match e.get("size") {
+                    Some(Value::String(s)) => s.parse().unwrap_or(0),
+                    Some(v) => v.as_u64().unwrap_or(0),
+                    None => 0,
+                };
+                FileEntry {
+                    name: text("name").to_owned(),
+                    kind,
+                    size,
+                    modified_at: parse_time(text("modifiedTime")).unwrap_or(0),
+                }
+            })
+            .collect())
+    }
+
+    async fn renew(&self, id: &SandboxId) -> Result<SandboxInfo> {
+        let timeout = self.known(id).await?.info.timeout;
+        self.set_timeout(id, timeout).await
+    }
+
+    async fn retain(&self, id: &SandboxId) -> Result<()> {
+        match self.decide(id, Fate::Retained).await? {
+            Fate::Retained => Ok(()),
+            // Its session ended first and it is being destroyed.
+            Fate::Released => Err(ProviderError::NoSuchSandbox(id.clone())),
+        }
+    }
+
+    async fn task_helper(&self, id: &SandboxId) -> Result<String> {
+        let helper = self.helper().await?;
+        let parse = |out: &str| {
+            let (path, hash) = out.trim().split_once(' ').unwrap_or((out.trim(), ""));
+            (path.to_owned(), hash.to_owned())
+        };
+        let (path, hash) = parse(&self.script(id, &script::helper_check()).await?);
+        if hash == helper.hash {
+            return Ok(path);
+        }
+        let tmp = format!(
+            "{}/.{}.upload-{}",
+            script::HELPER_DIR,
+            script::HELPER_NAME,
+            random_hex()
+        );
+        let known = self.known(id).await?;
+        let envd = self.envd_for(id, &known).await;
+        self.stats.uploads.fetch_add(1, Ordering::Relaxed);
+        tracing::debug!(target: "sandkeep_e2b::http", "uploading the task helper ({} bytes) to sandbox {id}", helper.bytes.len());
+        envd.upload(&tmp, helper.bytes.clone())
+            .await
+            .map_err(|e| self.envd_error(e, id, false))?;
+        let (path, hash) = parse(
+            &self
+                .script(id, &script::helper_install(&tmp, &helper.hash))
+                .await?,
+        );
+        if hash != helper.hash {
+            return Err(ProviderError::Unavailable(format!(
+                "sandbox {id}: the uploaded task helper hashes to {hash:?} inside the sandbox, not {}; it was removed",
+                helper.hash
+            )));
+        }
+        Ok(path)
+    }
+}

@@ -1,0 +1,285 @@
+//! The E2B control plane: v1 routes (which self-hosted E2B serves) for
+//! create, kill, info and timeout, and the metadata-filtered list. Calls
+//! that may safely be repeated are retried with backoff on 429 and
+//! 502–504; create is not (a repeated create makes a second sandbox).
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use reqwest::{Method, StatusCode};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::Stats;
+
+/// Retries of an idempotent call after the first attempt.
+const RETRIES: u32 = 3;
+const FIRST_BACKOFF: Duration = Duration::from_millis(200);
+/// The bound of every REST call.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
+
+#[derive(Debug, thiserror::Error)]
+pub enum RestError {
+    #[error("no such sandbox")]
+    NotFound,
+    #[error("the E2B API answered {status}: {message}")]
+    Status { status: u16, message: String },
+    #[error("cannot reach the E2B API at {url}: {message}")]
+    Transport { url: String, message: String },
+}
+
+/// The create request (`NewSandbox`).
+#[derive(Debug, Serialize)]
+pub struct NewSandbox<'a> {
+    #[serde(rename = "templateID")]
+    pub template_id: &'a str,
+    pub timeout: u64,
+    pub metadata: &'a BTreeMap<String, String>,
+    #[serde(rename = "envVars")]
+    pub env_vars: &'a BTreeMap<String, String>,
+    /// The envd of a secure sandbox wants its access token on every call.
+    pub secure: bool,
+    pub allow_internet_access: bool,
+}
+
+/// The create answer (`Sandbox`).
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Created {
+    #[serde(rename = "sandboxID")]
+    pub sandbox_id: String,
+    #[serde(default)]
+    pub envd_access_token: Option<String>,
+    #[serde(default)]
+    pub domain: Option<String>,
+}
+
+/// `ListedSandbox` and `SandboxDetail` (the token and domain only in the
+/// latter).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Detail {
+    #[serde(rename = "sandboxID")]
+    pub sandbox_id: String,
+    #[serde(rename = "templateID", default)]
+    pub template_id: String,
+    #[serde(default)]
+    pub alias: Option<String>,
+    #[serde(default)]
+    pub started_at: String,
+    #[serde(default)]
+    pub end_at: String,
+    #[serde(default)]
+    pub cpu_count: Option<u32>,
+    #[serde(rename = "memoryMB", default)]
+    pub memory_mb: Option<u64>,
+    #[serde(rename = "diskSizeMB", default)]
+    pub disk_size_mb: Option<u64>,
+    #[serde(default)]
+    pub metadata: Option<BTreeMap<String, String>>,
+    #[serde(default)]
+    pub envd_access_token: Option<String>,
+    #[serde(default)]
+    pub domain: Option<String>,
+    #[serde(default)]
+    pub allow_internet_access: Option<bool>,
+}
+
+pub struct Rest {
+    http: reqwest::Client,
+    base: String,
+    key: String,
+    stats: std::sync::Arc<Stats>,
+}
+
+impl Rest {
+    pub fn new(
+        http: reqwest::Client,
+        base: String,
+        key: String,
+        stats: std::sync::Arc<Stats>,
+    ) -> Self {
+        Self {
+            http,
+            base,
+            key,
+            stats,
+        }
+    }
+
+    /// One call: its status and body. `idempotent` calls are retried on
+    /// transient answers and on failures to connect.
+    async fn call(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&Value>,
+        idempotent: bool,
+    ) -> Result<(StatusCode, reqwest::header::HeaderMap, Vec<u8>), RestError> {
+        let url = format!("{}{path}", self.base);
+        let mut backoff = FIRST_BACKOFF;
+        let mut attempt = 0;
+        loop {
+            self.stats.count_rest();
+            tracing::debug!(target: "sandkeep_e2b::http", "e2b request: REST {method} {path}");
+            let mut request = self
+                .http
+                .request(method.clone(), &url)
+                .header("X-API-Key", &self.key)
+                .timeout(REQUEST_TIMEOUT);
+            if let Some(body) = body {
+                request = request.json(body);
+            }
+            let result = match request.send().await {
+                Ok(r) => {
+                    let status = r.status();
+                    let headers = r.headers().clone();
+                    match r.bytes().await {
+                        Ok(b) => Ok((status, headers, b.to_vec())),
+                        Err(e) => Err(e),
+                    }
+                }
+                Err(e) => Err(e),
+            };
+            let transient = match &result {
+                Ok((s, _, _)) => matches!(s.as_u16(), 429 | 502..=504),
+                Err(e) => e.is_connect(),
+            };
+            if !(idempotent && transient && attempt < RETRIES) {
+                return result.map_err(|e| RestError::Transport {
+                    url: url.clone(),
+                    message: crate::chain(&e),
+                });
+            }
+            attempt += 1;
+            tokio::time::sleep(backoff).await;
+            backoff *= 2;
+        }
+    }
+
+    fn failed(status: StatusCode, body: &[u8]) -> RestError {
+        if status == StatusCode::NOT_FOUND {
+            return RestError::NotFound;
+        }
+        let message = serde_json::from_slice::<Value>(body)
+            .ok()
+            .and_then(|v| v.get("message").and_then(Value::as_str).map(str::to_owned))
+            .unwrap_or_else(|| String::from_utf8_lossy(&body[..body.len().min(300)]).into_owned());
+        RestError::Status {
+            status: status.as_u16(),
+            message,
+        }
+    }
+
+    pub async fn create(&self, request: &NewSandbox<'_>) -> Result<Created, RestError> {
+        let body = serde_json::to_value(request).expect("a create request is JSON");
+        let (status, _, bytes) = self
+            .call(Method::POST, "/sandboxes", Some(&body), false)
+            .await?;
+        if status != StatusCode::CREATED && status != StatusCode::OK {
+            return Err(Self::failed(status, &bytes));
+        }
+        serde_json::from_slice(&bytes).map_err(|e| RestError::Status {
+            status: status.as_u16(),
+            message: format!("unreadable create answer: {e}"),
+        })
+    }
+
+    /// `Ok(false)` when it was already gone.
+    pub async fn kill(&self, id: &str) -> Result<bool, RestError> {
+        let (status, _, bytes) = self
+            .call(Method::DELETE, &format!("/sandboxes/{id}"), None, true)
+            .await?;
+        match status {
+            s if s.is_success() => Ok(true),
+            StatusCode::NOT_FOUND => Ok(false),
+            s => Err(Self::failed(s, &bytes)),
+        }
+    }
+
+    pub async fn info(&self, id: &str) -> Result<Detail, RestError> {
+        let (status, _, bytes) = self
+            .call(Method::GET, &format!("/sandboxes/{id}"), None, true)
+            .await?;
+        if !status.is_success() {
+            return Err(Self::failed(status, &bytes));
+        }
+        serde_json::from_slice(&bytes).map_err(|e| RestError::Status {
+            status: status.as_u16(),
+            message: format!("unreadable sandbox detail: {e}"),
+        })
+    }
+
+    /// Sets the deadline to now + `timeout` seconds.
+    pub async fn set_timeout(&self, id: &str, timeout: u64) -> Result<(), RestError> {
+        let body = serde_json::json!({ "timeout": timeout });
+        let (status, _, bytes) = self
+            .call(
+                Method::POST,
+                &format!("/sandboxes/{id}/timeout"),
+                Some(&body),
+                true,
+            )
+            .await?;
+        if status.is_success() {
+            Ok(())
+        } else {
+            Err(Self::failed(status, &bytes))
+        }
+    }
+
+    /// The running sandboxes whose metadata has every pair of `filter`,
+    /// all pages.
+    pub async fn list(&self, filter: &BTreeMap<String, String>) -> Result<Vec<Detail>, RestError> {
+        // E2B's filter is `k=v&k2=v2`, each part encoded, sent as one
+        // (encoded again) parameter.
+        let metadata: String = form_urlencoded::Serializer::new(String::new())
+            .extend_pairs(filter)
+            .finish();
+        let mut out = Vec::new();
+        let mut next: Option<String> = None;
+        loop {
+            let path = {
+                let mut query = form_urlencoded::Serializer::new(String::new());
+                query
+                    .append_pair("metadata", &metadata)
+                    .append_pair("state", "running")
+                    .append_pair("limit", "100");
+                if let Some(token) = &next {
+                    query.append_pair("nextToken", token);
+                }
+                format!("/v2/sandboxes?{}", query.finish())
+            };
+            let (status, headers, bytes) = self.call(Method::GET, &path, None, true).await?;
+            if !status.is_success() {
+                return Err(Self::failed(status, &bytes));
+            }
+            let page: Vec<Detail> =
+                serde_json::from_slice(&bytes).map_err(|e| RestError::Status {
+                    status: status.as_u16(),
+                    message: format!("unreadable sandbox list: {e}"),
+                })?;
+            out.extend(page);
+            next = headers
+                .get("x-next-token")
+                .and_then(|v| v.to_str().ok())
+                .filter(|t| !t.is_empty())
+                .map(str::to_owned);
+            if next.is_none() {
+                return Ok(out);
+            }
+        }
+    }
+
+    /// The API answers with these credentials (doctor's check).
+    pub async fn ping(&self) -> Result<(), RestError> {
+        let (status, _, bytes) = self
+            .call(Method::GET, "/v2/sandboxes?limit=1", None, true)
+            .await?;
+        if status.is_success() {
+            Ok(())
+        } else {
+            Err(Self::failed(status, &bytes))
+        }
+    }
+}

@@ -1,0 +1,87 @@
+//! The shell scripts the provider runs in a sandbox through envd: the
+//! foreground command wrapper (its own process group, killed whole at the
+//! timeout, as envd cannot), the helper check, and the retention decision.
+
+/// The exit status of the wrapper when the watchdog killed the command.
+pub const TIMED_OUT: i32 = 124;
+
+/// Runs `$1` with bash (sh where bash is missing) in its own process group
+/// (monitor mode), with `$2` seconds to live, in `$3` (empty: home), stdin
+/// from /dev/null unless `$4` is 1. At the timeout the whole group gets
+/// SIGKILL and the wrapper exits [`TIMED_OUT`]; otherwise it exits with the
+/// command's status (128+N for signal N).
+pub const EXEC: &str = r#"set -m 2>/dev/null
+if [ -n "$3" ]; then cd -- "$3" || exit 1; fi
+s=sh; command -v bash >/dev/null 2>&1 && s=bash
+if [ "$4" = 1 ]; then "$s" -c "$1" & else "$s" -c "$1" </dev/null & fi
+p=$!
+(sleep "$2"; kill -KILL -"$p" 2>/dev/null || kill -KILL "$p") >/dev/null 2>&1 </dev/null &
+w=$!
+wait "$p"; r=$?
+if kill -0 "$w" 2>/dev/null; then kill -KILL -"$w" 2>/dev/null || kill -KILL "$w"; exit "$r"; fi
+exit 124
+"#;
+
+/// The launcher envd runs: the wrapper under bash when there is one (its
+/// monitor mode gives the command a process group), else sh.
+pub const LAUNCH: &str = r#"command -v bash >/dev/null 2>&1 && exec bash -c "$0" sandkeep "$@"; exec sh -c "$0" sandkeep "$@""#;
+
+/// Where the helper lives, relative to the sandbox user's home.
+pub const HELPER_DIR: &str = ".sandkeep/bin";
+pub const HELPER_NAME: &str = "sandkeep-task";
+
+/// Prints `PATH HASH` of the installed helper (HASH empty when missing).
+pub fn helper_check() -> String {
+    format!(
+        r#"cd && p="$PWD/{HELPER_DIR}/{HELPER_NAME}"; h=$(sha256sum "$p" 2>/dev/null | cut -c1-64); printf '%s %s' "$p" "$h""#
+    )
+}
+
+/// Makes the uploaded `tmp` (relative to home) the helper if its hash is
+/// `hash`; prints `PATH HASH` as [`helper_check`] does.
+pub fn helper_install(tmp: &str, hash: &str) -> String {
+    format!(
+        r#"cd && t="$PWD/{tmp}" && p="$PWD/{HELPER_DIR}/{HELPER_NAME}" && chmod 0755 "$t" && h=$(sha256sum "$t" | cut -c1-64) && if [ "$h" = {hash} ]; then mv -f "$t" "$p"; else rm -f "$t"; fi; printf '%s %s' "$p" "$h""#
+    )
+}
+
+/// The retention decision: whichever of "retained" and "released" is
+/// written first wins for good. `ln -s` creates the link atomically or
+/// fails because it exists, so a start that retains and a session end
+/// that destroys, from any server processes, agree on one winner. Prints
+/// the winner.
+pub fn decide(wish: Fate) -> String {
+    let wish = wish.as_str();
+    format!(
+        r#"cd && mkdir -p .sandkeep && chmod 0700 .sandkeep && {{ ln -s {wish} .sandkeep/fate 2>/dev/null; readlink .sandkeep/fate; }}"#
+    )
+}
+
+/// Prints the decision so far (nothing when there is none).
+pub const READ_FATE: &str = "cd && readlink .sandkeep/fate 2>/dev/null; true";
+
+/// What becomes of a sandbox when the session that made it ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fate {
+    /// A task was started: it lives to its deadline or an explicit kill.
+    Retained,
+    /// Its session ended first: it is being destroyed.
+    Released,
+}
+
+impl Fate {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Retained => "retained",
+            Self::Released => "released",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<Self> {
+        match text.trim() {
+            "retained" => Some(Self::Retained),
+            "released" => Some(Self::Released),
+            _ => None,
+        }
+    }
+}

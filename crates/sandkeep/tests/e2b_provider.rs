@@ -1,0 +1,375 @@
+//! The e2b provider against `sandkeep serve --e2b` (which reproduces
+//! envd's traps over local sandboxes), whatever SANDKEEP_TEST_PROVIDER
+//! says: the helper upload (once, verified, repeated when it is deleted or
+//! altered inside), retention racing a session end across providers and
+//! server processes, SPEC.md §9's path with the server SIGKILLed, a task
+//! read long after envd forgot its process, a setsid escapee, and a start
+//! whose envd call breaks after it was forwarded.
+
+mod support;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use sandkeep::provider::e2b::{E2bConfig, E2bProvider};
+use sandkeep::provider::{CreateSpec, ExecRequest, Provider, ProviderError, Release, SandboxId};
+use serde_json::json;
+use support::e2b::Endpoint;
+use support::mcp::*;
+use support::*;
+
+fn provider(endpoint: &Endpoint) -> E2bProvider {
+    E2bProvider::new(E2bConfig {
+        api_key: endpoint.key.clone(),
+        domain: "e2b.app".into(),
+        api_url: endpoint.api_url.clone(),
+        sandbox_url: endpoint.sandbox_url.clone(),
+    })
+    .expect("e2b provider")
+    .with_helper(bin())
+}
+
+fn spec() -> CreateSpec {
+    CreateSpec {
+        template: "base".into(),
+        timeout: 300,
+        envs: Default::default(),
+        network: None,
+        allow_hosts: Vec::new(),
+        limits: Default::default(),
+    }
+}
+
+async fn sh(p: &E2bProvider, id: &SandboxId, command: &str) -> String {
+    let out = p
+        .exec(
+            id,
+            ExecRequest {
+                command: command.into(),
+                cwd: None,
+                timeout: Duration::from_secs(30),
+                stdin: None,
+                output_limit: 1 << 16,
+            },
+        )
+        .await
+        .expect("exec");
+    assert_eq!(
+        out.exit_code,
+        Some(0),
+        "{command}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn sha256_of(path: &str) -> String {
+    let out = std::process::Command::new("sha256sum")
+        .arg(path)
+        .output()
+        .expect("sha256sum");
+    String::from_utf8_lossy(&out.stdout)[..64].to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_helper_is_uploaded_once_verified_and_again_when_deleted_or_altered() {
+    let endpoint = Endpoint::start();
+    let p = provider(&endpoint);
+    let id = p.create(spec()).await.expect("create").sandbox_id;
+
+    let path = p.task_helper(&id).await.expect("helper");
+    assert_eq!(p.stats().helper_uploads(), 1);
+    assert!(path.ends_with("/.sandkeep/bin/sandkeep-task"), "{path}");
+    let inside = sh(&p, &id, &format!("sha256sum {path} | cut -c1-64")).await;
+    assert_eq!(
+        inside.trim(),
+        sha256_of(bin()),
+        "the helper inside is this binary"
+    );
+    let reply = sh(&p, &id, &format!("{path} list '{{}}' || true")).await;
+    assert!(reply.contains("tasks"), "the helper runs: {reply}");
+
+    assert_eq!(p.task_helper(&id).await.unwrap(), path);
+    assert_eq!(
+        p.stats().helper_uploads(),
+        1,
+        "present and intact: no upload"
+    );
+
+    sh(&p, &id, &format!("rm -f {path}")).await;
+    assert_eq!(p.task_helper(&id).await.unwrap(), path);
+    assert_eq!(
+        p.stats().helper_uploads(),
+        2,
+        "deleted inside: uploaded again"
+    );
+
+    sh(&p, &id, &format!("printf x >> {path}")).await;
+    assert_eq!(p.task_helper(&id).await.unwrap(), path);
+    assert_eq!(
+        p.stats().helper_uploads(),
+        3,
+        "altered inside: uploaded again"
+    );
+    let inside = sh(&p, &id, &format!("sha256sum {path} | cut -c1-64")).await;
+    assert_eq!(inside.trim(), sha256_of(bin()));
+
+    assert!(p.kill(&id).await.unwrap());
+}
+
+/// Two providers (as two server processes would be) race a retain against
+/// a session end on the same sandbox, many times: exactly one wins, and a
+/// sandbox whose retain succeeded is never destroyed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn retention_and_session_end_never_both_win() {
+    let endpoint = Endpoint::start();
+    let starter = Arc::new(provider(&endpoint));
+    let ender = Arc::new(provider(&endpoint));
+    let (mut kept, mut destroyed) = (0, 0);
+    for _ in 0..6 {
+        let id = ender.create(spec()).await.expect("create").sandbox_id;
+        let (retain, end) = tokio::join!(
+            {
+                let (p, id) = (Arc::clone(&starter), id.clone());
+                async move { p.retain(&id).await }
+            },
+            {
+                let (p, id) = (Arc::clone(&ender), id.clone());
+                async move { p.kill_unless_retained(&id).await }
+            }
+        );
+        match (retain, end.expect("session end")) {
+            (Ok(()), Release::Retained) => {
+                kept += 1;
+                let info = starter.info(&id).await.expect("a retained sandbox lives");
+                assert!(info.retained, "{info:?}");
+                assert!(starter.kill(&id).await.unwrap());
+            }
+            (Err(ProviderError::NoSuchSandbox(_)), Release::Destroyed) => {
+                destroyed += 1;
+                assert!(matches!(
+                    starter.info(&id).await,
+                    Err(ProviderError::NoSuchSandbox(_))
+                ));
+            }
+            (retain, end) => panic!("both or neither won: retain {retain:?}, session end {end:?}"),
+        }
+    }
+    eprintln!("kept {kept}, destroyed {destroyed}");
+    // Once decided, the decision holds for every later caller.
+    let id = ender.create(spec()).await.unwrap().sandbox_id;
+    starter.retain(&id).await.unwrap();
+    assert_eq!(
+        ender.kill_unless_retained(&id).await.unwrap(),
+        Release::Retained
+    );
+    starter.retain(&id).await.unwrap();
+    assert!(ender.kill(&id).await.unwrap());
+    assert_eq!(
+        ender.kill_unless_retained(&id).await.unwrap(),
+        Release::Gone
+    );
+}
+
+/// The same race through two `sandkeep serve` processes: A creates the
+/// sandbox (its destruction set) and ends its session while B starts a
+/// task in it. A confirmed start always finds its sandbox alive.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_start_from_another_server_and_a_session_end_agree() {
+    let home = Home::with_e2b();
+    let b = StdioServer::start(&home).await;
+    for _ in 0..3 {
+        let a = StdioServer::start(&home).await;
+        let id = sid(&ok(&a.client, "create_sandbox", json!({})).await);
+        let start = call(
+            &b.client,
+            "start_task",
+            json!({"sandbox_id": id, "command": "sleep 60"}),
+        );
+        let (started, _) = tokio::join!(start, a.close());
+        let listed = ok(&b.client, "list_sandboxes", json!({})).await;
+        let alive = listed["sandboxes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|s| s["sandbox_id"] == id.as_str());
+        if started.is_error == Some(true) {
+            assert!(
+                !alive,
+                "start refused but the sandbox was kept: {}",
+                text(&started)
+            );
+        } else {
+            let v = started.structured_content.unwrap();
+            assert!(alive, "a started task's sandbox was destroyed: {v}");
+            assert_eq!(v["state"], "running", "{v}");
+            ok(&b.client, "kill_sandbox", json!({"sandbox_id": id})).await;
+        }
+    }
+    b.close().await;
+}
+
+/// SPEC.md §9 on the e2b provider: the server is SIGKILLed mid-task and a
+/// new server process reads the whole result and cancels another task.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acceptance_path_with_the_server_sigkilled() {
+    let home = Home::with_e2b();
+    let mut a = StdioServer::start(&home).await;
+    let id = sid(&ok(&a.client, "create_sandbox", json!({"timeout": 600})).await);
+    let started = ok(
+        &a.client,
+        "start_task",
+        json!({"command": "printf BEFORE; sleep 4; printf AFTER", "timeout": 120}),
+    )
+    .await;
+    assert_eq!(started["state"], "running", "{started}");
+    let task = tid(&started);
+    send_signal(a.pid(), rustix::process::Signal::KILL);
+    wait_exit(&mut a.child, Duration::from_secs(10)).await;
+
+    let b = StdioServer::start(&home).await;
+    let done = wait_terminal(&b.client, &id, &task, Duration::from_secs(30)).await;
+    assert_eq!(done["state"], "succeeded", "{done}");
+    assert_eq!(done["exit_code"], 0);
+    assert_eq!(
+        read_all_stdout(&b.client, &id, &task, 3).await,
+        "BEFOREAFTER"
+    );
+
+    let second = tid(&ok(
+        &b.client,
+        "start_task",
+        json!({"sandbox_id": id, "command": "sleep 100"}),
+    )
+    .await);
+    let t0 = Instant::now();
+    let cancelled = ok(
+        &b.client,
+        "cancel_task",
+        json!({"sandbox_id": id, "task_id": second}),
+    )
+    .await;
+    assert_eq!(cancelled["state"], "cancelled", "{cancelled}");
+    assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
+    let killed = ok(&b.client, "kill_sandbox", json!({"sandbox_id": id})).await;
+    assert_eq!(killed["killed"], true);
+    b.close().await;
+}
+
+/// envd keeps an exited process's end event 30 s (the endpoint too; it
+/// has no knob to shorten it, so this test waits it out). The task's
+/// result comes from the helper's files, so it is still there after.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_read_after_envds_end_event_window_keeps_its_exit_code() {
+    let home = Home::with_e2b();
+    let s = StdioServer::start(&home).await;
+    let id = sid(&ok(&s.client, "create_sandbox", json!({"timeout": 600})).await);
+    let task = tid(&ok(
+        &s.client,
+        "start_task",
+        json!({"command": "echo out; sleep 1; exit 7"}),
+    )
+    .await);
+    let done = wait_terminal(&s.client, &id, &task, Duration::from_secs(20)).await;
+    assert_eq!(done["exit_code"], 7, "{done}");
+    // The passing of time is what is tested here.
+    tokio::time::sleep(Duration::from_secs(32)).await;
+    let later = ok(
+        &s.client,
+        "get_task",
+        json!({"sandbox_id": id, "task_id": task}),
+    )
+    .await;
+    assert_eq!(later["state"], "failed", "{later}");
+    assert_eq!(later["exit_code"], 7, "{later}");
+    assert_eq!(later["stdout"], "out\n");
+    ok(&s.client, "kill_sandbox", json!({"sandbox_id": id})).await;
+    s.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_setsid_escapee_does_not_keep_a_task_running() {
+    let home = Home::with_e2b();
+    let s = StdioServer::start(&home).await;
+    let id = sid(&ok(&s.client, "create_sandbox", json!({})).await);
+    let task = tid(&ok(
+        &s.client,
+        "start_task",
+        json!({"command": "setsid sh -c 'sleep 60' & echo main done"}),
+    )
+    .await);
+    let done = wait_terminal(&s.client, &id, &task, Duration::from_secs(10)).await;
+    assert_eq!(done["state"], "succeeded", "{done}");
+    assert_eq!(done["stdout"], "main done\n");
+    ok(&s.client, "kill_sandbox", json!({"sandbox_id": id})).await;
+    s.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_command_kills_the_whole_group_at_its_timeout() {
+    let endpoint = Endpoint::start();
+    let p = provider(&endpoint);
+    let id = p.create(spec()).await.expect("create").sandbox_id;
+    let t0 = Instant::now();
+    let out = p
+        .exec(
+            &id,
+            ExecRequest {
+                command: "(sleep 300; echo child) & echo parent; sleep 300".into(),
+                cwd: None,
+                timeout: Duration::from_secs(2),
+                stdin: None,
+                output_limit: 1 << 16,
+            },
+        )
+        .await
+        .expect("exec");
+    assert!(out.timed_out, "{out:?}");
+    assert_eq!(out.exit_code, None);
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "parent\n");
+    assert!(t0.elapsed() < Duration::from_secs(8), "{:?}", t0.elapsed());
+    let left = sh(&p, &id, "ps -eo args | grep -c '^sleep 300' || true").await;
+    assert_eq!(left.trim(), "0", "the group's children are gone");
+    let fed = p
+        .exec(
+            &id,
+            ExecRequest {
+                command: "cat; exit 3".into(),
+                cwd: Some("/tmp".into()),
+                timeout: Duration::from_secs(10),
+                stdin: Some(b"in".to_vec()),
+                output_limit: 1 << 16,
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        (fed.exit_code, fed.stdout.as_slice()),
+        (Some(3), &b"in"[..])
+    );
+    assert!(p.kill(&id).await.unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn limits_and_allow_hosts_are_refused_and_nothing_is_created() {
+    let endpoint = Endpoint::start();
+    let p = provider(&endpoint);
+    let mut s = spec();
+    s.limits.memory_mib = Some(512);
+    let e = p.create(s).await.unwrap_err().to_string();
+    assert!(
+        e.contains("memory_mib") && e.contains("Nothing was created"),
+        "{e}"
+    );
+    let mut s = spec();
+    s.allow_hosts = vec!["example.com".into()];
+    let e = p.create(s).await.unwrap_err().to_string();
+    assert!(e.contains("allow_hosts"), "{e}");
+    // The endpoint does not confirm allowInternetAccess=false, so network
+    // "none" cannot be promised: refused, and the sandbox made is gone.
+    let mut s = spec();
+    s.network = Some(sandkeep::provider::Network::None);
+    let e = p.create(s).await.unwrap_err().to_string();
+    assert!(e.contains("network \"none\""), "{e}");
+    assert!(p.list().await.unwrap().is_empty());
+}
