@@ -556,3 +556,68 @@ async fn the_e2b_listener_cuts_slow_clients_and_caps_connections() {
     )
     .await;
 }
+
+/// `/files` streams both ways: an octet-stream upload, a whole download,
+/// ranges (206, suffix, 416), a missing file (404), a directory (400).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn files_stream_with_ranges() {
+    let home = Home::new();
+    let server = E2bServer::start(&home).await;
+    let http = reqwest::Client::new();
+    let (id, token) = create_sandbox(&http, &server).await;
+    let files = |path: &str| format!("{}/files?path={path}", server.url);
+    let data: Vec<u8> = (0..3_000_000u32).map(|i| (i % 251) as u8).collect();
+    let r = http
+        .post(files("up/big.bin"))
+        .header("e2b-sandbox-id", &id)
+        .header("x-access-token", &token)
+        .header("content-type", "application/octet-stream")
+        .body(data.clone())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let written: serde_json::Value = r.json().await.unwrap();
+    assert_eq!(written[0]["path"], "/root/up/big.bin", "{written}");
+    let get = |path: &str, range: Option<&str>| {
+        let mut b = http
+            .get(files(path))
+            .header("e2b-sandbox-id", &id)
+            .header("x-access-token", &token);
+        if let Some(r) = range {
+            b = b.header("range", r);
+        }
+        b.send()
+    };
+    let r = get("up/big.bin", None).await.unwrap();
+    assert_eq!(r.status(), 200);
+    assert!(r.bytes().await.unwrap() == data, "the whole file back");
+    let r = get("/root/up/big.bin", Some("bytes=10-19")).await.unwrap();
+    assert_eq!(r.status(), 206);
+    assert_eq!(r.headers()["content-range"], "bytes 10-19/3000000");
+    assert_eq!(r.bytes().await.unwrap(), &data[10..20]);
+    let r = get("up/big.bin", Some("bytes=-5")).await.unwrap();
+    assert_eq!(r.status(), 206);
+    assert_eq!(r.bytes().await.unwrap(), &data[data.len() - 5..]);
+    let r = get("up/big.bin", Some("bytes=2999990-")).await.unwrap();
+    assert_eq!(r.bytes().await.unwrap(), &data[2_999_990..]);
+    let r = get("up/big.bin", Some("bytes=3000000-")).await.unwrap();
+    assert_eq!(r.status(), 416);
+    assert_eq!(r.headers()["content-range"], "bytes */3000000");
+    assert_eq!(get("up/none", None).await.unwrap().status(), 404);
+    assert_eq!(
+        get("up/none", Some("bytes=0-1")).await.unwrap().status(),
+        404
+    );
+    assert_eq!(get("up", None).await.unwrap().status(), 400);
+    let r = http
+        .post(files(""))
+        .header("e2b-sandbox-id", &id)
+        .header("x-access-token", &token)
+        .header("content-type", "application/octet-stream")
+        .body("x")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400, "an octet-stream upload without a path");
+}

@@ -1,6 +1,6 @@
 //! The in-sandbox envd API, served for every sandbox on the one listener:
-//! `/health`, `/files` (upload and ranged download), the filesystem
-//! service and the dispatch of the process service (`process.rs`).
+//! `/health`, the filesystem service and the dispatch of the process
+//! service (`process.rs`); `/files` is `files.rs`.
 //!
 //! Filesystem calls run GNU `find`/`mkdir`/`mv`/`rm` in the sandbox through
 //! [`Provider::exec`], so they see exactly what the sandbox's processes see
@@ -10,8 +10,7 @@
 use std::time::Duration;
 
 use axum::body::Bytes;
-use axum::extract::{Multipart, Query};
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -19,10 +18,8 @@ use serde_json::{Value, json};
 use super::connect::{self, Code, RpcError};
 use super::process::{self, sh_quote};
 use super::{E2b, Envd};
-use crate::provider::{ExecRequest, ProviderError, SandboxId};
+use crate::provider::{ExecRequest, SandboxId};
 
-/// The largest file `/files` serves (whole files are read into memory).
-const MAX_DOWNLOAD: u64 = 4 << 30;
 /// The time limit of one filesystem call.
 const FS_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -33,7 +30,7 @@ const EXISTS: i32 = 46;
 const EXISTS_NOT_DIR: i32 = 47;
 
 /// envd's JSON error for its plain HTTP routes.
-fn http_error(status: StatusCode, message: impl Into<String>) -> Response {
+pub(super) fn http_error(status: StatusCode, message: impl Into<String>) -> Response {
     (
         status,
         axum::Json(json!({ "code": status.as_u16(), "message": message.into() })),
@@ -98,7 +95,7 @@ async fn run(e2b: &E2b, id: &SandboxId, script: String) -> Result<(i32, Vec<u8>)
 
 /// `p` set to the absolute form of `path` (relative paths are taken from
 /// the user's home, the sandbox's working directory).
-fn absolute(path: &str) -> String {
+pub(super) fn absolute(path: &str) -> String {
     let q = sh_quote(path);
     format!("case {q} in /*) p={q};; *) p=\"$PWD\"/{q};; esac; ")
 }
@@ -154,7 +151,7 @@ fn entry(record: &str) -> Option<Value> {
 }
 
 /// `/a//b/./c/` → `/a/b/c` (what `find` prints is the path as given).
-fn clean(path: &str) -> String {
+pub(super) fn clean(path: &str) -> String {
     let parts: Vec<&str> = path
         .split('/')
         .filter(|p| !p.is_empty() && *p != ".")
@@ -393,207 +390,6 @@ pub async fn rpc(
         Err(e) if is_stream(service, method) => process::stream_error(&e),
         Err(e) => e.into_response(),
     }
-}
-
-#[derive(Debug, Deserialize)]
-pub struct FileQuery {
-    #[serde(default)]
-    path: Option<String>,
-}
-
-fn file_error(e: &ProviderError, path: &str) -> Response {
-    match e {
-        ProviderError::NoSuchPath { .. } => http_error(
-            StatusCode::NOT_FOUND,
-            format!("path {path:?} does not exist"),
-        ),
-        ProviderError::FileTooLarge { .. } | ProviderError::FileError { .. } => {
-            http_error(StatusCode::BAD_REQUEST, e.to_string())
-        }
-        _ => http_error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
-    }
-}
-
-/// A byte range of a `Range: bytes=…` header, or why it is unsatisfiable.
-fn range(header: &str, len: u64) -> Option<Result<(u64, u64), ()>> {
-    let spec = header.strip_prefix("bytes=")?;
-    if spec.contains(',') {
-        return None;
-    }
-    let (a, b) = spec.split_once('-')?;
-    let r = match (a.trim(), b.trim()) {
-        ("", n) => {
-            let n: u64 = n.parse().ok()?;
-            if n == 0 || len == 0 {
-                return Some(Err(()));
-            }
-            (len.saturating_sub(n), len - 1)
-        }
-        (a, "") => (a.parse().ok()?, len.saturating_sub(1)),
-        (a, b) => (
-            a.parse().ok()?,
-            b.parse::<u64>().ok()?.min(len.saturating_sub(1)),
-        ),
-    };
-    Some(if r.0 >= len || r.0 > r.1 {
-        Err(())
-    } else {
-        Ok(r)
-    })
-}
-
-/// `GET /files?path=`: the whole file, or the requested range (206).
-pub async fn download(envd: Envd, Query(q): Query<FileQuery>, headers: HeaderMap) -> Response {
-    let Some(path) = q.path.filter(|p| !p.is_empty()) else {
-        return http_error(StatusCode::BAD_REQUEST, "the path parameter is required");
-    };
-    let data = match envd
-        .e2b
-        .provider
-        .read_file(&envd.id, &path, MAX_DOWNLOAD)
-        .await
-    {
-        Ok(d) => d,
-        Err(e) => return file_error(&e, &path),
-    };
-    let name = path.rsplit('/').next().unwrap_or("file").to_owned();
-    let len = data.len() as u64;
-    let disposition = format!("attachment; filename=\"{}\"", name.replace('"', ""));
-    let base = [
-        (header::CONTENT_TYPE, "application/octet-stream".to_owned()),
-        (header::CONTENT_DISPOSITION, disposition),
-        (header::ACCEPT_RANGES, "bytes".to_owned()),
-    ];
-    match headers
-        .get(header::RANGE)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|r| range(r, len))
-    {
-        None => (base, data).into_response(),
-        Some(Err(())) => (
-            StatusCode::RANGE_NOT_SATISFIABLE,
-            [(header::CONTENT_RANGE, format!("bytes */{len}"))],
-        )
-            .into_response(),
-        Some(Ok((a, b))) => {
-            let mut data = data;
-            data.truncate(b as usize + 1);
-            data.drain(..a as usize);
-            (
-                StatusCode::PARTIAL_CONTENT,
-                base,
-                [(header::CONTENT_RANGE, format!("bytes {a}-{b}/{len}"))],
-                data,
-            )
-                .into_response()
-        }
-    }
-}
-
-async fn write_one(envd: &Envd, path: &str, data: &[u8]) -> Result<Value, Response> {
-    envd.e2b
-        .provider
-        .write_file(&envd.id, path, data)
-        .await
-        .map_err(|e| file_error(&e, path))?;
-    let full = if path.starts_with('/') {
-        clean(path)
-    } else {
-        let home = envd
-            .e2b
-            .home(&envd.id)
-            .await
-            .map_err(|e| e.into_response())?;
-        clean(&format!("{home}/{path}"))
-    };
-    let name = full.rsplit('/').next().unwrap_or("").to_owned();
-    Ok(json!({ "path": full, "name": name, "type": "file" }))
-}
-
-/// `POST /files`: multipart parts named `file` (the filename is the path
-/// when no `path` parameter is given) or an octet-stream body with `path`.
-pub async fn upload(
-    envd: Envd,
-    Query(q): Query<FileQuery>,
-    headers: HeaderMap,
-    request: axum::extract::Request,
-) -> Response {
-    let content_type = headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("")
-        .to_owned();
-    let path = q.path.filter(|p| !p.is_empty());
-    let mut written = Vec::new();
-    if content_type.starts_with("multipart/form-data") {
-        let mut multipart =
-            match <Multipart as axum::extract::FromRequest<()>>::from_request(request, &()).await {
-                Ok(m) => m,
-                Err(e) => {
-                    return http_error(StatusCode::BAD_REQUEST, format!("bad multipart body: {e}"));
-                }
-            };
-        loop {
-            let field = match multipart.next_field().await {
-                Ok(Some(f)) => f,
-                Ok(None) => break,
-                Err(e) => {
-                    return http_error(StatusCode::BAD_REQUEST, format!("bad multipart body: {e}"));
-                }
-            };
-            if field.name() != Some("file") {
-                continue;
-            }
-            let target = match (&path, field.file_name()) {
-                (Some(p), _) => p.clone(),
-                (None, Some(f)) if !f.is_empty() => f.to_owned(),
-                (None, _) => {
-                    return http_error(
-                        StatusCode::BAD_REQUEST,
-                        "a file part needs a filename when no path parameter is given",
-                    );
-                }
-            };
-            let data = match field.bytes().await {
-                Ok(d) => d,
-                Err(e) => {
-                    return http_error(StatusCode::BAD_REQUEST, format!("bad multipart body: {e}"));
-                }
-            };
-            match write_one(&envd, &target, &data).await {
-                Ok(v) => written.push(v),
-                Err(r) => return r,
-            }
-        }
-    } else if content_type.starts_with("application/octet-stream") {
-        let Some(path) = path else {
-            return http_error(
-                StatusCode::BAD_REQUEST,
-                "an octet-stream upload needs the path parameter",
-            );
-        };
-        let data = match axum::body::to_bytes(request.into_body(), usize::MAX).await {
-            Ok(d) => d,
-            Err(e) => {
-                return http_error(
-                    StatusCode::BAD_REQUEST,
-                    format!("cannot read the body: {e}"),
-                );
-            }
-        };
-        match write_one(&envd, &path, &data).await {
-            Ok(v) => written.push(v),
-            Err(r) => return r,
-        }
-    } else {
-        return http_error(
-            StatusCode::BAD_REQUEST,
-            format!(
-                "content type {content_type:?} is not supported; send multipart/form-data or application/octet-stream"
-            ),
-        );
-    }
-    axum::Json(written).into_response()
 }
 
 /// The access token check of every envd route but the exempt ones.

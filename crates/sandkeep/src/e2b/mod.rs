@@ -19,13 +19,14 @@
 
 mod connect;
 mod envd;
+mod files;
 mod process;
 mod rest;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use axum::Router;
 use axum::extract::{DefaultBodyLimit, FromRequestParts, Request, State};
@@ -36,7 +37,7 @@ use axum::response::Response;
 use axum::routing::{get, post};
 use serde::{Deserialize, Serialize};
 
-use crate::provider::{ExecRequest, Provider, SandboxId};
+use crate::provider::{Provider, SandboxId};
 
 /// The envd version advertised: the SDKs gate features on it, and this
 /// endpoint serves what envd 0.6.13 does (minus what docs/e2b.md lists).
@@ -59,41 +60,6 @@ pub struct E2b {
     api_key: String,
     records: Records,
     processes: Arc<process::Processes>,
-    homes: Mutex<HashMap<SandboxId, String>>,
-}
-
-impl E2b {
-    /// The sandbox user's home (where relative paths start), asked once.
-    async fn home(&self, id: &SandboxId) -> Result<String, connect::RpcError> {
-        if let Some(h) = self.homes.lock().expect("homes lock").get(id) {
-            return Ok(h.clone());
-        }
-        let out = self
-            .provider
-            .exec(
-                id,
-                ExecRequest {
-                    command: "pwd".into(),
-                    cwd: None,
-                    timeout: std::time::Duration::from_secs(30),
-                    stdin: None,
-                    output_limit: 4096,
-                },
-            )
-            .await?;
-        let home = String::from_utf8_lossy(&out.stdout).trim().to_owned();
-        if out.exit_code != Some(0) || home.is_empty() {
-            return Err(connect::RpcError::new(
-                connect::Code::Internal,
-                "cannot find the sandbox user's home directory",
-            ));
-        }
-        self.homes
-            .lock()
-            .expect("homes lock")
-            .insert(id.clone(), home.clone());
-        Ok(home)
-    }
 }
 
 /// What E2B adds to a sandbox, kept beside the provider's state.
@@ -257,7 +223,7 @@ fn router(e2b: Arc<E2b>) -> Router {
         ));
     let envd = Router::new()
         .route("/health", get(envd::health))
-        .route("/files", get(envd::download).post(envd::upload))
+        .route("/files", get(files::download).post(files::upload))
         .route("/process.Process/{method}", post(process_rpc))
         .route("/filesystem.Filesystem/{method}", post(filesystem_rpc));
     api.merge(envd)
@@ -305,7 +271,6 @@ pub fn run(provider: Arc<dyn Provider>, options: E2bOptions) -> i32 {
         api_key: options.api_key,
         records: Records { dir: records },
         processes: Arc::default(),
-        homes: Mutex::default(),
     });
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(r) => r,

@@ -1,0 +1,388 @@
+//! envd's `/files`: uploads (multipart parts named `file`, or an
+//! octet-stream body) streamed into the sandbox, downloads streamed out of
+//! it (whole, or one `Range`), never holding a whole file in memory.
+//!
+//! Each transfer is one small `sh` script in the sandbox run through
+//! [`crate::provider::Provider::spawn`] (`cat` between the HTTP body and
+//! the file), so it sees the sandbox's files exactly as its user does. An
+//! upload lands in a temporary file beside the target and is renamed over
+//! it only once the whole body arrived: a broken upload (the client goes
+//! away, a bad multipart body) kills the script and leaves the old file.
+
+use axum::body::{Body, Bytes};
+use axum::extract::{Multipart, Query};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use futures_util::StreamExt as _;
+use serde::Deserialize;
+use serde_json::{Value, json};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+
+use super::Envd;
+use super::envd::{absolute, clean, http_error};
+use crate::provider::{RunningProcess, SpawnRequest, Spawned};
+
+/// Exit statuses of the transfer scripts.
+const GONE: i32 = 44;
+const IS_DIR: i32 = 45;
+/// The read size of a download.
+const CHUNK: usize = 256 * 1024;
+
+#[derive(Debug, Deserialize)]
+pub struct FileQuery {
+    #[serde(default)]
+    path: Option<String>,
+}
+
+async fn spawn(envd: &Envd, script: String, stdin: bool) -> Result<Spawned, Response> {
+    envd.e2b
+        .provider
+        .spawn(
+            &envd.id,
+            SpawnRequest {
+                command: script,
+                cwd: None,
+                stdin,
+            },
+        )
+        .await
+        .map_err(|e| http_error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))
+}
+
+/// The rest of a (small) pipe: a script's stderr or its answer line.
+async fn read_small(mut from: Box<dyn AsyncRead + Send + Unpin>) -> String {
+    let mut out = Vec::new();
+    let _ = (&mut from).take(64 * 1024).read_to_end(&mut out).await;
+    String::from_utf8_lossy(&out).trim().to_owned()
+}
+
+/// The answer to a script that failed before any data moved.
+fn failed(code: Result<i32, impl std::fmt::Display>, stderr: &str, path: &str) -> Response {
+    match code {
+        Ok(GONE) => http_error(
+            StatusCode::NOT_FOUND,
+            format!("path {path:?} does not exist"),
+        ),
+        Ok(IS_DIR) => http_error(
+            StatusCode::BAD_REQUEST,
+            format!("path {path:?} is a directory"),
+        ),
+        Ok(_) => http_error(StatusCode::BAD_REQUEST, format!("{path}: {stderr}")),
+        Err(e) => http_error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+    }
+}
+
+/// A byte range of a `Range: bytes=…` header, or why it is unsatisfiable;
+/// `None` for a header that is not one range (answered with the whole file).
+fn range(header: &str, len: u64) -> Option<Result<(u64, u64), ()>> {
+    let spec = header.strip_prefix("bytes=")?;
+    if spec.contains(',') {
+        return None;
+    }
+    let (a, b) = spec.split_once('-')?;
+    let r = match (a.trim(), b.trim()) {
+        ("", n) => {
+            let n: u64 = n.parse().ok()?;
+            if n == 0 || len == 0 {
+                return Some(Err(()));
+            }
+            (len.saturating_sub(n), len - 1)
+        }
+        (a, "") => (a.parse().ok()?, len.saturating_sub(1)),
+        (a, b) => (
+            a.parse().ok()?,
+            b.parse::<u64>().ok()?.min(len.saturating_sub(1)),
+        ),
+    };
+    Some(if r.0 >= len || r.0 > r.1 {
+        Err(())
+    } else {
+        Ok(r)
+    })
+}
+
+/// The download body: `first`, then the script's stdout to its end; a
+/// script that fails midway breaks the body (the client sees an error,
+/// never a silently short file).
+fn body(
+    first: Vec<u8>,
+    stdout: Box<dyn AsyncRead + Send + Unpin>,
+    process: Box<dyn RunningProcess>,
+) -> Body {
+    let state = (Some(first), stdout, process, false);
+    Body::from_stream(futures_util::stream::unfold(
+        state,
+        |(first, mut stdout, process, done)| async move {
+            if done {
+                return None;
+            }
+            if let Some(first) = first.filter(|f| !f.is_empty()) {
+                return Some((Ok(Bytes::from(first)), (None, stdout, process, false)));
+            }
+            let mut buf = Vec::with_capacity(CHUNK);
+            match (&mut stdout).take(CHUNK as u64).read_to_end(&mut buf).await {
+                Ok(0) => match process.wait().await {
+                    Ok(0) => None,
+                    status => Some((
+                        Err(std::io::Error::other(format!(
+                            "the file could not be read to its end ({status:?})"
+                        ))),
+                        (None, stdout, process, true),
+                    )),
+                },
+                Ok(_) => Some((Ok(Bytes::from(buf)), (None, stdout, process, false))),
+                Err(e) => Some((Err(e), (None, stdout, process, true))),
+            }
+        },
+    ))
+}
+
+/// `GET /files?path=`: the whole file, or the requested range (206).
+pub async fn download(envd: Envd, Query(q): Query<FileQuery>, headers: HeaderMap) -> Response {
+    let Some(path) = q.path.filter(|p| !p.is_empty()) else {
+        return http_error(StatusCode::BAD_REQUEST, "the path parameter is required");
+    };
+    let wanted = headers
+        .get(header::RANGE)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    let check = format!(
+        "{}[ -e \"$p\" ] || exit {GONE}; [ -d \"$p\" ] && exit {IS_DIR}; ",
+        absolute(&path)
+    );
+    // With a range, the size comes first and the range to send is read
+    // back from stdin.
+    let script = match wanted {
+        None => format!("{check}exec cat -- \"$p\""),
+        Some(_) => format!(
+            "{check}stat -L -c %s -- \"$p\" || exit 1; read a n; [ \"$n\" -gt 0 ] || exit 0; \
+             tail -c +$((a + 1)) -- \"$p\" | head -c \"$n\""
+        ),
+    };
+    let spawned = match spawn(&envd, script, wanted.is_some()).await {
+        Ok(s) => s,
+        Err(r) => return r,
+    };
+    let Spawned {
+        stdin,
+        mut stdout,
+        stderr,
+        process,
+    } = spawned;
+    let stderr = tokio::spawn(read_small(stderr));
+    // The first bytes (or the size line) tell a file from a failure.
+    let mut first = Vec::with_capacity(CHUNK);
+    let mut line_end = None;
+    loop {
+        let mut buf = vec![0u8; CHUNK];
+        match stdout.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => first.extend_from_slice(&buf[..n]),
+        }
+        line_end = first.iter().position(|&b| b == b'\n');
+        if wanted.is_none() || line_end.is_some() {
+            break;
+        }
+    }
+    let name = path.rsplit('/').next().unwrap_or("file").replace('"', "");
+    let base = [
+        (header::CONTENT_TYPE, "application/octet-stream".to_owned()),
+        (
+            header::CONTENT_DISPOSITION,
+            format!("attachment; filename=\"{name}\""),
+        ),
+        (header::ACCEPT_RANGES, "bytes".to_owned()),
+    ];
+    let Some(wanted) = wanted else {
+        if first.is_empty() {
+            let code = process.wait().await;
+            if code.as_ref().is_ok_and(|&c| c != 0) || code.is_err() {
+                return failed(code, &stderr.await.unwrap_or_default(), &path);
+            }
+        }
+        return (base, body(first, stdout, process)).into_response();
+    };
+    let size = line_end.and_then(|e| {
+        std::str::from_utf8(&first[..e])
+            .ok()
+            .and_then(|s| s.trim().parse::<u64>().ok())
+    });
+    let (Some(len), Some(end), Some(mut stdin)) = (size, line_end, stdin) else {
+        let code = process.wait().await;
+        return failed(code, &stderr.await.unwrap_or_default(), &path);
+    };
+    let rest = first.split_off(end + 1);
+    let (status, (a, n)) = match range(&wanted, len) {
+        None => (StatusCode::OK, (0, len)),
+        Some(Err(())) => (StatusCode::RANGE_NOT_SATISFIABLE, (0, 0)),
+        Some(Ok((a, b))) => (StatusCode::PARTIAL_CONTENT, (a, b - a + 1)),
+    };
+    if stdin
+        .write_all(format!("{a} {n}\n").as_bytes())
+        .await
+        .is_err()
+    {
+        let code = process.wait().await;
+        return failed(code, &stderr.await.unwrap_or_default(), &path);
+    }
+    drop(stdin);
+    match status {
+        StatusCode::RANGE_NOT_SATISFIABLE => {
+            (status, [(header::CONTENT_RANGE, format!("bytes */{len}"))]).into_response()
+        }
+        StatusCode::PARTIAL_CONTENT => (
+            status,
+            base,
+            [
+                (
+                    header::CONTENT_RANGE,
+                    format!("bytes {a}-{}/{len}", a + n - 1),
+                ),
+                (header::CONTENT_LENGTH, n.to_string()),
+            ],
+            body(rest, stdout, process),
+        )
+            .into_response(),
+        _ => (
+            status,
+            base,
+            [(header::CONTENT_LENGTH, n.to_string())],
+            body(rest, stdout, process),
+        )
+            .into_response(),
+    }
+}
+
+/// Where an upload's bytes come from.
+enum Source<'a> {
+    Part(Box<axum::extract::multipart::Field<'a>>),
+    Body(axum::body::BodyDataStream),
+}
+
+impl Source<'_> {
+    async fn next(&mut self) -> Result<Option<Bytes>, String> {
+        match self {
+            Self::Part(f) => f.chunk().await.map_err(|e| e.to_string()),
+            Self::Body(b) => b.next().await.transpose().map_err(|e| e.to_string()),
+        }
+    }
+}
+
+/// Streams one file into the sandbox; its entry as envd answers it.
+async fn write_one(envd: &Envd, path: &str, mut source: Source<'_>) -> Result<Value, Response> {
+    let script = format!(
+        "{}d=${{p%/*}}; [ -n \"$d\" ] || d=/; mkdir -p -- \"$d\" || exit 1; \
+         t=\"$d/.sandkeep-upload.$$\"; trap 'rm -f -- \"$t\"' EXIT; \
+         cat > \"$t\" && mv -fT -- \"$t\" \"$p\" && printf '%s' \"$p\"",
+        absolute(path)
+    );
+    let Spawned {
+        stdin,
+        stdout,
+        stderr,
+        process,
+    } = spawn(envd, script, true).await?;
+    let mut stdin = stdin.expect("spawned with a stdin pipe");
+    let stdout = tokio::spawn(read_small(stdout));
+    let stderr = tokio::spawn(read_small(stderr));
+    loop {
+        match source.next().await {
+            Ok(Some(chunk)) => {
+                // A script that stopped reading failed: its status says why.
+                if stdin.write_all(&chunk).await.is_err() {
+                    break;
+                }
+            }
+            Ok(None) => break,
+            Err(e) => {
+                // Killed before stdin closes, so the partial file is never
+                // renamed over the target.
+                let _ = process.kill_group();
+                return Err(http_error(
+                    StatusCode::BAD_REQUEST,
+                    format!("cannot read the upload: {e}"),
+                ));
+            }
+        }
+    }
+    drop(stdin);
+    let code = process.wait().await;
+    if code.as_ref().is_ok_and(|&c| c != 0) || code.is_err() {
+        return Err(failed(code, &stderr.await.unwrap_or_default(), path));
+    }
+    let full = clean(&stdout.await.unwrap_or_default());
+    let name = full.rsplit('/').next().unwrap_or("").to_owned();
+    Ok(json!({ "path": full, "name": name, "type": "file" }))
+}
+
+/// `POST /files`: multipart parts named `file` (the filename is the path
+/// when no `path` parameter is given) or an octet-stream body with `path`.
+pub async fn upload(
+    envd: Envd,
+    Query(q): Query<FileQuery>,
+    headers: HeaderMap,
+    request: axum::extract::Request,
+) -> Response {
+    let content_type = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_owned();
+    let path = q.path.filter(|p| !p.is_empty());
+    let mut written = Vec::new();
+    if content_type.starts_with("multipart/form-data") {
+        let mut multipart =
+            match <Multipart as axum::extract::FromRequest<()>>::from_request(request, &()).await {
+                Ok(m) => m,
+                Err(e) => {
+                    return http_error(StatusCode::BAD_REQUEST, format!("bad multipart body: {e}"));
+                }
+            };
+        loop {
+            let field = match multipart.next_field().await {
+                Ok(Some(f)) => f,
+                Ok(None) => break,
+                Err(e) => {
+                    return http_error(StatusCode::BAD_REQUEST, format!("bad multipart body: {e}"));
+                }
+            };
+            if field.name() != Some("file") {
+                continue;
+            }
+            let target = match (&path, field.file_name()) {
+                (Some(p), _) => p.clone(),
+                (None, Some(f)) if !f.is_empty() => f.to_owned(),
+                (None, _) => {
+                    return http_error(
+                        StatusCode::BAD_REQUEST,
+                        "a file part needs a filename when no path parameter is given",
+                    );
+                }
+            };
+            match write_one(&envd, &target, Source::Part(Box::new(field))).await {
+                Ok(v) => written.push(v),
+                Err(r) => return r,
+            }
+        }
+    } else if content_type.starts_with("application/octet-stream") {
+        let Some(path) = path else {
+            return http_error(
+                StatusCode::BAD_REQUEST,
+                "an octet-stream upload needs the path parameter",
+            );
+        };
+        let source = Source::Body(request.into_body().into_data_stream());
+        match write_one(&envd, &path, source).await {
+            Ok(v) => written.push(v),
+            Err(r) => return r,
+        }
+    } else {
+        return http_error(
+            StatusCode::BAD_REQUEST,
+            format!(
+                "content type {content_type:?} is not supported; send multipart/form-data or application/octet-stream"
+            ),
+        );
+    }
+    axum::Json(written).into_response()
+}
