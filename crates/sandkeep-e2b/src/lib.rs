@@ -338,9 +338,15 @@ impl E2bProvider {
 
     /// A short script of the provider's own: its stdout, or why it failed.
     async fn script(&self, id: &SandboxId, script: &str) -> Result<String> {
-        let out = self
+        let out = match self
             .run(id, script, None, None, SCRIPT_TIMEOUT, 64 * 1024)
-            .await?;
+            .await
+        {
+            Ok(out) if out.exit_code == Some(0) => out,
+            // A script cut short by the sandbox's destruction says so.
+            _ if self.gone(id).await => return Err(ProviderError::NoSuchSandbox(id.clone())),
+            failed => failed?,
+        };
         if out.exit_code != Some(0) {
             return Err(ProviderError::Unavailable(format!(
                 "a sandkeep script failed in sandbox {id} ({}): {}",
@@ -350,6 +356,15 @@ impl E2bProvider {
             )));
         }
         Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    /// Whether the API says the sandbox no longer exists.
+    async fn gone(&self, id: &SandboxId) -> bool {
+        let gone = matches!(self.rest.info(id.as_str()).await, Err(RestError::NotFound));
+        if gone {
+            self.forget(id);
+        }
+        gone
     }
 
     fn envd_error(&self, e: EnvdError, id: &SandboxId, may_have_run: bool) -> ProviderError {

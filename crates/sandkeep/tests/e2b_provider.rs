@@ -145,7 +145,9 @@ async fn retention_and_session_end_never_both_win() {
                 assert!(info.retained, "{info:?}");
                 assert!(starter.kill(&id).await.unwrap());
             }
-            (Err(ProviderError::NoSuchSandbox(_)), Release::Destroyed) => {
+            // The retain either read "released" (no such sandbox) or was
+            // cut short by the destruction: the start fails either way.
+            (Err(_), Release::Destroyed) => {
                 destroyed += 1;
                 assert!(matches!(
                     starter.info(&id).await,
