@@ -728,12 +728,15 @@ impl Provider for E2bProvider {
     }
 
     async fn task_helper(&self, id: &SandboxId) -> Result<String> {
-        let helper = self.helper().await?;
         let parse = |out: &str| {
             let (path, hash) = out.trim().split_once(' ').unwrap_or((out.trim(), ""));
             (path.to_owned(), hash.to_owned())
         };
-        let (path, hash) = parse(&self.script(id, &script::helper_check()).await?);
+        // The check answers fast for a sandbox that is gone; the first
+        // hash of the helper (tens of MB) is read meanwhile.
+        let check = script::helper_check();
+        let (helper, out) = tokio::try_join!(self.helper(), self.script(id, &check))?;
+        let (path, hash) = parse(&out);
         if hash == helper.hash {
             return Ok(path);
         }
