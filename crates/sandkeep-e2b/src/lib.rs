@@ -162,9 +162,6 @@ impl E2bProvider {
     }
 
     pub fn new(config: E2bConfig) -> Result<Self> {
-        // reqwest is built without a default crypto provider; the first
-        // one installed in this process wins, which is fine either way.
-        let _ = rustls::crypto::ring::default_provider().install_default();
         let http = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(10))
             .redirect(reqwest::redirect::Policy::none())

@@ -495,9 +495,12 @@ async fn breaking_relay(upstream: String, trigger: &'static [u8]) -> String {
             let upstream = upstream.clone();
             let armed = Arc::clone(&armed);
             tokio::spawn(async move {
-                let mut server = tokio::net::TcpStream::connect(upstream).await.unwrap();
+                let Ok(mut server) = tokio::net::TcpStream::connect(upstream).await else {
+                    return;
+                };
                 let (mut cr, mut cw) = client.split();
                 let (mut sr, mut sw) = server.split();
+                let cut = std::sync::atomic::AtomicBool::new(false);
                 let up = async {
                     let mut seen = Vec::new();
                     let mut buf = vec![0u8; 65536];
@@ -506,21 +509,46 @@ async fn breaking_relay(upstream: String, trigger: &'static [u8]) -> String {
                         if n == 0 {
                             return;
                         }
-                        sw.write_all(&buf[..n]).await.unwrap();
+                        // The last bytes seen and the new ones: a trigger
+                        // split across reads is still found.
+                        let keep = seen.len().saturating_sub(trigger.len());
+                        seen.drain(..keep);
                         seen.extend_from_slice(&buf[..n]);
-                        if seen.windows(trigger.len()).any(|w| w == trigger)
-                            && armed.swap(false, std::sync::atomic::Ordering::SeqCst)
-                        {
-                            // Forwarded: let it run, then cut both ways.
+                        let hit = seen.windows(trigger.len()).any(|w| w == trigger)
+                            && armed.swap(false, std::sync::atomic::Ordering::SeqCst);
+                        // Cut before forwarding: no answer goes back.
+                        if hit {
+                            cut.store(true, std::sync::atomic::Ordering::SeqCst);
+                        }
+                        if sw.write_all(&buf[..n]).await.is_err() {
+                            return;
+                        }
+                        if hit {
+                            // The server gets time to act on it, then both
+                            // ways close.
                             tokio::time::sleep(Duration::from_millis(300)).await;
                             return;
                         }
                     }
                 };
-                let down = tokio::io::copy(&mut sr, &mut cw);
+                let down = async {
+                    let mut buf = vec![0u8; 65536];
+                    loop {
+                        let n = sr.read(&mut buf).await.unwrap_or(0);
+                        if n == 0 {
+                            return;
+                        }
+                        if cut.load(std::sync::atomic::Ordering::SeqCst) {
+                            continue;
+                        }
+                        if cw.write_all(&buf[..n]).await.is_err() {
+                            return;
+                        }
+                    }
+                };
                 tokio::select! {
                     () = up => {}
-                    _ = down => {}
+                    () = down => {}
                 }
             });
         }
