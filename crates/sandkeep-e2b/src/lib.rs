@@ -335,9 +335,15 @@ impl E2bProvider {
 
     /// A short script of the provider's own: its stdout, or why it failed.
     async fn script(&self, id: &SandboxId, script: &str) -> Result<String> {
-        let out = self
+        let out = match self
             .run(id, script, None, None, SCRIPT_TIMEOUT, 64 * 1024)
-            .await?;
+            .await
+        {
+            Ok(out) if out.exit_code == Some(0) => out,
+            // A script cut short by the sandbox's destruction says so.
+            _ if self.gone(id).await => return Err(ProviderError::NoSuchSandbox(id.clone())),
+            failed => failed?,
+        };
         if out.exit_code != Some(0) {
             return Err(ProviderError::Unavailable(format!(
                 "a sandkeep script failed in sandbox {id} ({}): {}",
@@ -347,6 +353,15 @@ impl E2bProvider {
             )));
         }
         Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    /// Whether the API says the sandbox no longer exists.
+    async fn gone(&self, id: &SandboxId) -> bool {
+        let gone = matches!(self.rest.info(id.as_str()).await, Err(RestError::NotFound));
+        if gone {
+            self.forget(id);
+        }
+        gone
     }
 
     fn envd_error(&self, e: EnvdError, id: &SandboxId, may_have_run: bool) -> ProviderError {
@@ -710,12 +725,15 @@ impl Provider for E2bProvider {
     }
 
     async fn task_helper(&self, id: &SandboxId) -> Result<String> {
-        let helper = self.helper().await?;
         let parse = |out: &str| {
             let (path, hash) = out.trim().split_once(' ').unwrap_or((out.trim(), ""));
             (path.to_owned(), hash.to_owned())
         };
-        let (path, hash) = parse(&self.script(id, &script::helper_check()).await?);
+        // The check answers fast for a sandbox that is gone; the first
+        // hash of the helper (tens of MB) is read meanwhile.
+        let check = script::helper_check();
+        let (helper, out) = tokio::try_join!(self.helper(), self.script(id, &check))?;
+        let (path, hash) = parse(&out);
         if hash == helper.hash {
             return Ok(path);
         }

@@ -9,7 +9,12 @@ pub const TIMED_OUT: i32 = 124;
 /// (monitor mode), with `$2` seconds to live, in `$3` (empty: home), stdin
 /// from /dev/null unless `$4` is 1. At the timeout the whole group gets
 /// SIGKILL and the wrapper exits [`TIMED_OUT`]; otherwise it exits with the
-/// command's status (128+N for signal N).
+/// command's status (128+N for signal N). Monitor mode is left once both
+/// have their groups, and the wait's own stderr is discarded, so bash's
+/// job notices ("Killed", "Done") never reach the command's stderr. A
+/// SIGKILL at or past the timeout is the watchdog's even when the watchdog
+/// has not exited yet (bash's `SECONDS`; under sh only the watchdog's
+/// exit tells).
 pub const EXEC: &str = r#"set -m 2>/dev/null
 if [ -n "$3" ]; then cd -- "$3" || exit 1; fi
 s=sh; command -v bash >/dev/null 2>&1 && s=bash
@@ -17,9 +22,13 @@ if [ "$4" = 1 ]; then "$s" -c "$1" & else "$s" -c "$1" </dev/null & fi
 p=$!
 (sleep "$2"; kill -KILL -"$p" 2>/dev/null || kill -KILL "$p") >/dev/null 2>&1 </dev/null &
 w=$!
-wait "$p"; r=$?
-if kill -0 "$w" 2>/dev/null; then kill -KILL -"$w" 2>/dev/null || kill -KILL "$w"; exit "$r"; fi
-exit 124
+set +m 2>/dev/null
+{
+  wait "$p"; r=$?
+  if [ "$r" = 137 ] && [ "${SECONDS:-0}" -ge "$2" ]; then kill -KILL -"$w" || kill -KILL "$w"; exit 124; fi
+  if kill -0 "$w"; then kill -KILL -"$w" || kill -KILL "$w"; exit "$r"; fi
+  exit 124
+} 2>/dev/null
 "#;
 
 /// The launcher envd runs: the wrapper under bash when there is one (its

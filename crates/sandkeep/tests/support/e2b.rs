@@ -103,6 +103,12 @@ impl Endpoint {
         vars
     }
 
+    /// A real account shared with whatever else uses the key: a test
+    /// cleans up only what it made itself.
+    pub fn shared(&self) -> bool {
+        self.child.is_none()
+    }
+
     /// The endpoint's own log (its sandboxes' provider is local).
     pub fn log(&self) -> String {
         self.home
