@@ -66,6 +66,9 @@ pub struct NetPlan {
     pub isolate: bool,
     /// An egress proxy listening on the namespace's 127.0.0.1.
     pub proxy: bool,
+    /// The request names `network` or `allow_hosts`: a kernel without
+    /// network namespaces refuses it rather than drop it.
+    pub explicit: bool,
 }
 
 /// The egress proxy's listening socket and its port, when there is one.
@@ -94,8 +97,18 @@ pub enum InitReport {
     Ready {
         isolation: String,
         warnings: Vec<String>,
+        /// Whether the sandbox got a network namespace of its own.
+        network: bool,
     },
+    /// A parameter of the request this host cannot enforce, and why.
+    Unsupported(String),
     Failed(String),
+}
+
+impl From<String> for InitReport {
+    fn from(e: String) -> Self {
+        InitReport::Failed(e)
+    }
 }
 
 /// Runs as the sandbox's init; never returns.
@@ -115,17 +128,19 @@ pub fn run(ctx: InitContext) -> ! {
         Mode::ProcessOnly { .. } => dir.home(),
     };
     let mut proxy = None;
+    let mut network = false;
     let setup = match mode {
         Mode::Namespaces { owner, userns } => {
             let memory_cgroup = memory_cgroup.as_deref();
             setup(&spec, &dir, owner, userns, net, memory_cgroup, etc_walk).map(
-                |(isolation, warnings, p)| {
+                |(isolation, warnings, isolated, p)| {
                     proxy = p;
+                    network = isolated;
                     (isolation, warnings)
                 },
             )
         }
-        Mode::ProcessOnly { uid } => setup_process_only(&dir, uid),
+        Mode::ProcessOnly { uid } => setup_process_only(&dir, uid).map_err(InitReport::Failed),
     };
     let (ok, message) = match setup {
         Ok((isolation, warnings)) => (
@@ -133,9 +148,10 @@ pub fn run(ctx: InitContext) -> ! {
             InitReport::Ready {
                 isolation,
                 warnings,
+                network,
             },
         ),
-        Err(e) => (false, InitReport::Failed(e)),
+        Err(e) => (false, e),
     };
     let attached: Vec<_> = proxy.iter().map(|(fd, _)| fd.as_fd()).collect();
     let delivered = wire::send(
@@ -161,17 +177,16 @@ fn setup(
     net: NetPlan,
     memory_cgroup: Option<&std::path::Path>,
     etc_walk: Option<OwnedFd>,
-) -> Result<(String, Vec<String>, ProxySocket), String> {
+) -> Result<(String, Vec<String>, bool, ProxySocket), InitReport> {
     sys::set_signal_mask(&[]).map_err(|e| format!("signal mask: {e}"))?;
-    let mut flags = UnshareFlags::NEWNS | UnshareFlags::NEWUTS | UnshareFlags::NEWIPC;
-    if net.isolate {
-        flags |= UnshareFlags::NEWNET;
-    }
+    let flags = UnshareFlags::NEWNS | UnshareFlags::NEWUTS | UnshareFlags::NEWIPC;
     // SAFETY: the init is single-threaded; unsharing these namespaces
     // affects only this process.
     unsafe { rustix::thread::unshare_unsafe(flags) }
-        .map_err(|e| format!("unshare mount/uts/ipc/network namespaces: {e}"))?;
-    let proxy = if net.isolate { network(net)? } else { None };
+        .map_err(|e| format!("unshare mount/uts/ipc namespaces: {e}"))?;
+    let mut warnings = Vec::new();
+    let isolated = net.isolate && own_network(spec, net, &mut warnings)?;
+    let proxy = if isolated { network(net)? } else { None };
     rustix::system::sethostname(spec.sandbox_id.as_str().as_bytes())
         .map_err(|e| format!("sethostname: {e}"))?;
     let idmap = userns.as_ref().map(|f| f.as_fd());
@@ -192,7 +207,35 @@ fn setup(
         (Owner::Shifted { .. }, false) => "userns-shifted",
         (Owner::Invoker, _) => "userns-single",
     };
-    Ok((isolation.to_owned(), built.warnings, proxy))
+    warnings.extend(built.warnings);
+    Ok((isolation.to_owned(), warnings, isolated, proxy))
+}
+
+/// Unshares the network namespace. A kernel without network namespaces
+/// refuses a request that names `network` or `allow_hosts` (SPEC.md §10);
+/// without them the sandbox shares the host's network and says so.
+fn own_network(spec: &Spec, net: NetPlan, warnings: &mut Vec<String>) -> Result<bool, InitReport> {
+    // SAFETY: as above, single-threaded.
+    let Err(e) = (unsafe { rustix::thread::unshare_unsafe(UnshareFlags::NEWNET) }) else {
+        return Ok(true);
+    };
+    if net.explicit {
+        let named = if spec.allow_hosts.is_empty() {
+            "`network`"
+        } else {
+            "`allow_hosts`"
+        };
+        return Err(InitReport::Unsupported(format!(
+            "this host refuses network namespaces (unshare(CLONE_NEWNET): {e}), so {named} cannot \
+             be enforced; create the sandbox without `network` and `allow_hosts` (it then shares \
+             the host's network) or see `sandkeep doctor`"
+        )));
+    }
+    warnings.push(format!(
+        "no network namespace (unshare(CLONE_NEWNET): {e}): the sandbox shares the host's \
+         network; run `sandkeep doctor`"
+    ));
+    Ok(false)
 }
 
 /// Inside the fresh network namespace: loopback up, and the proxy's

@@ -47,7 +47,22 @@ pub enum Readiness {
         isolation: String,
         warnings: Vec<String>,
     },
+    /// A parameter this host cannot enforce, and why: nothing was made.
+    Unsupported(String),
     Failed(String),
+}
+
+/// Why a sandbox was not made.
+#[derive(Debug)]
+enum SetupError {
+    Unsupported(String),
+    Failed(String),
+}
+
+impl From<String> for SetupError {
+    fn from(e: String) -> Self {
+        SetupError::Failed(e)
+    }
 }
 
 pub fn main(args: Vec<String>) -> i32 {
@@ -116,8 +131,14 @@ fn run(home: Home, id: SandboxId) -> i32 {
             0
         }
         Err(e) => {
-            eprintln!("sandkeep keeper: {e}");
-            report(ready, &Readiness::Failed(e));
+            eprintln!("sandkeep keeper: {e:?}");
+            report(
+                ready,
+                &match e {
+                    SetupError::Unsupported(e) => Readiness::Unsupported(e),
+                    SetupError::Failed(e) => Readiness::Failed(e),
+                },
+            );
             cgroup::remove_recorded(&dir.path);
             let _ = state::remove_tree(&dir.path);
             release_slot(&home, &id);
@@ -143,7 +164,7 @@ struct Running {
     cgroup_dirs: Vec<PathBuf>,
 }
 
-fn start(home: &Home, dir: &SandboxDir) -> Result<Running, String> {
+fn start(home: &Home, dir: &SandboxDir) -> Result<Running, SetupError> {
     let spec: Spec = state::read_json(&dir.spec()).map_err(|e| format!("read spec.json: {e}"))?;
     let keeper = ProcessIdentity::own().map_err(|e| e.to_string())?;
     let root = rustix::process::geteuid().is_root();
@@ -189,6 +210,7 @@ fn start(home: &Home, dir: &SandboxDir) -> Result<Running, String> {
         net = NetPlan {
             isolate: false,
             proxy: false,
+            ..net
         };
         proxy = None;
     }
@@ -291,30 +313,46 @@ fn start(home: &Home, dir: &SandboxDir) -> Result<Running, String> {
     if let Some(pid) = walker {
         let _ = sys::wait_for(pid);
     }
-    let fail = |message: String| {
+    let fail = |e: SetupError| {
         let _ = rustix::process::pidfd_send_signal(&init_pidfd, Signal::KILL);
         let _ = sys::wait_for(init_pid);
-        Err(message)
+        Err(e)
     };
     info.isolation = match serde_json::from_slice::<InitReport>(&buf) {
         Ok(InitReport::Ready {
             isolation,
             warnings: more,
+            network,
         }) => {
             warnings.extend(more);
+            if !network {
+                // No namespace to isolate: nothing is enforced, no proxy.
+                proxy = None;
+                info.network = None;
+                info.allow_hosts.clear();
+            }
             isolation
         }
-        Ok(InitReport::Failed(e)) => return fail(format!("building the sandbox failed: {e}")),
-        Err(_) => return fail("the sandbox init died during setup".into()),
+        Ok(InitReport::Unsupported(e)) => return fail(SetupError::Unsupported(e)),
+        Ok(InitReport::Failed(e)) => {
+            return fail(format!("building the sandbox failed: {e}").into());
+        }
+        Err(_) => return fail("the sandbox init died during setup".to_owned().into()),
     };
     if let Some(proxy) = proxy.as_mut() {
         match fds.pop() {
             Some(listener) => {
                 if let Err(e) = proxy.start(listener) {
-                    return fail(e);
+                    return fail(e.into());
                 }
             }
-            None => return fail("the init sent no socket for the egress proxy".into()),
+            None => {
+                return fail(
+                    "the init sent no socket for the egress proxy"
+                        .to_owned()
+                        .into(),
+                );
+            }
         }
     }
     let init = ProcessIdentity::of(init_pid as u32).map_err(|e| e.to_string())?;
@@ -434,6 +472,7 @@ fn net_plan(spec: &Spec) -> NetPlan {
     NetPlan {
         isolate: !spec.process_only,
         proxy: !spec.process_only && spec.network.unwrap_or_default() == Network::Internet,
+        explicit: spec.network.is_some() || !spec.allow_hosts.is_empty(),
     }
 }
 
@@ -444,14 +483,14 @@ fn allow_hosts(spec: &Spec) -> Vec<String> {
 
 /// What `info` reports as enforced, and the refusal of an explicit
 /// network request that a sandbox without namespaces cannot honour.
-fn record_network(info: &mut SandboxInfo, spec: &Spec, net: NetPlan) -> Result<(), String> {
+fn record_network(info: &mut SandboxInfo, spec: &Spec, net: NetPlan) -> Result<(), SetupError> {
     if !net.isolate {
-        if spec.network.is_some() || !spec.allow_hosts.is_empty() {
-            return Err(
+        if net.explicit {
+            return Err(SetupError::Unsupported(
                 "this host refuses namespaces, so the sandbox would share the host's \
                  network: network and allow_hosts cannot be enforced (run `sandkeep doctor`)"
                     .into(),
-            );
+            ));
         }
         return Ok(());
     }

@@ -67,6 +67,7 @@ pub async fn start_keeper(
     };
     match readiness {
         Readiness::Ready { warnings, .. } => Ok(warnings),
+        Readiness::Unsupported(e) => Err(ProviderError::Unsupported(e)),
         Readiness::Failed(e) => Err(ProviderError::Unavailable(format!(
             "cannot create a local sandbox: {e}"
         ))),

@@ -656,3 +656,115 @@ async fn doctor_reports_the_network_namespace() {
         .expect("a network namespace check");
     assert!(check.ok, "{}", check.detail);
 }
+
+/// A kernel without network namespaces, simulated for this process and
+/// its descendants (the keepers and inits) with a seccomp filter: an
+/// `unshare` naming CLONE_NEWNET fails with EINVAL, as on a kernel built
+/// without them.
+fn refuse_network_namespaces() {
+    use seccompiler::{
+        SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter,
+        SeccompRule, TargetArch,
+    };
+    let flag = libc::CLONE_NEWNET as u64;
+    let rule = SeccompRule::new(vec![
+        SeccompCondition::new(
+            0,
+            SeccompCmpArgLen::Qword,
+            SeccompCmpOp::MaskedEq(flag),
+            flag,
+        )
+        .unwrap(),
+    ])
+    .unwrap();
+    let filter: seccompiler::BpfProgram = SeccompFilter::new(
+        [(libc::SYS_unshare, vec![rule])].into_iter().collect(),
+        SeccompAction::Allow,
+        SeccompAction::Errno(libc::EINVAL as u32),
+        TargetArch::x86_64,
+    )
+    .unwrap()
+    .try_into()
+    .unwrap();
+    rustix::thread::set_no_new_privs(true).unwrap();
+    seccompiler::apply_filter(&filter).unwrap();
+}
+
+/// Run by `without_network_namespaces_network_is_refused_and_the_default_says_so`
+/// in a child process.
+#[test]
+#[ignore = "helper process of without_network_namespaces_network_is_refused_and_the_default_says_so"]
+fn no_network_namespaces_inner() {
+    if std::env::var_os("SK_NO_NETNS").is_none() {
+        return;
+    }
+    refuse_network_namespaces();
+    let out = std::process::Command::new("unshare")
+        .args(["-n", "true"])
+        .status()
+        .unwrap();
+    assert!(
+        !out.success(),
+        "the simulation must refuse network namespaces"
+    );
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let home = state_dir();
+        let p = provider(home.path());
+        // The default sandbox is made, and says it has no network of its own.
+        let info = create(&p, 60).await;
+        assert_eq!(info.network, None, "{info:?}");
+        assert!(info.allow_hosts.is_empty());
+        let (_, out, err) = bash(&p, &info.sandbox_id, "echo works").await;
+        assert_eq!(out, "works\n", "{err}");
+        assert!(p.kill(&info.sandbox_id).await.unwrap());
+        // A request naming the network is refused as unsupported, naming
+        // the parameter and why; nothing is made.
+        for (network, hosts, named) in [
+            (Some(Network::None), vec![], "`network`"),
+            (Some(Network::Internet), vec![], "`network`"),
+            (None, vec!["pypi.org".to_owned()], "`allow_hosts`"),
+        ] {
+            let err = p
+                .create(CreateSpec {
+                    network,
+                    allow_hosts: hosts,
+                    ..spec(60)
+                })
+                .await
+                .expect_err("no network namespace: the request cannot be enforced");
+            assert!(
+                matches!(err, sandkeep::provider::ProviderError::Unsupported(_)),
+                "{err:?}"
+            );
+            let message = err.to_string();
+            assert!(
+                message.contains(named) && message.contains("network namespaces"),
+                "{message}"
+            );
+        }
+        assert!(
+            p.list().await.unwrap().is_empty(),
+            "a refused create left a sandbox"
+        );
+        println!("NO-NETNS CHECKED");
+    });
+}
+
+#[test]
+fn without_network_namespaces_network_is_refused_and_the_default_says_so() {
+    let out = support::ignored_test("no_network_namespaces_inner")
+        .env("SK_NO_NETNS", "1")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("1 passed") && stdout.contains("NO-NETNS CHECKED"),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
