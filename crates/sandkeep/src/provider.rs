@@ -62,3 +62,27 @@ pub fn open(kind: Kind) -> Result<Arc<dyn Provider>> {
 pub fn home_from_env() -> std::io::Result<std::path::PathBuf> {
     std::path::absolute(local::LocalConfig::from_env()?.home)
 }
+
+/// Where the sandboxes of `kind` live, as "no such sandbox" errors and the
+/// server's log name it: a client whose server runs with other settings
+/// than the CLI's sees none of the CLI's sandboxes, and must be told why.
+pub fn whereabouts(kind: Kind) -> String {
+    match kind {
+        Kind::Local => match home_from_env() {
+            Ok(home) => format!(
+                "provider local, state directory {}; a sandbox made with another SANDKEEP_HOME \
+                 is not visible here",
+                home.display()
+            ),
+            Err(e) => format!("provider local, state directory unknown: {e}"),
+        },
+        Kind::E2b => match e2b::E2bConfig::from_env() {
+            Ok(config) => format!(
+                "provider e2b, API {}; only sandboxes sandkeep made with the same E2B_API_KEY \
+                 are visible here",
+                config.api_url
+            ),
+            Err(e) => format!("provider e2b: {e}"),
+        },
+    }
+}

@@ -150,10 +150,13 @@ async fn sessionless_requests_are_told_to_pass_sandbox_id() {
     )
     .await;
     let m = texts(&gone);
+    // The error says where this server looks: the provider and its place.
+    let (provider, place) = match &home.e2b {
+        Some(endpoint) => ("provider e2b", endpoint.api_url.clone()),
+        None => ("provider local", home.path().display().to_string()),
+    };
     assert!(
-        m.contains("no such sandbox")
-            && m.contains("provider local")
-            && m.contains(&home.path().display().to_string()),
+        m.contains("no such sandbox") && m.contains(provider) && m.contains(&place),
         "{m}"
     );
 

@@ -133,21 +133,9 @@ pub fn run(args: ServeArgs) -> i32 {
         pids: args.max_pids.unwrap_or(defaults.pids),
         disk_mib: args.max_disk_mib.unwrap_or(defaults.disk_mib),
     };
-    let whereabouts = match provider::home_from_env() {
-        Ok(home) => {
-            tracing::info!(
-                "provider {}, state directory {} (SANDKEEP_HOME; the CLI and other servers see \
-                 these sandboxes only with the same directory)",
-                provider.kind(),
-                home.display()
-            );
-            mcp::Whereabouts::new(provider.kind(), &home)
-        }
-        Err(e) => {
-            tracing::warn!("provider {}, state directory unknown: {e}", provider.kind());
-            mcp::Whereabouts::default()
-        }
-    };
+    let whereabouts = provider::whereabouts(args.provider);
+    tracing::info!("{whereabouts}");
+    let whereabouts = mcp::Whereabouts::new(whereabouts);
     let service = Arc::new(Service::new(provider, secrets(token)).with_ceilings(ceilings));
     let (Some(addr), Some(auth)) = (addr, auth) else {
         return mcp::stdio::run(service, whereabouts);

@@ -74,25 +74,19 @@ fn publish(era: Era) -> Vec<Tool> {
 static SESSION_TOOLS: LazyLock<Vec<Tool>> = LazyLock::new(|| publish(Era::Session));
 static SESSIONLESS_TOOLS: LazyLock<Vec<Tool>> = LazyLock::new(|| publish(Era::Sessionless));
 
-/// Where this server keeps sandboxes, named in "no such sandbox" errors: a
-/// client that started the server with another `SANDKEEP_HOME` than the
-/// CLI's sees none of the CLI's sandboxes, and must be told where it looks.
+/// Where this server keeps sandboxes, named in "no such sandbox" errors
+/// ([`crate::provider::whereabouts`]): a client that started the server
+/// with other settings than the CLI's sees none of the CLI's sandboxes, and
+/// must be told where it looks.
 #[derive(Debug, Clone, Default)]
 pub struct Whereabouts {
-    /// E.g. "provider local, state directory /root/.local/state/sandkeep".
     note: Option<Arc<str>>,
 }
 
 impl Whereabouts {
-    pub fn new(provider: &str, state_dir: &std::path::Path) -> Self {
+    pub fn new(note: String) -> Self {
         Self {
-            note: Some(
-                format!(
-                    "provider {provider}, state directory {}",
-                    state_dir.display()
-                )
-                .into(),
-            ),
+            note: Some(note.into()),
         }
     }
 }
@@ -299,11 +293,7 @@ impl SandkeepMcp {
                 catalog::PASS_SANDBOX_ID
             ),
             ToolError::Provider(ProviderError::NoSuchSandbox(_)) => {
-                format!(
-                    "{e} (this server: {}; a sandbox made with another SANDKEEP_HOME is not \
-                     visible here)",
-                    self.whereabouts
-                )
+                format!("{e} (this server: {})", self.whereabouts)
             }
             _ => e.to_string(),
         }
