@@ -22,7 +22,7 @@ mod envd;
 mod rest;
 mod script;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -122,6 +122,9 @@ pub struct E2bProvider {
     rest: Rest,
     stats: Arc<Stats>,
     known: Mutex<HashMap<SandboxId, Known>>,
+    /// Sandboxes this process saw retained: a fate, once decided, is kept
+    /// for good, so a later start there needs no envd round trip for it.
+    retained: Mutex<HashSet<SandboxId>>,
     /// Where the helper is read from; `None`: `SANDKEEP_TASK_HELPER`, else
     /// this executable.
     helper_path: Option<std::path::PathBuf>,
@@ -182,6 +185,7 @@ impl E2bProvider {
             rest,
             stats,
             known: Mutex::default(),
+            retained: Mutex::default(),
             helper_path: None,
             helper: OnceCell::new(),
         })
@@ -717,8 +721,15 @@ impl Provider for E2bProvider {
     }
 
     async fn retain(&self, id: &SandboxId) -> Result<()> {
+        let retained = || self.retained.lock().unwrap_or_else(|p| p.into_inner());
+        if retained().contains(id) {
+            return Ok(());
+        }
         match self.decide(id, Fate::Retained).await? {
-            Fate::Retained => Ok(()),
+            Fate::Retained => {
+                retained().insert(id.clone());
+                Ok(())
+            }
             // Its session ended first and it is being destroyed.
             Fate::Released => Err(ProviderError::NoSuchSandbox(id.clone())),
         }
