@@ -433,6 +433,21 @@ impl E2bProvider {
         })
     }
 
+    /// An envd error on a call that names `path`: a missing path and envd's
+    /// refusal are the caller's file errors, the rest the sandbox's.
+    fn path_error(&self, e: EnvdError, id: &SandboxId, path: &str) -> ProviderError {
+        match e {
+            EnvdError::PathNotFound(_) => ProviderError::NoSuchPath {
+                path: path.to_owned(),
+            },
+            EnvdError::Refused { message, .. } => ProviderError::FileError {
+                path: path.to_owned(),
+                message,
+            },
+            e => self.envd_error(e, id, false),
+        }
+    }
+
     async fn retained(&self, id: &SandboxId) -> bool {
         matches!(
             self.script(id, script::READ_FATE)
@@ -614,16 +629,10 @@ impl Provider for E2bProvider {
     async fn read_file(&self, id: &SandboxId, path: &str, limit: u64) -> Result<Vec<u8>> {
         let known = self.known(id).await?;
         let envd = self.envd_for(id, &known).await;
-        let (data, size) = envd.download(path, limit).await.map_err(|e| match e {
-            EnvdError::PathNotFound(_) => ProviderError::NoSuchPath {
-                path: path.to_owned(),
-            },
-            EnvdError::Refused { message, .. } => ProviderError::FileError {
-                path: path.to_owned(),
-                message,
-            },
-            e => self.envd_error(e, id, false),
-        })?;
+        let (data, size) = envd
+            .download(path, limit)
+            .await
+            .map_err(|e| self.path_error(e, id, path))?;
         if size > limit || data.len() as u64 > limit {
             return Err(ProviderError::FileTooLarge {
                 path: path.to_owned(),
@@ -674,16 +683,7 @@ impl Provider for E2bProvider {
                 &json!({ "path": path, "depth": 1 }),
             )
             .await
-            .map_err(|e| match e {
-                EnvdError::PathNotFound(_) => ProviderError::NoSuchPath {
-                    path: path.to_owned(),
-                },
-                EnvdError::Refused { message, .. } => ProviderError::FileError {
-                    path: path.to_owned(),
-                    message,
-                },
-                e => self.envd_error(e, id, false),
-            })?;
+            .map_err(|e| self.path_error(e, id, path))?;
         let entries = answer
             .get("entries")
             .and_then(Value::as_array)
