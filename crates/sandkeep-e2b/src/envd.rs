@@ -1,7 +1,8 @@
 //! One sandbox's envd: the process service's Start as a Connect JSON
 //! server stream (never with a `Connect-Timeout-Ms`, which envd turns into
-//! a kill timer), `/files` upload and ranged download, and the filesystem
-//! service's Move and ListDir.
+//! a kill timer) read event by event, SendInput and CloseStdin, `/files`
+//! upload and ranged download, and unary calls such as the filesystem
+//! service's Move, Remove and ListDir.
 
 use std::sync::Arc;
 use std::time::Duration;

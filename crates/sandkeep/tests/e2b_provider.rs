@@ -595,8 +595,9 @@ fn count(log: &std::sync::Mutex<String>, what: &str) -> usize {
 /// Round trips of start_task, get_task and cancel_task through a stdio
 /// server on the e2b provider (against `serve --e2b` on loopback) and on
 /// the local provider, in one run; HTTP requests per tool call; helper
-/// uploads per sandbox. Run:
-/// `cargo test --release -p sandkeep --test e2b_provider -- --ignored --nocapture bench`
+/// uploads per sandbox, the helper's size and its upload time. Run (the
+/// small helper built first, so it is the one uploaded):
+/// `cargo build --release -p sandkeep-task && cargo test --release -p sandkeep --test e2b_provider -- --ignored --nocapture bench`
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "a benchmark: run it explicitly"]
 async fn bench_round_trips_e2b_vs_local() {
@@ -657,6 +658,17 @@ async fn bench_round_trips_e2b_vs_local() {
             .await;
         }
         let uploads = count(&s.stderr, "uploading the task helper");
+        let log = s.stderr.lock().unwrap().clone();
+        let number_after = |what: &str| {
+            log.split(what)
+                .nth(1)
+                .and_then(|rest| rest.split(|c: char| !c.is_ascii_digit()).next())
+                .and_then(|n| n.parse::<u64>().ok())
+        };
+        let upload = (
+            number_after("uploading the task helper ("),
+            number_after("uploaded the task helper in "),
+        );
         ok(&s.client, "kill_sandbox", json!({"sandbox_id": id})).await;
         s.close().await;
         let most = |v: &Vec<usize>| *v.iter().max().unwrap();
@@ -665,10 +677,11 @@ async fn bench_round_trips_e2b_vs_local() {
             [median(starts), median(gets), median(cancels)],
             [most(&start_reqs), most(&get_reqs), most(&cancel_reqs)],
             uploads,
+            upload,
         ));
     }
-    let (_, local, _, _) = results[0];
-    let (_, e2b, reqs, uploads) = results[1];
+    let (_, local, _, _, _) = results[0];
+    let (_, e2b, reqs, uploads, upload) = results[1];
     for (i, tool) in ["start_task", "get_task", "cancel_task"].iter().enumerate() {
         println!(
             "{tool}: local {:.1} ms, e2b {:.1} ms, ratio {:.2}x; e2b HTTP requests per call: {}",
@@ -682,6 +695,13 @@ async fn bench_round_trips_e2b_vs_local() {
         "helper uploads in the e2b sandbox ({} tasks): {uploads}",
         N + 1
     );
+    if let (Some(bytes), Some(micros)) = upload {
+        println!(
+            "the helper uploaded: {bytes} bytes ({:.1} MB) in {:.1} ms",
+            bytes as f64 / 1e6,
+            micros as f64 / 1e3
+        );
+    }
 }
 
 /// A TCP relay to `upstream` that, once, cuts a connection whose request
