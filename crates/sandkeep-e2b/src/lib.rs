@@ -735,8 +735,8 @@ impl Provider for E2bProvider {
             let (path, hash) = out.trim().split_once(' ').unwrap_or((out.trim(), ""));
             (path.to_owned(), hash.to_owned())
         };
-        // The check answers fast for a sandbox that is gone; the first
-        // hash of the helper (tens of MB) is read meanwhile.
+        // The check answers fast for a sandbox that is gone; the helper
+        // is chosen and hashed (the first time) meanwhile.
         let check = script::helper_check();
         let (helper, out) = tokio::try_join!(self.helper(), self.script(id, &check))?;
         let (path, hash) = parse(&out);
