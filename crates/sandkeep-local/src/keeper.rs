@@ -126,6 +126,9 @@ fn run(home: Home, id: SandboxId) -> i32 {
                     warnings: sandbox.warnings.clone(),
                 },
             );
+            if let Some(pid) = sandbox.walker {
+                let _ = sys::wait_for(pid);
+            }
             watch(&dir, &sandbox);
             destroy(&home, &dir, sandbox);
             0
@@ -154,6 +157,9 @@ fn report(fd: OwnedFd, readiness: &Readiness) {
 
 struct Running {
     meta: Meta,
+    /// The /etc walker, answered but perhaps still exiting (see
+    /// `unreadable`): reaped once the provider has its answer.
+    walker: Option<i32>,
     warnings: Vec<String>,
     init_pidfd: OwnedFd,
     signals: OwnedFd,
@@ -327,13 +333,13 @@ fn start(home: &Home, dir: &SandboxDir) -> Result<Running, SetupError> {
     let mut buf = vec![0u8; 256 * 1024];
     let (n, mut fds) = wire::recv(&report_r, &mut buf).unwrap_or_default();
     buf.truncate(n);
-    // Done by now (the init read its answer, or no longer will).
-    if let Some(pid) = walker {
-        let _ = sys::wait_for(pid);
-    }
     let fail = |e: SetupError| {
         let _ = rustix::process::pidfd_send_signal(&init_pidfd, Signal::KILL);
         let _ = sys::wait_for(init_pid);
+        // Done by now, or soon (the init no longer reads its answer).
+        if let Some(pid) = walker {
+            let _ = sys::wait_for(pid);
+        }
         Err(e)
     };
     info.isolation = match serde_json::from_slice::<InitReport>(&buf) {
@@ -386,6 +392,7 @@ fn start(home: &Home, dir: &SandboxDir) -> Result<Running, SetupError> {
     state::write_json(&dir.meta(), &meta).map_err(|e| format!("write meta.json: {e}"))?;
     Ok(Running {
         meta,
+        walker,
         warnings,
         init_pidfd,
         signals,
