@@ -5,8 +5,8 @@
 //! checks, a pty), `mcp` (served children, rmcp clients, a recording
 //! provider), `http` (raw HTTP/1.1 for the listeners' edges), `local`
 //! (the local provider in-process) and `fake_kernel` (a kernel without
-//! namespaces, simulated). Nothing here
-//! asserts product behaviour; the tests do.
+//! namespaces, simulated). Nothing here asserts product behaviour; the
+//! tests do.
 #![allow(dead_code)] // each test crate uses a different subset
 
 pub mod cli;
