@@ -8,8 +8,9 @@ For N runs (env N, default 200) of each case, in one sandbox: the server's
 own CPU (utime+stime of SERVER_PID), the sandbox's (the cutime+cstime its
 init collects from the commands it reaps: the shells, the profile's `id`)
 and this client's (the SDK), per run. Cases: the SDK's run("true")
-(`/bin/bash -l -c true`), a raw envd Start of /bin/true, and run("true")
-again with /etc/profile's `$(id -u)` replaced by bash's `$EUID`.
+(`/bin/bash -l -c true`), a raw envd Start of /bin/true, the same inside
+one more `bash -c` (the cost of a shell layer), and run("true") again with
+/etc/profile's `$(id -u)` replaced by bash's `$EUID`.
 """
 
 import http.client
@@ -38,8 +39,9 @@ def ticks(pid, fields):
     return sum(int(rest[f - 3]) for f in fields)
 
 
-def start_true():
-    body = json.dumps({"process": {"cmd": "/bin/true", "args": [], "envs": {}}, "stdin": False}).encode()
+def start(*argv):
+    body = json.dumps({"process": {"cmd": argv[0], "args": list(argv[1:]), "envs": {}}, "stdin": False})
+    body = body.encode()
     envd.request(
         "POST",
         "/process.Process/Start",
@@ -74,7 +76,8 @@ def measure(label, call):
 
 try:
     measure("SDK run('true')", lambda: sbx.commands.run("true"))
-    measure("raw Start /bin/true", start_true)
+    measure("raw Start /bin/true", lambda: start("/bin/true"))
+    measure("raw Start, one more bash around it", lambda: start("/bin/bash", "-c", "exec /bin/true"))
     sbx.commands.run("sed -i 's/\\$(id -u)/${EUID:-$(id -u)}/' /etc/profile")
     measure("SDK run('true'), $EUID profile", lambda: sbx.commands.run("true"))
 finally:
