@@ -21,7 +21,9 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 
 use super::Envd;
 use super::envd::{absolute, clean, http_error};
-use crate::provider::{ExecRequest, Provider, RunningProcess, SandboxId, SpawnRequest, Spawned};
+use crate::provider::{
+    ExecRequest, Provider, ProviderError, RunningProcess, SandboxId, SpawnRequest, Spawned,
+};
 
 /// Exit statuses of the transfer scripts.
 const GONE: i32 = 44;
@@ -323,8 +325,12 @@ impl Drop for Staged {
                     },
                 )
                 .await;
-            if let Err(e) = removed {
-                tracing::warn!(sandbox = %id, "cannot remove a broken upload's temporary file: {e}");
+            match removed {
+                // Gone with its sandbox.
+                Ok(_) | Err(ProviderError::NoSuchSandbox(_)) => {}
+                Err(e) => {
+                    tracing::warn!(sandbox = %id, "cannot remove a broken upload's temporary file: {e}");
+                }
             }
         });
     }
