@@ -126,7 +126,7 @@ fn run(home: Home, id: SandboxId) -> i32 {
                     warnings: sandbox.warnings.clone(),
                 },
             );
-            if let Some(pid) = sandbox.walker {
+            for &pid in &sandbox.exiting {
                 let _ = sys::wait_for(pid);
             }
             watch(&dir, &sandbox);
@@ -157,9 +157,10 @@ fn report(fd: OwnedFd, readiness: &Readiness) {
 
 struct Running {
     meta: Meta,
-    /// The /etc walker, answered but perhaps still exiting (see
-    /// `unreadable`): reaped once the provider has its answer.
-    walker: Option<i32>,
+    /// Children done with their work and exiting (the /etc walker, whose
+    /// clone of /etc dissolves at its exit, and the user-namespace maker):
+    /// reaped once the provider has its answer.
+    exiting: Vec<i32>,
     warnings: Vec<String>,
     init_pidfd: OwnedFd,
     signals: OwnedFd,
@@ -174,6 +175,15 @@ fn start(home: &Home, dir: &SandboxDir) -> Result<Running, SetupError> {
     let spec: Spec = state::read_json(&dir.spec()).map_err(|e| format!("read spec.json: {e}"))?;
     let keeper = ProcessIdentity::own().map_err(|e| e.to_string())?;
     let root = rustix::process::geteuid().is_root();
+    // Root sees the base template's /etc idmapped: what others cannot
+    // read there is masked. Walked on the host meanwhile (see
+    // `unreadable`), from the first moment: it is the longest part of a
+    // create on a busy machine; the init takes the list when it masks.
+    let mut etc_walk = if root && spec.template_dir.is_none() && !spec.process_only {
+        Some(unreadable::start(Path::new("/etc"), Path::new("etc"))?)
+    } else {
+        None
+    };
     // Root never runs a sandbox as itself: it gets a uid block either way.
     let base = if root {
         Some(allocate_slot(home, &spec.sandbox_id)?)
@@ -188,21 +198,25 @@ fn start(home: &Home, dir: &SandboxDir) -> Result<Running, SetupError> {
     } else {
         None
     };
-    // Root sees the base template's /etc idmapped: what others cannot
-    // read there is masked. Walked on the host meanwhile (see
-    // `unreadable`); the init takes the list when it masks.
-    let mut etc_walk = if root && spec.template_dir.is_none() && !spec.process_only {
-        Some(unreadable::start(Path::new("/etc"), Path::new("etc"))?)
+    let userns_child = if root && !spec.process_only {
+        Some(fork_userns_child()?)
     } else {
         None
     };
+    // Children that finish their work early and exit on their own: reaped
+    // once the provider has its answer, off the create's path.
+    let exiting: Vec<i32> = etc_walk
+        .iter()
+        .map(|w| w.pid)
+        .chain(userns_child.iter().map(|c| c.pid))
+        .collect();
     // Before any namespace: the cgroups are made with the host's view.
     let (cgroups, enforced) = limit_resources(&spec, dir, &mut warnings)?;
     let cgroup_dirs = cgroups.dirs.clone();
     let attempt = if spec.process_only {
         Err("the configuration asks for process-only sandboxes".to_owned())
     } else {
-        namespaces(base)
+        namespaces(base, userns_child)
     };
     let mode = attempt.unwrap_or_else(|why| {
         warnings.push(format!(
@@ -220,7 +234,6 @@ fn start(home: &Home, dir: &SandboxDir) -> Result<Running, SetupError> {
         };
         proxy = None;
     }
-    let walker = etc_walk.as_ref().map(|w| w.pid);
     let etc_walk = etc_walk.take().filter(|_| !process_only).map(|w| w.answer);
     if process_only {
         // Its home and TMPDIR on the host (a namespaced sandbox has both
@@ -337,7 +350,7 @@ fn start(home: &Home, dir: &SandboxDir) -> Result<Running, SetupError> {
         let _ = rustix::process::pidfd_send_signal(&init_pidfd, Signal::KILL);
         let _ = sys::wait_for(init_pid);
         // Done by now, or soon (the init no longer reads its answer).
-        if let Some(pid) = walker {
+        for &pid in &exiting {
             let _ = sys::wait_for(pid);
         }
         Err(e)
@@ -392,7 +405,7 @@ fn start(home: &Home, dir: &SandboxDir) -> Result<Running, SetupError> {
     state::write_json(&dir.meta(), &meta).map_err(|e| format!("write meta.json: {e}"))?;
     Ok(Running {
         meta,
-        walker,
+        exiting,
         warnings,
         init_pidfd,
         signals,
@@ -520,11 +533,11 @@ fn record_network(info: &mut SandboxInfo, spec: &Spec, net: NetPlan) -> Result<(
 /// Prepares the namespaced mode: root gets a user namespace shifted to its
 /// uid block, an ordinary user moves the keeper into one where it is root;
 /// then the pid namespace that the init will be pid 1 of.
-fn namespaces(base: Option<u32>) -> Result<Mode, String> {
-    let mode = match base {
-        Some(base) => Mode::Namespaces {
+fn namespaces(base: Option<u32>, userns_child: Option<UsernsChild>) -> Result<Mode, String> {
+    let mode = match base.zip(userns_child) {
+        Some((base, child)) => Mode::Namespaces {
             owner: Owner::Shifted { base },
-            userns: Some(shifted_userns(base)?),
+            userns: Some(shifted_userns(child, base)?),
         },
         None => {
             enter_invoker_userns()?;
@@ -750,16 +763,23 @@ fn release_slot(home: &Home, id: &SandboxId) {
     }
 }
 
-/// Root mode: a user namespace mapping sandbox ids 0..65536 to the block at
-/// `base`, created by a throwaway child and kept alive by the returned fd.
-/// The init joins it after building the root, and idmaps lower layers
-/// through it.
-fn shifted_userns(base: u32) -> Result<OwnedFd, String> {
+/// Root mode's user-namespace maker: a throwaway child that unshares a
+/// user namespace and stays until the keeper has mapped it. Forked early,
+/// so that its unshare overlaps the keeper's own work.
+struct UsernsChild {
+    pid: i32,
+    /// One byte: whether its unshare worked.
+    unshared: OwnedFd,
+    /// Closed once the keeper holds the namespace: then it exits.
+    done: OwnedFd,
+}
+
+fn fork_userns_child() -> Result<UsernsChild, String> {
     let (go_r, go_w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
         .map_err(|e| format!("pipe: {e}"))?;
     let (done_r, done_w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
         .map_err(|e| format!("pipe: {e}"))?;
-    let pid = match sys::fork().map_err(|e| format!("fork: {e}"))? {
+    match sys::fork().map_err(|e| format!("fork: {e}"))? {
         sys::Forked::Child => {
             drop(go_r);
             drop(done_w);
@@ -770,22 +790,31 @@ fn shifted_userns(base: u32) -> Result<OwnedFd, String> {
             let _ = rustix::io::read(&done_r, &mut b);
             sys::exit_now(0)
         }
-        sys::Forked::Parent(pid) => pid,
-    };
-    drop(go_w);
-    drop(done_r);
+        sys::Forked::Parent(pid) => Ok(UsernsChild {
+            pid,
+            unshared: go_r,
+            done: done_w,
+        }),
+    }
+}
+
+/// Root mode: a user namespace mapping sandbox ids 0..65536 to the block at
+/// `base`, made by `child` and kept alive by the returned fd (the child
+/// exits once it is released; the keeper reaps it later). The init joins
+/// it after building the root, and idmaps lower layers through it.
+fn shifted_userns(child: UsernsChild, base: u32) -> Result<OwnedFd, String> {
+    let pid = child.pid;
     let mut b = [0u8; 1];
-    let answered = rustix::io::read(&go_r, &mut b).is_ok_and(|n| n == 1 && b[0] == b'y');
-    let result = if answered {
-        sys::write_id_maps(Some(pid), base, base, BLOCK)
-            .and_then(|()| fs::File::open(format!("/proc/{pid}/ns/user")).map(OwnedFd::from))
-            .map_err(|e| format!("map the sandbox user namespace: {e}"))
-    } else {
-        Err("unshare(CLONE_NEWUSER) failed; user namespaces are disabled on this host (run `sandkeep doctor`)".into())
-    };
-    drop(done_w);
-    let _ = sys::wait_for(pid);
-    result
+    let answered = rustix::io::read(&child.unshared, &mut b).is_ok_and(|n| n == 1 && b[0] == b'y');
+    if !answered {
+        return Err("unshare(CLONE_NEWUSER) failed; user namespaces are disabled on this host (run `sandkeep doctor`)".into());
+    }
+    let userns = sys::write_id_maps(Some(pid), base, base, BLOCK)
+        .and_then(|()| fs::File::open(format!("/proc/{pid}/ns/user")).map(OwnedFd::from))
+        .map_err(|e| format!("map the sandbox user namespace: {e}"));
+    // Released only now: the namespace lives on through its fd.
+    drop(child.done);
+    userns
 }
 
 /// Unprivileged mode: the keeper itself moves into a user namespace where

@@ -9,6 +9,8 @@
 //! of the directory's mount (exactly the tree the sandbox's lower layer
 //! is: no submounts) while the keeper and the init do their own work, and
 //! writes the list into a pipe that the init reads only when it masks.
+//! The clone is released only when the walker exits, after it has
+//! answered: releasing it unmounts it, which waits for an RCU grace period.
 //! This module walks and reports; it mounts nothing.
 
 use std::ffi::CStr;
