@@ -6,15 +6,19 @@
 //! with the last of them and is replaced if killed; 300 waiters on 100
 //! tasks all answer right after their tasks end; a provider without
 //! `spawn` still waits (one helper call per waiter); delete_task frees one
-//! of the 128 places; bad input names the parameter.
+//! of the 128 places; bad input names the parameter. A wait reports
+//! progress less often than a command, and open sessionless waits over
+//! HTTP do not count against the session cap.
 
 mod support;
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use rmcp::model::{CallToolRequestParams, ClientRequest, Request};
-use rmcp::service::PeerRequestOptions;
+use rmcp::ServiceExt;
+use rmcp::model::{CallToolRequestParams, ClientRequest, ProgressNotificationParam, Request};
+use rmcp::service::{NotificationContext, PeerRequestOptions};
 use sandkeep::provider::{
     CreateSpec, ExecOutput, ExecRequest, FileEntry, Provider, Release, Result as PResult,
     SandboxId, SandboxInfo,
@@ -445,6 +449,82 @@ async fn three_hundred_waiters_share_one_watcher_and_answer_right_after_their_ta
         "the last waiter answered {latest:?} after the tasks could end"
     );
     f.finish().await;
+}
+
+/// Counts the progress notifications a client hears (rmcp's client asks
+/// for progress on every call).
+#[derive(Clone, Default)]
+struct HeardProgress(Arc<AtomicUsize>);
+
+impl rmcp::ClientHandler for HeardProgress {
+    async fn on_progress(
+        &self,
+        _: ProgressNotificationParam,
+        _: NotificationContext<rmcp::RoleClient>,
+    ) {
+        self.0.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+/// A long-poll reports progress every 25 s, other calls every 5 s: a 6 s
+/// run_command is heard from, a 6 s wait_task is not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wait_reports_progress_less_often_than_a_command() {
+    let home = Home::new();
+    let mut child = home.spawn_serve(std::process::Stdio::inherit());
+    let (stdout, stdin) = (child.stdout.take().unwrap(), child.stdin.take().unwrap());
+    let heard = HeardProgress::default();
+    let client = heard
+        .clone()
+        .serve((stdout, stdin))
+        .await
+        .expect("handshake");
+    let call = |tool: &'static str, args: Value| {
+        let client = &client;
+        async move {
+            let params =
+                CallToolRequestParams::new(tool).with_arguments(args.as_object().unwrap().clone());
+            let r = client.call_tool(params).await.expect("tools/call");
+            assert_ne!(r.is_error, Some(true), "{tool}: {:?}", r.content);
+            r.structured_content.expect("structuredContent")
+        }
+    };
+    let sb = sid(&call("create_sandbox", json!({"timeout": 600})).await);
+    call(
+        "run_command",
+        json!({"sandbox_id": sb, "command": "sleep 6"}),
+    )
+    .await;
+    until(
+        Duration::from_secs(3),
+        "progress from a 6 s run_command",
+        || std::future::ready(heard.0.load(Ordering::SeqCst) >= 1),
+    )
+    .await;
+    heard.0.store(0, Ordering::SeqCst);
+    let task = tid(&call(
+        "start_task",
+        json!({"sandbox_id": sb, "command": "exec sleep 600"}),
+    )
+    .await);
+    let quiet = call(
+        "wait_task",
+        json!({"sandbox_id": sb, "task_id": task, "timeout": 6}),
+    )
+    .await;
+    assert_eq!(quiet["state"], "running", "{quiet}");
+    assert_eq!(
+        heard.0.load(Ordering::SeqCst),
+        0,
+        "a 6 s wait_task reported progress"
+    );
+    call("kill_sandbox", json!({"sandbox_id": sb})).await;
+    client.cancel().await.expect("client stops");
+    assert!(
+        wait_exit(&mut child, Duration::from_secs(15))
+            .await
+            .success()
+    );
 }
 
 /// Sessionless requests in flight are no sessions: with more waits open
