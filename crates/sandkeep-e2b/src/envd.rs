@@ -1,8 +1,10 @@
 //! One sandbox's envd: the process service's Start as a Connect JSON
 //! server stream (never with a `Connect-Timeout-Ms`, which envd turns into
-//! a kill timer), `/files` upload and ranged download, and the filesystem
-//! service's Move and ListDir.
+//! a kill timer) read event by event, SendInput and CloseStdin, `/files`
+//! upload and ranged download, and unary calls such as the filesystem
+//! service's Move, Remove and ListDir.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use base64::Engine as _;
@@ -78,7 +80,7 @@ impl Tail {
 }
 
 #[derive(Debug, Default, Deserialize)]
-struct Event {
+struct RawEvent {
     #[serde(default)]
     start: Option<Value>,
     #[serde(default)]
@@ -125,6 +127,90 @@ impl End {
     }
 }
 
+/// One event of a process stream.
+#[derive(Debug)]
+pub enum Event {
+    /// Always first: envd's id of the process, for SendInput and CloseStdin.
+    Start {
+        pid: Value,
+    },
+    Stdout(Vec<u8>),
+    Stderr(Vec<u8>),
+    /// Exit status, or 128+N for signal N.
+    End(i32),
+    /// A keepalive, or what this client does not know.
+    Other,
+}
+
+impl Event {
+    fn from_json(v: &Value) -> Self {
+        let raw: RawEvent =
+            serde_json::from_value(v.get("event").cloned().unwrap_or_default()).unwrap_or_default();
+        let decode = |s: &str| B64.decode(s).unwrap_or_default();
+        if let Some(start) = raw.start {
+            return Self::Start {
+                pid: start.get("pid").cloned().unwrap_or(Value::Null),
+            };
+        }
+        if let Some(end) = raw.end {
+            return Self::End(end.code());
+        }
+        match raw.data {
+            Some(Data {
+                stdout: Some(s), ..
+            }) => Self::Stdout(decode(&s)),
+            Some(Data {
+                stderr: Some(s), ..
+            }) => Self::Stderr(decode(&s)),
+            _ => Self::Other,
+        }
+    }
+}
+
+/// Start's answer: a Connect stream of enveloped messages, read one event
+/// at a time.
+pub struct Stream {
+    response: reqwest::Response,
+    buf: Vec<u8>,
+}
+
+impl Stream {
+    /// The next event; `Ok(None)` at the end-of-stream message.
+    pub async fn next(&mut self) -> Result<Option<Event>, EnvdError> {
+        loop {
+            if self.buf.len() >= 5 {
+                let b = &self.buf;
+                let len = u32::from_be_bytes([b[1], b[2], b[3], b[4]]) as usize;
+                if b.len() >= 5 + len {
+                    let flags = b[0];
+                    let frame: Vec<u8> = self.buf.drain(..5 + len).skip(5).collect();
+                    let v: Value = serde_json::from_slice(&frame).map_err(|e| {
+                        EnvdError::Broken(format!("unreadable message from envd: {e}"))
+                    })?;
+                    if flags & END_STREAM == 0 {
+                        return Ok(Some(Event::from_json(&v)));
+                    }
+                    return match v.get("error") {
+                        Some(error) => Err(EnvdError::Broken(format!(
+                            "the process stream ended with {error}"
+                        ))),
+                        None => Ok(None),
+                    };
+                }
+            }
+            match self.response.chunk().await {
+                Ok(Some(chunk)) => self.buf.extend_from_slice(&chunk),
+                Ok(None) => {
+                    return Err(EnvdError::Broken(
+                        "the process stream was cut before its end".into(),
+                    ));
+                }
+                Err(e) => return Err(EnvdError::Broken(crate::chain(&e))),
+            }
+        }
+    }
+}
+
 /// `/files?path=…`, the path encoded.
 fn files_path(path: &str) -> String {
     let query: String = form_urlencoded::Serializer::new(String::new())
@@ -134,24 +220,25 @@ fn files_path(path: &str) -> String {
 }
 
 /// A sandbox's envd, as these credentials reach it.
-pub struct Envd<'a> {
-    pub http: &'a reqwest::Client,
+#[derive(Clone)]
+pub struct Envd {
+    pub http: reqwest::Client,
     pub base: String,
-    pub sandbox_id: &'a str,
-    pub token: Option<&'a str>,
-    pub stats: &'a Stats,
+    pub sandbox_id: String,
+    pub token: Option<String>,
+    pub stats: Arc<Stats>,
 }
 
-impl Envd<'_> {
+impl Envd {
     fn request(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
         self.stats.count_envd();
         tracing::debug!(target: "sandkeep_e2b::http", "e2b request: envd {method} {path}");
         let mut r = self
             .http
             .request(method, format!("{}{path}", self.base))
-            .header("E2b-Sandbox-Id", self.sandbox_id)
+            .header("E2b-Sandbox-Id", &self.sandbox_id)
             .header("E2b-Sandbox-Port", ENVD_PORT.to_string());
-        if let Some(token) = self.token {
+        if let Some(token) = &self.token {
             r = r.header("X-Access-Token", token);
         }
         r
@@ -187,20 +274,23 @@ impl Envd<'_> {
         }
     }
 
-    /// Runs `cmd args…` through Start (no connect timeout), feeding
-    /// `stdin` if given, and collects its output until the end event or
-    /// `deadline`. `Ok` with `exit_code: None` means the deadline passed.
-    pub async fn run(
+    /// Starts `cmd args…` (no connect timeout; stdin a pipe when `stdin`,
+    /// else /dev/null, with `envs` added to its environment): its stream
+    /// once envd accepted it.
+    pub async fn start(
         &self,
         cmd: &str,
         args: &[&str],
-        stdin: Option<&[u8]>,
-        deadline: Duration,
-        output_limit: usize,
-    ) -> Result<Finished, EnvdError> {
+        envs: &[(&str, &str)],
+        stdin: bool,
+    ) -> Result<Stream, EnvdError> {
+        let envs: serde_json::Map<String, Value> = envs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), Value::from(*v)))
+            .collect();
         let message = json!({
-            "process": { "cmd": cmd, "args": args, "envs": {} },
-            "stdin": stdin.is_some(),
+            "process": { "cmd": cmd, "args": args, "envs": envs },
+            "stdin": stdin,
         });
         let payload = serde_json::to_vec(&message).expect("a request is JSON");
         let mut body = Vec::with_capacity(payload.len() + 5);
@@ -221,90 +311,70 @@ impl Envd<'_> {
             let bytes = response.bytes().await.unwrap_or_default();
             return Err(Self::refused(status, &bytes));
         }
+        Ok(Stream {
+            response,
+            buf: Vec::new(),
+        })
+    }
+
+    /// Runs `cmd args…` through Start (no connect timeout), feeding
+    /// `stdin` if given, and collects its output until the end event or
+    /// `deadline`. `Ok` with `exit_code: None` means the deadline passed.
+    pub async fn run(
+        &self,
+        cmd: &str,
+        args: &[&str],
+        stdin: Option<&[u8]>,
+        deadline: Duration,
+        output_limit: usize,
+    ) -> Result<Finished, EnvdError> {
+        let mut stream = self.start(cmd, args, &[], stdin.is_some()).await?;
         let mut finished = Finished {
             exit_code: None,
             stdout: Tail::new(output_limit),
             stderr: Tail::new(output_limit),
         };
-        let read = self.read_stream(response, stdin, &mut finished);
+        let read = async {
+            let mut stdin = stdin;
+            while let Some(event) = stream.next().await? {
+                match event {
+                    Event::Start { pid } => {
+                        if let Some(input) = stdin.take() {
+                            self.send_input(&pid, input).await?;
+                            self.close_stdin(&pid).await?;
+                        }
+                    }
+                    Event::Stdout(bytes) => finished.stdout.push(&bytes),
+                    Event::Stderr(bytes) => finished.stderr.push(&bytes),
+                    Event::End(code) => finished.exit_code = Some(code),
+                    Event::Other => {}
+                }
+            }
+            if finished.exit_code.is_none() {
+                return Err(EnvdError::Broken(
+                    "the process stream ended without an end event".into(),
+                ));
+            }
+            Ok(())
+        };
         match tokio::time::timeout(deadline, read).await {
             Ok(result) => result.map(|()| finished),
             Err(_) => Ok(finished),
         }
     }
 
-    async fn read_stream(
-        &self,
-        mut response: reqwest::Response,
-        mut stdin: Option<&[u8]>,
-        out: &mut Finished,
-    ) -> Result<(), EnvdError> {
-        let mut buf: Vec<u8> = Vec::new();
-        loop {
-            while buf.len() >= 5 {
-                let len = u32::from_be_bytes([buf[1], buf[2], buf[3], buf[4]]) as usize;
-                if buf.len() < 5 + len {
-                    break;
-                }
-                let flags = buf[0];
-                let frame: Vec<u8> = buf.drain(..5 + len).skip(5).collect();
-                let v: Value = serde_json::from_slice(&frame)
-                    .map_err(|e| EnvdError::Broken(format!("unreadable message from envd: {e}")))?;
-                if flags & END_STREAM != 0 {
-                    if let Some(error) = v.get("error") {
-                        return Err(EnvdError::Broken(format!(
-                            "the process stream ended with {error}"
-                        )));
-                    }
-                    return if out.exit_code.is_some() {
-                        Ok(())
-                    } else {
-                        Err(EnvdError::Broken(
-                            "the process stream ended without an end event".into(),
-                        ))
-                    };
-                }
-                let event: Event =
-                    serde_json::from_value(v.get("event").cloned().unwrap_or_default())
-                        .unwrap_or_default();
-                if let Some(start) = event.start
-                    && let Some(input) = stdin.take()
-                {
-                    let pid = start.get("pid").cloned().unwrap_or(Value::Null);
-                    self.feed(&pid, input).await?;
-                }
-                if let Some(data) = event.data {
-                    let decode = |s: &str| B64.decode(s).unwrap_or_default();
-                    if let Some(s) = data.stdout {
-                        out.stdout.push(&decode(&s));
-                    }
-                    if let Some(s) = data.stderr {
-                        out.stderr.push(&decode(&s));
-                    }
-                }
-                if let Some(end) = event.end {
-                    out.exit_code = Some(end.code());
-                }
-            }
-            match response.chunk().await {
-                Ok(Some(chunk)) => buf.extend_from_slice(&chunk),
-                Ok(None) => {
-                    return Err(EnvdError::Broken(
-                        "the process stream was cut before its end".into(),
-                    ));
-                }
-                Err(e) => return Err(EnvdError::Broken(crate::chain(&e))),
-            }
-        }
-    }
-
-    /// Writes `input` to process `pid`'s stdin and closes it.
-    async fn feed(&self, pid: &Value, input: &[u8]) -> Result<(), EnvdError> {
+    /// Writes `input` to the stdin of envd's process `pid`.
+    pub async fn send_input(&self, pid: &Value, input: &[u8]) -> Result<(), EnvdError> {
         self.unary(
             "/process.Process/SendInput",
             &json!({ "process": { "pid": pid }, "input": { "stdin": B64.encode(input) } }),
         )
-        .await?;
+        .await
+        .map(drop)
+    }
+
+    /// Closes the stdin of envd's process `pid`.
+    pub async fn close_stdin(&self, pid: &Value) -> Result<(), EnvdError> {
         self.unary(
             "/process.Process/CloseStdin",
             &json!({ "process": { "pid": pid } }),
@@ -337,7 +407,11 @@ impl Envd<'_> {
     }
 
     /// Writes a file (envd creates missing parents and truncates).
-    pub async fn upload(&self, path: &str, content: Vec<u8>) -> Result<(), EnvdError> {
+    pub async fn upload(
+        &self,
+        path: &str,
+        content: impl Into<reqwest::Body>,
+    ) -> Result<(), EnvdError> {
         let response = self
             .request(reqwest::Method::POST, &files_path(path))
             .header("Content-Type", "application/octet-stream")

@@ -9,7 +9,9 @@
 //!   credentials.
 //! - Commands and files go to the sandbox's envd (`envd`). A command is a
 //!   `Start` without a connect timeout, wrapped so that it has its own
-//!   process group, killed whole at its timeout (`script`).
+//!   process group, killed whole at its timeout (`script`); a process that
+//!   outlives the call (the shared task watcher) is one such stream with
+//!   live pipes (`spawned`).
 //! - The task helper is uploaded once per sandbox and checked by SHA-256
 //!   inside the sandbox before each use is handed out.
 //! - Retention is decided inside the sandbox by one atomic `ln -s`, so it
@@ -19,8 +21,10 @@
 
 mod config;
 mod envd;
+mod helper;
 mod rest;
 mod script;
+mod spawned;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -30,14 +34,15 @@ use std::time::Duration;
 use async_trait::async_trait;
 use sandkeep_provider::{
     CreateSpec, ExecOutput, ExecRequest, FileEntry, FileKind, Limits, Network, Provider,
-    ProviderError, Release, Result, SandboxId, SandboxInfo,
+    ProviderError, Release, Result, SandboxId, SandboxInfo, SpawnRequest, Spawned,
 };
 use serde_json::{Value, json};
-use sha2::{Digest, Sha256};
 use tokio::sync::OnceCell;
 
 pub use config::{E2bConfig, MissingKey};
 use envd::{Envd, EnvdError};
+use helper::Helper;
+pub use helper::{Chosen as ChosenHelper, HELPER_ENV, Origin as HelperOrigin};
 use rest::{Detail, NewSandbox, Rest, RestError};
 use script::Fate;
 
@@ -56,9 +61,6 @@ const META_NETWORK: &str = "sandkeep_network";
 const EXEC_GRACE: Duration = Duration::from_secs(10);
 /// The bound of the provider's own short scripts.
 const SCRIPT_TIMEOUT: Duration = Duration::from_secs(60);
-/// Where the helper is taken from when `SANDKEEP_TASK_HELPER` is unset:
-/// this very executable, which is also the helper under that name.
-const HELPER_ENV: &str = "SANDKEEP_TASK_HELPER";
 
 /// Counts of what this provider sent, for benchmarks and tests.
 #[derive(Debug, Default)]
@@ -110,12 +112,6 @@ struct Known {
     info: SandboxInfo,
 }
 
-/// The static helper to upload: its bytes and their SHA-256.
-struct Helper {
-    bytes: Vec<u8>,
-    hash: String,
-}
-
 pub struct E2bProvider {
     config: E2bConfig,
     http: reqwest::Client,
@@ -126,7 +122,7 @@ pub struct E2bProvider {
     /// for good, so a later start there needs no envd round trip for it.
     retained: Mutex<HashSet<SandboxId>>,
     /// Where the helper is read from; `None`: `SANDKEEP_TASK_HELPER`, else
-    /// this executable.
+    /// the small one beside this executable, else this executable.
     helper_path: Option<std::path::PathBuf>,
     helper: OnceCell<Arc<Helper>>,
 }
@@ -192,7 +188,7 @@ impl E2bProvider {
     }
 
     /// The same provider uploading `path` as the task helper (an
-    /// executable that behaves as `sandkeep-task`).
+    /// executable that behaves as `sandkeep-task` of this build).
     pub fn with_helper(self, path: impl Into<std::path::PathBuf>) -> Self {
         Self {
             helper_path: Some(path.into()),
@@ -206,6 +202,14 @@ impl E2bProvider {
 
     pub fn stats(&self) -> &Stats {
         &self.stats
+    }
+
+    /// Which task helper this provider uploads, and why (doctor's line).
+    pub async fn helper_choice(&self) -> Result<ChosenHelper> {
+        match self.helper.get() {
+            Some(helper) => Ok(helper.chosen.clone()),
+            None => helper::choose(self.helper_path.as_deref()).await,
+        }
     }
 
     /// doctor's check: the API answers these credentials.
@@ -304,14 +308,7 @@ impl E2bProvider {
         timeout: Duration,
         output_limit: usize,
     ) -> Result<ExecOutput> {
-        let known = self.known(id).await?;
-        let envd = Envd {
-            http: &self.http,
-            base: self.config.envd_url(id.as_str(), known.domain.as_deref()),
-            sandbox_id: id.as_str(),
-            token: known.token.as_deref(),
-            stats: &self.stats,
-        };
+        let envd = self.envd(id).await?;
         let secs = timeout.as_secs().max(1).to_string();
         let args = [
             "-c",
@@ -382,41 +379,23 @@ impl E2bProvider {
         }
     }
 
-    async fn envd_for<'a>(&'a self, id: &'a SandboxId, known: &'a Known) -> Envd<'a> {
-        Envd {
-            http: &self.http,
+    /// The sandbox's envd, as these credentials reach it.
+    async fn envd(&self, id: &SandboxId) -> Result<Envd> {
+        let known = self.known(id).await?;
+        Ok(Envd {
+            http: self.http.clone(),
             base: self.config.envd_url(id.as_str(), known.domain.as_deref()),
-            sandbox_id: id.as_str(),
-            token: known.token.as_deref(),
-            stats: &self.stats,
-        }
+            sandbox_id: id.as_str().to_owned(),
+            token: known.token,
+            stats: Arc::clone(&self.stats),
+        })
     }
 
     async fn helper(&self) -> Result<Arc<Helper>> {
         self.helper
             .get_or_try_init(|| async {
-                let path = match self
-                    .helper_path
-                    .clone()
-                    .or_else(|| std::env::var_os(HELPER_ENV).map(Into::into))
-                {
-                    Some(p) => p,
-                    None => std::env::current_exe().map_err(|e| ProviderError::Io {
-                        context: "cannot locate this executable (the task helper)".into(),
-                        source: e,
-                    })?,
-                };
-                let bytes = tokio::fs::read(&path)
-                    .await
-                    .map_err(|e| ProviderError::Io {
-                        context: format!("cannot read the task helper {}", path.display()),
-                        source: e,
-                    })?;
-                let hash = Sha256::digest(&bytes)
-                    .iter()
-                    .map(|b| format!("{b:02x}"))
-                    .collect();
-                Ok(Arc::new(Helper { bytes, hash }))
+                let chosen = helper::choose(self.helper_path.as_deref()).await?;
+                Ok(Arc::new(helper::load(chosen).await?))
             })
             .await
             .cloned()
@@ -614,6 +593,13 @@ impl Provider for E2bProvider {
         .await
     }
 
+    async fn spawn(&self, id: &SandboxId, request: SpawnRequest) -> Result<Spawned> {
+        let envd = self.envd(id).await?;
+        spawned::spawn(envd, request)
+            .await
+            .map_err(|e| self.envd_error(e, id, false))
+    }
+
     async fn set_timeout(&self, id: &SandboxId, timeout: u64) -> Result<SandboxInfo> {
         self.rest
             .set_timeout(id.as_str(), timeout)
@@ -627,8 +613,7 @@ impl Provider for E2bProvider {
     }
 
     async fn read_file(&self, id: &SandboxId, path: &str, limit: u64) -> Result<Vec<u8>> {
-        let known = self.known(id).await?;
-        let envd = self.envd_for(id, &known).await;
+        let envd = self.envd(id).await?;
         let (data, size) = envd
             .download(path, limit)
             .await
@@ -644,8 +629,7 @@ impl Provider for E2bProvider {
     }
 
     async fn write_file(&self, id: &SandboxId, path: &str, content: &[u8]) -> Result<u64> {
-        let known = self.known(id).await?;
-        let envd = self.envd_for(id, &known).await;
+        let envd = self.envd(id).await?;
         let file_error = |e: EnvdError| match e {
             EnvdError::PathNotFound(message) | EnvdError::Refused { message, .. } => {
                 ProviderError::FileError {
@@ -662,21 +646,32 @@ impl Provider for E2bProvider {
             None => (String::new(), path),
         };
         let tmp = format!("{dir}.{name}.sandkeep-{}", random_hex());
+        // The trait lends the content; a request body must own it.
         envd.upload(&tmp, content.to_vec())
             .await
             .map_err(file_error)?;
-        envd.unary(
-            "/filesystem.Filesystem/Move",
-            &json!({ "source": tmp, "destination": path }),
-        )
-        .await
-        .map_err(file_error)?;
+        if let Err(e) = envd
+            .unary(
+                "/filesystem.Filesystem/Move",
+                &json!({ "source": tmp, "destination": path }),
+            )
+            .await
+        {
+            // Nothing may stay beside the target (a Move that did happen
+            // left nothing to remove, and removing a missing path succeeds).
+            if let Err(left) = envd
+                .unary("/filesystem.Filesystem/Remove", &json!({ "path": tmp }))
+                .await
+            {
+                tracing::warn!(%id, "cannot remove the temporary upload {tmp}: {left}");
+            }
+            return Err(file_error(e));
+        }
         Ok(content.len() as u64)
     }
 
     async fn list_files(&self, id: &SandboxId, path: &str) -> Result<Vec<FileEntry>> {
-        let known = self.known(id).await?;
-        let envd = self.envd_for(id, &known).await;
+        let envd = self.envd(id).await?;
         let answer = envd
             .unary(
                 "/filesystem.Filesystem/ListDir",
@@ -740,8 +735,8 @@ impl Provider for E2bProvider {
             let (path, hash) = out.trim().split_once(' ').unwrap_or((out.trim(), ""));
             (path.to_owned(), hash.to_owned())
         };
-        // The check answers fast for a sandbox that is gone; the first
-        // hash of the helper (tens of MB) is read meanwhile.
+        // The check answers fast for a sandbox that is gone; the helper
+        // is chosen and hashed (the first time) meanwhile.
         let check = script::helper_check();
         let (helper, out) = tokio::try_join!(self.helper(), self.script(id, &check))?;
         let (path, hash) = parse(&out);
@@ -754,13 +749,14 @@ impl Provider for E2bProvider {
             script::HELPER_NAME,
             random_hex()
         );
-        let known = self.known(id).await?;
-        let envd = self.envd_for(id, &known).await;
+        let envd = self.envd(id).await?;
         self.stats.uploads.fetch_add(1, Ordering::Relaxed);
         tracing::debug!(target: "sandkeep_e2b::http", "uploading the task helper ({} bytes) to sandbox {id}", helper.bytes.len());
+        let began = std::time::Instant::now();
         envd.upload(&tmp, helper.bytes.clone())
             .await
             .map_err(|e| self.envd_error(e, id, false))?;
+        tracing::debug!(target: "sandkeep_e2b::http", "uploaded the task helper in {} us", began.elapsed().as_micros());
         let (path, hash) = parse(
             &self
                 .script(id, &script::helper_install(&tmp, &helper.hash))

@@ -1,6 +1,7 @@
 //! The shell scripts the provider runs in a sandbox through envd: the
 //! foreground command wrapper (its own process group, killed whole at the
-//! timeout, as envd cannot), the helper check, and the retention decision.
+//! timeout, as envd cannot), the wrapper of a process that outlives the
+//! call and its signals, the helper check, and the retention decision.
 
 /// The exit status of the wrapper when the watchdog killed the command.
 pub const TIMED_OUT: i32 = 124;
@@ -34,6 +35,37 @@ set +m 2>/dev/null
 /// The launcher envd runs: the wrapper under bash when there is one (its
 /// monitor mode gives the command a process group), else sh.
 pub const LAUNCH: &str = r#"command -v bash >/dev/null 2>&1 && exec bash -c "$0" sandkeep "$@"; exec sh -c "$0" sandkeep "$@""#;
+
+/// The environment variable that carries a spawned command to [`SPAWN`]
+/// (in an argument it would show in the wrapper's command line for the
+/// process's whole life, where it is not the process).
+pub const SPAWN_COMMAND: &str = "SANDKEEP_COMMAND";
+
+/// Runs `$SANDKEEP_COMMAND` with bash (sh where bash is missing) in its
+/// own process group (monitor mode), in `$1` (empty: home), and waits for
+/// it, exiting with its status (128+N for signal N). The command's stdin
+/// is the wrapper's (kept through fd 3: sh without job control would give
+/// a background command /dev/null). The command's first line on stdout is
+/// its pid inside the sandbox (the provider reads it off before passing
+/// the output on): envd reports pids of its own, and its signals reach
+/// only the process it started, this wrapper.
+pub const SPAWN: &str = r#"set -m 2>/dev/null
+if [ -n "$1" ]; then cd -- "$1" || exit 1; fi
+s=sh; command -v bash >/dev/null 2>&1 && s=bash
+exec 3<&0
+"$s" -c 'c=$SANDKEEP_COMMAND; unset SANDKEEP_COMMAND; echo "$$"; exec "$0" -c "$c"' "$s" <&3 3<&- &
+p=$!
+exec 3<&-
+set +m 2>/dev/null
+wait "$p" 2>/dev/null
+"#;
+
+/// Sends signal `$1` to process `$2`.
+pub const SIGNAL: &str = r#"kill -"$1" "$2""#;
+
+/// SIGKILLs the process group led by `$1` (the process alone when it
+/// leads none).
+pub const KILL_GROUP: &str = r#"kill -KILL "-$1" 2>/dev/null || kill -KILL "$1""#;
 
 /// Where the helper lives, relative to the sandbox user's home.
 pub const HELPER_DIR: &str = ".sandkeep/bin";

@@ -1,7 +1,7 @@
 //! Per-sandbox resource limits with cgroups: where each controller lives
 //! on this host (v2 unified, else a v1 hierarchy), creating a sandbox's
-//! cgroups with its memory, pids and cpu limits, the descriptors its init
-//! writes itself into before it runs anything, and removal once the
+//! cgroups with its memory, pids and cpu limits, moving its init into
+//! them before it runs anything of the sandbox, and removal once the
 //! sandbox's processes are gone.
 //!
 //! Layout: v2 `BASE/sandkeep/<id>` with the controllers enabled in the
@@ -314,8 +314,8 @@ pub fn refuse_unenforceable(asked: &Limits, process_only: bool) -> Result<(), St
 pub struct Cgroups {
     /// Every created leaf directory.
     pub dirs: Vec<PathBuf>,
-    /// `cgroup.procs` of each leaf, opened for the init to write itself
-    /// into.
+    /// `cgroup.procs` of each leaf, opened for the keeper to move the
+    /// init into.
     pub procs: Vec<OwnedFd>,
 }
 
@@ -517,11 +517,14 @@ fn make_leaf(
         .collect())
 }
 
-/// Moves the calling process into every cgroup of `procs` (run by the
-/// init right after it is forked, before it runs anything else).
-pub fn join_self(procs: &[OwnedFd]) -> io::Result<()> {
+/// Moves process `pid` (the sandbox's init, while it builds the sandbox)
+/// into every cgroup of `procs`. Run by the keeper: on cgroup v1 the first
+/// move waits for an RCU grace period (the threadgroup lock's writer side),
+/// which the init spends building instead of waiting.
+pub fn join(procs: &[OwnedFd], pid: i32) -> io::Result<()> {
+    let pid = pid.to_string();
     for fd in procs {
-        rustix::io::write(fd, b"0")?;
+        rustix::io::write(fd, pid.as_bytes())?;
     }
     Ok(())
 }

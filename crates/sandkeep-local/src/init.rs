@@ -87,6 +87,10 @@ pub struct InitContext {
     /// [`super::unreadable`].
     pub etc_walk: Option<OwnedFd>,
     pub listener: OwnedFd,
+    /// A pipe on which the keeper says, with one byte, that it has moved
+    /// the init into the sandbox's cgroups (it closes it without one when
+    /// it could not).
+    pub joined: OwnedFd,
     /// A seqpacket socket: one JSON [`InitReport`], with the proxy's
     /// listening socket attached when there is one, then closed.
     pub report: OwnedFd,
@@ -121,6 +125,7 @@ pub fn run(ctx: InitContext) -> ! {
         memory_cgroup,
         etc_walk,
         listener,
+        joined,
         report,
     } = ctx;
     let home = match &mode {
@@ -153,6 +158,12 @@ pub fn run(ctx: InitContext) -> ! {
         ),
         Err(e) => (false, e),
     };
+    // Nothing of the sandbox may run outside its cgroups: a sandbox that
+    // is ready runs commands as soon as it has reported.
+    if ok && !in_cgroups(&joined) {
+        sys::exit_now(1);
+    }
+    drop(joined);
     let attached: Vec<_> = proxy.iter().map(|(fd, _)| fd.as_fd()).collect();
     let delivered = wire::send(
         &report,
@@ -167,6 +178,18 @@ pub fn run(ctx: InitContext) -> ! {
     let proxy_port = proxy.map(|(_, port)| port);
     let env = environment(&spec, &home, proxy_port);
     serve(listener, &env, &home)
+}
+
+/// Waits for the keeper's word that the init is in the sandbox's cgroups.
+fn in_cgroups(joined: &OwnedFd) -> bool {
+    let mut byte = [0u8; 1];
+    loop {
+        match rustix::io::read(joined, &mut byte) {
+            Ok(n) => return n == 1,
+            Err(rustix::io::Errno::INTR) => {}
+            Err(_) => return false,
+        }
+    }
 }
 
 fn setup(

@@ -126,6 +126,9 @@ fn run(home: Home, id: SandboxId) -> i32 {
                     warnings: sandbox.warnings.clone(),
                 },
             );
+            if let Some(pid) = sandbox.walker {
+                let _ = sys::wait_for(pid);
+            }
             watch(&dir, &sandbox);
             destroy(&home, &dir, sandbox);
             0
@@ -154,6 +157,9 @@ fn report(fd: OwnedFd, readiness: &Readiness) {
 
 struct Running {
     meta: Meta,
+    /// The /etc walker, answered but perhaps still exiting (see
+    /// `unreadable`): reaped once the provider has its answer.
+    walker: Option<i32>,
     warnings: Vec<String>,
     init_pidfd: OwnedFd,
     signals: OwnedFd,
@@ -216,17 +222,19 @@ fn start(home: &Home, dir: &SandboxDir) -> Result<Running, SetupError> {
     }
     let walker = etc_walk.as_ref().map(|w| w.pid);
     let etc_walk = etc_walk.take().filter(|_| !process_only).map(|w| w.answer);
-    for d in [dir.rootfs(), dir.disk(), dir.lower(), dir.home(), dir.tmp()] {
-        fs::create_dir_all(&d).map_err(|e| format!("mkdir {}: {e}", d.display()))?;
-    }
-    fs::set_permissions(dir.home(), fs::Permissions::from_mode(0o700))
-        .map_err(|e| format!("chmod home: {e}"))?;
-    if let Some(base) = base {
+    if process_only {
+        // Its home and TMPDIR on the host (a namespaced sandbox has both
+        // on its disk, see `rootfs`).
         for d in [dir.home(), dir.tmp()] {
-            std::os::unix::fs::chown(&d, Some(base), Some(base))
-                .map_err(|e| format!("chown {}: {e}", d.display()))?;
+            fs::create_dir_all(&d).map_err(|e| format!("mkdir {}: {e}", d.display()))?;
         }
-        if process_only {
+        fs::set_permissions(dir.home(), fs::Permissions::from_mode(0o700))
+            .map_err(|e| format!("chmod home: {e}"))?;
+        if let Some(base) = base {
+            for d in [dir.home(), dir.tmp()] {
+                std::os::unix::fs::chown(&d, Some(base), Some(base))
+                    .map_err(|e| format!("chown {}: {e}", d.display()))?;
+            }
             // The sandbox's uid must reach its own directory on the host.
             for d in [
                 home.root().to_path_buf(),
@@ -282,40 +290,56 @@ fn start(home: &Home, dir: &SandboxDir) -> Result<Running, SetupError> {
     };
     record_network(&mut info, &spec, net)?;
     let memory_cgroup = memory_cgroup(&cgroup_dirs, enforced);
+    let (joined_r, joined_w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
+        .map_err(|e| format!("pipe: {e}"))?;
     let init_pid = match sys::fork().map_err(|e| format!("fork the init: {e}"))? {
-        sys::Forked::Child => init::run(InitContext {
-            // The init enters the cgroups before anything else.
-            spec: enter_cgroups(cgroups, spec, &report_w),
-            dir: dir.clone(),
-            mode,
-            net,
-            memory_cgroup,
-            etc_walk,
-            listener,
-            report: report_w,
-        }),
+        sys::Forked::Child => {
+            drop(joined_w);
+            init::run(InitContext {
+                spec,
+                dir: dir.clone(),
+                mode,
+                net,
+                memory_cgroup,
+                etc_walk,
+                listener,
+                joined: joined_r,
+                report: report_w,
+            })
+        }
         sys::Forked::Parent(pid) => pid,
     };
+    drop(joined_r);
     drop(report_w);
     drop(etc_walk);
     drop(listener);
     drop(mode);
-    drop(cgroups);
     let init_pidfd = rustix::process::pidfd_open(
         Pid::from_raw(init_pid).expect("fork returns a positive pid"),
         PidfdFlags::empty(),
     )
     .map_err(|e| format!("pidfd_open: {e}"))?;
+    // Moved while it builds (see `cgroup::join`); the init runs nothing
+    // of the sandbox, and reports nothing, until told it is in them.
+    if let Err(e) = cgroup::join(&cgroups.procs, init_pid) {
+        let _ = rustix::process::pidfd_send_signal(&init_pidfd, Signal::KILL);
+        let _ = sys::wait_for(init_pid);
+        return Err(format!("move the init into the sandbox's cgroups: {e}").into());
+    }
+    drop(cgroups);
+    // Should the init be gone already, the report below says so.
+    let _ = rustix::io::write(&joined_w, b"j");
+    drop(joined_w);
     let mut buf = vec![0u8; 256 * 1024];
     let (n, mut fds) = wire::recv(&report_r, &mut buf).unwrap_or_default();
     buf.truncate(n);
-    // Done by now (the init read its answer, or no longer will).
-    if let Some(pid) = walker {
-        let _ = sys::wait_for(pid);
-    }
     let fail = |e: SetupError| {
         let _ = rustix::process::pidfd_send_signal(&init_pidfd, Signal::KILL);
         let _ = sys::wait_for(init_pid);
+        // Done by now, or soon (the init no longer reads its answer).
+        if let Some(pid) = walker {
+            let _ = sys::wait_for(pid);
+        }
         Err(e)
     };
     info.isolation = match serde_json::from_slice::<InitReport>(&buf) {
@@ -368,6 +392,7 @@ fn start(home: &Home, dir: &SandboxDir) -> Result<Running, SetupError> {
     state::write_json(&dir.meta(), &meta).map_err(|e| format!("write meta.json: {e}"))?;
     Ok(Running {
         meta,
+        walker,
         warnings,
         init_pidfd,
         signals,
@@ -451,19 +476,6 @@ fn enforced_limits(enforced: Resources, spec: &Spec, process_only: bool) -> Resu
         pids: enforced.pids,
         disk_mib,
     })
-}
-
-/// In the forked init, first of all: joins the sandbox's cgroups, so that
-/// nothing of the sandbox ever runs outside them. On failure it reports and
-/// exits.
-fn enter_cgroups(cgroups: cgroup::Cgroups, spec: Spec, report: &OwnedFd) -> Spec {
-    if let Err(e) = cgroup::join_self(&cgroups.procs) {
-        let failed = InitReport::Failed(format!("join the sandbox's cgroups: {e}"));
-        let _ = rustix::io::write(report, &serde_json::to_vec(&failed).unwrap_or_default());
-        sys::exit_now(1);
-    }
-    drop(cgroups);
-    spec
 }
 
 /// What the sandbox's network will be (the default is internet).
@@ -583,6 +595,10 @@ fn watch(dir: &SandboxDir, sandbox: &Running) {
 }
 
 fn destroy(home: &Home, dir: &SandboxDir, mut sandbox: Running) {
+    // meta.json first: from now on no provider lists the sandbox, also
+    // while a session end that waits only for its processes has returned
+    // and the rest below is still under way.
+    let _ = fs::remove_file(dir.meta());
     if sandbox.meta.process_only {
         kill_descendants();
     }
@@ -594,8 +610,6 @@ fn destroy(home: &Home, dir: &SandboxDir, mut sandbox: Running) {
     drop(sandbox.proxy.take());
     while sys::reap_any().is_some() {}
     cgroup::remove(&sandbox.cgroup_dirs);
-    // meta.json first: from now on no provider lists the sandbox.
-    let _ = fs::remove_file(dir.meta());
     if let Err(e) = state::remove_tree(&dir.path) {
         eprintln!("sandkeep keeper: removing {}: {e}", dir.path.display());
     }

@@ -53,7 +53,7 @@ pub use config::LocalConfig;
 pub use doctor::{Check, DoctorReport};
 
 use self::client::{CallError, Outcome};
-use self::presence::{Presence, inspect, lock_sandbox, terminate};
+use self::presence::{Presence, Until, inspect, lock_sandbox, terminate};
 use self::state::{Home, Meta, Spec};
 use self::wire::Request;
 use sandkeep_provider::{
@@ -354,7 +354,7 @@ impl Provider for LocalProvider {
                 Ok(meta) => {
                     let was_live =
                         meta.keeper.is_alive() && meta.info.expires_at > state::now_secs();
-                    terminate(&dir, &meta)?;
+                    terminate(&dir, &meta, Until::Removed)?;
                     Ok(was_live)
                 }
                 Err(_) => match inspect(&dir) {
@@ -378,7 +378,11 @@ impl Provider for LocalProvider {
             };
             match inspect(&dir) {
                 Presence::Live(meta) if meta.info.retained => Ok(Release::Retained),
-                Presence::Live(meta) => terminate(&dir, &meta).map(|()| Release::Destroyed),
+                // The session's end has no one to look at the files:
+                // they follow its processes (see `Until`).
+                Presence::Live(meta) => {
+                    terminate(&dir, &meta, Until::ProcessesGone).map(|()| Release::Destroyed)
+                }
                 Presence::Unreadable(e) => Err(io_err(format!("read {}", dir.meta().display()))(e)),
                 Presence::Transient | Presence::Gone => Ok(Release::Gone),
             }

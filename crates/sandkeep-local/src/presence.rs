@@ -142,8 +142,21 @@ fn wait_exit(fd: &impl rustix::fd::AsFd, timeout: Duration) -> bool {
     }
 }
 
-/// Asks a keeper to destroy its sandbox and waits until it has.
-pub fn terminate(dir: &SandboxDir, meta: &Meta) -> Result<()> {
+/// How much of a destruction [`terminate`] waits for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Until {
+    /// Every process of the sandbox is dead. Its cgroups and files follow
+    /// (the keeper removes them; should it die first, whoever next finds
+    /// them stale does). For a session end, whose caller has nothing to
+    /// look at afterwards.
+    ProcessesGone,
+    /// The keeper has finished: cgroups and files are gone too. For
+    /// kill_sandbox, whose caller may look right after.
+    Removed,
+}
+
+/// Asks a keeper to destroy its sandbox and waits for `until`.
+pub fn terminate(dir: &SandboxDir, meta: &Meta, until: Until) -> Result<()> {
     let Some(pid) = Pid::from_raw(meta.keeper.pid as i32) else {
         return Ok(());
     };
@@ -159,7 +172,20 @@ pub fn terminate(dir: &SandboxDir, meta: &Meta) -> Result<()> {
         clean_stale(dir, Some(meta));
         return Ok(());
     }
+    // The init of a pid namespace exits only after the kernel has killed
+    // and reaped every other process in it, setsid and double forks
+    // included: its exit is the death of the whole sandbox. (Without
+    // namespaces only the keeper's end says so.)
+    let init = match until {
+        Until::ProcessesGone if !meta.process_only => pin(&meta.init),
+        _ => None,
+    };
     let _ = rustix::process::pidfd_send_signal(&fd, Signal::TERM);
+    match &init {
+        Some(Pinned::Alive(init)) if wait_exit(init, KILL_TIMEOUT) => return Ok(()),
+        Some(Pinned::Gone) => return Ok(()),
+        _ => {}
+    }
     if wait_exit(&fd, KILL_TIMEOUT) {
         // A keeper killed meanwhile (SIGKILL, OOM) leaves its files behind.
         if dir.path.exists() {
@@ -175,4 +201,24 @@ pub fn terminate(dir: &SandboxDir, meta: &Meta) -> Result<()> {
         )));
     }
     Ok(())
+}
+
+/// A recorded process, pinned by a pidfd while it is still the very one
+/// recorded.
+enum Pinned {
+    Alive(rustix::fd::OwnedFd),
+    Gone,
+}
+
+fn pin(process: &sandkeep_proto::record::ProcessIdentity) -> Option<Pinned> {
+    let pid = Pid::from_raw(process.pid as i32)?;
+    let Ok(fd) = rustix::process::pidfd_open(pid, PidfdFlags::empty()) else {
+        return Some(Pinned::Gone);
+    };
+    // After opening: the fd pins whatever holds the pid now.
+    Some(if process.is_alive() {
+        Pinned::Alive(fd)
+    } else {
+        Pinned::Gone
+    })
 }

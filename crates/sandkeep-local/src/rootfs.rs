@@ -123,7 +123,7 @@ fn chown(path: &Path, owner: Owner, uid: u32, gid: u32) -> Result<(), String> {
     Ok(())
 }
 
-/// Builds the tree at `dir.rootfs()` and pivots into it.
+/// Builds the tree on the sandbox's disk and pivots into it.
 pub fn build(
     dir: &SandboxDir,
     spec: &Spec,
@@ -138,20 +138,24 @@ pub fn build(
         MountPropagationFlags::REC | MountPropagationFlags::PRIVATE,
     )
     .map_err(ctx("make / private"))?;
-    let root = dir.rootfs();
     let nosuid = MountFlags::NOSUID | MountFlags::NODEV;
-    let disk = dir.disk();
+    // Over the sandbox's own directory, seen so in this mount namespace
+    // only: nothing of the sandbox's is made on the host's filesystem
+    // (the init needs none of the records it hides).
+    let disk = dir.path.clone();
     mount_tmpfs(
         &disk,
         &format!("mode=0700,size={}m", disk_mib(spec)),
         nosuid,
     )?;
+    let root = disk.join("root");
     // The disk's own root is never seen; each of these is, as the
     // directory the comment names, owned by sandbox root.
     for (name, mode) in [
-        ("root", 0o755), // `/` of the base template
+        ("root", 0o755), // `/`
         ("upper", 0o755),
         ("work", 0o700),
+        ("lower", 0o700),
         ("home", 0o700), // `/root`
         ("tmp", 0o1777),
         ("run", 0o755),
@@ -172,9 +176,18 @@ pub fn build(
     match &spec.template_dir {
         // A template is a whole root filesystem, the sandbox's own: one
         // overlay over it, idmapped so that its owners are the sandbox's.
-        Some(template) => overlay(dir, "@template", template, &root, owner, idmap, &mut built)?,
+        Some(template) => overlay(
+            &disk,
+            "@template",
+            template,
+            &root,
+            owner,
+            idmap,
+            &mut built,
+        )?,
         None => {
-            bind_with(&disk.join("root"), &root, nosuid)?;
+            // A mount point of its own, for pivot_root.
+            bind_with(&root, &root, nosuid)?;
             for name in ALLOWED {
                 // Only /etc is idmapped (host root is sandbox root there,
                 // so sandbox root may edit its copy). Everywhere else the
@@ -187,7 +200,7 @@ pub fn build(
                 // what others cannot read there is masked below, as the
                 // keeper's walker found it.
                 let etc = *name == "etc";
-                host_entry(dir, &root, name, owner, idmap.filter(|_| etc), &mut built)?;
+                host_entry(&disk, &root, name, owner, idmap.filter(|_| etc), &mut built)?;
                 etc_idmapped |= etc && built.idmapped;
             }
         }
@@ -260,7 +273,7 @@ pub fn build(
 /// One allowed top-level entry of the host: the same symlink, or an
 /// overlay of the directory.
 fn host_entry(
-    dir: &SandboxDir,
+    disk: &Path,
     root: &Path,
     name: &str,
     owner: Owner,
@@ -281,11 +294,11 @@ fn host_entry(
     }
     fs::create_dir(&target).map_err(ctx(format!("mkdir {}", target.display())))?;
     chown(&target, owner, 0, 0)?;
-    overlay(dir, name, &host, &target, owner, idmap, built)
+    overlay(disk, name, &host, &target, owner, idmap, built)
 }
 
 fn overlay(
-    dir: &SandboxDir,
+    disk: &Path,
     name: &str,
     host: &Path,
     target: &Path,
@@ -293,8 +306,8 @@ fn overlay(
     idmap: Option<BorrowedFd<'_>>,
     built: &mut Built,
 ) -> Result<(), String> {
-    let upper = dir.disk().join("upper").join(name);
-    let work = dir.disk().join("work").join(name);
+    let upper = disk.join("upper").join(name);
+    let work = disk.join("work").join(name);
     fs::create_dir_all(&upper).map_err(ctx(format!("mkdir {}", upper.display())))?;
     fs::create_dir_all(&work).map_err(ctx(format!("mkdir {}", work.display())))?;
     // The overlay's root directory takes the upper directory's owner and
@@ -308,7 +321,7 @@ fn overlay(
     }
     let unprivileged = matches!(owner, Owner::Invoker);
     if let Some(userns) = idmap {
-        match idmapped_lower(dir, name, host, userns)
+        match idmapped_lower(disk, name, host, userns)
             .and_then(|lower| mount_overlay(&lower, &upper, &work, target, false))
         {
             Ok(()) => return Ok(()),
@@ -340,12 +353,12 @@ fn overlay(
 }
 
 fn idmapped_lower(
-    dir: &SandboxDir,
+    disk: &Path,
     name: &str,
     host: &Path,
     userns: BorrowedFd<'_>,
 ) -> Result<PathBuf, String> {
-    let lower = dir.lower().join(name);
+    let lower = disk.join("lower").join(name);
     fs::create_dir_all(&lower).map_err(ctx(format!("mkdir {}", lower.display())))?;
     let tree = rustix::mount::open_tree(
         rustix::fs::CWD,

@@ -131,20 +131,12 @@ impl SandboxDir {
     pub fn log(&self) -> PathBuf {
         self.path.join("keeper.log")
     }
-    pub fn rootfs(&self) -> PathBuf {
-        self.path.join("rootfs")
-    }
+    /// The process-only mode's home. (A namespaced sandbox keeps its
+    /// home, and every other writable layer, on its disk: a tmpfs that its
+    /// init mounts over this very directory in its own mount namespace,
+    /// so on the host the directory holds records only.)
     pub fn home(&self) -> PathBuf {
         self.path.join("home")
-    }
-    /// Mount point of the sandbox's sized scratch tmpfs (`disk_mib`),
-    /// which holds every writable layer of a namespaced sandbox; mounted in
-    /// the sandbox's mount namespace only, so on the host it stays empty.
-    pub fn disk(&self) -> PathBuf {
-        self.path.join("disk")
-    }
-    pub fn lower(&self) -> PathBuf {
-        self.path.join("lower")
     }
     /// The process-only mode's temporary directory (`TMPDIR`).
     pub fn tmp(&self) -> PathBuf {

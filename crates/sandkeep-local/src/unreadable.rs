@@ -53,7 +53,15 @@ pub fn start(host: &'static Path, rel: &'static Path) -> Result<Walk, String> {
             if sys::close_fds_except(&[write.as_raw_fd()]).is_err() {
                 sys::exit_now(1);
             }
-            let bytes = serde_json::to_vec(&walk(host, rel)).unwrap_or_default();
+            // The clone of the mount goes when its last descriptor
+            // closes, and that waits for an RCU grace period: at this
+            // process's exit, after the answer is out.
+            let tree = clone_mount(host);
+            let found = tree
+                .as_ref()
+                .map_err(Clone::clone)
+                .and_then(|t| walk(t, host, rel));
+            let bytes = serde_json::to_vec(&found).unwrap_or_default();
             let written = std::fs::File::from(write).write_all(&bytes);
             sys::exit_now(i32::from(written.is_err()))
         }
@@ -72,19 +80,23 @@ pub fn collect(answer: OwnedFd) -> Result<Vec<Unreadable>, String> {
         .map_err(|_| "the /etc walker died before it answered".to_owned())?
 }
 
-/// Walks a detached clone of `host`'s mount (no submounts, as the sandbox
-/// sees it).
-fn walk(host: &Path, rel: &Path) -> Result<Vec<Unreadable>, String> {
-    let tree = rustix::mount::open_tree(
+/// A detached clone of `host`'s mount: no submounts, as the sandbox sees
+/// it.
+fn clone_mount(host: &Path) -> Result<OwnedFd, String> {
+    rustix::mount::open_tree(
         rustix::fs::CWD,
         host,
         OpenTreeFlags::OPEN_TREE_CLONE | OpenTreeFlags::OPEN_TREE_CLOEXEC,
     )
-    .map_err(|e| format!("open_tree {}: {e}", host.display()))?;
+    .map_err(|e| format!("open_tree {}: {e}", host.display()))
+}
+
+/// Walks `tree`, the clone of `host`'s mount.
+fn walk(tree: &OwnedFd, host: &Path, rel: &Path) -> Result<Vec<Unreadable>, String> {
     // The clone is a path descriptor; its directory is read through a
     // real one.
     let dir = rustix::fs::openat(
-        &tree,
+        tree,
         c".",
         OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
         Mode::empty(),

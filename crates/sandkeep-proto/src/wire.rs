@@ -9,6 +9,15 @@ use serde::{Deserialize, Serialize};
 use crate::limits;
 use crate::task::{TaskId, TaskState};
 
+/// The version of this protocol (verbs, requests, replies, the task
+/// directory's files): bumped on every change a host and a helper built
+/// apart would disagree on. `sandkeep-task --version` prints it.
+pub const PROTOCOL_VERSION: u32 = 1;
+
+/// `sandkeep-task --version`: one line naming the helper's version, its
+/// protocol and the fingerprint of the sources it was built from.
+pub const VERSION_FLAG: &str = "--version";
+
 /// The helper's verbs, as spelled on its command line.
 pub mod verb {
     pub const START: &str = "start";

@@ -33,7 +33,20 @@ use sandkeep_proto::wire::{self, ErrorReply, verb};
 pub use error::HelperError;
 pub use supervisor::SUPERVISE_VERB;
 
-const USAGE: &str = "usage: sandkeep-task start JSON | status JSON | wait JSON | wait --stream | cancel JSON | delete JSON | list [{}]";
+/// What `sandkeep-task --version` prints: a host uploads a helper only if
+/// it prints exactly the line the host's own copy of this library gives.
+/// The source fingerprint (build.rs) tells apart builds whose protocol
+/// number was not bumped, such as a stale development binary.
+pub fn version_line() -> String {
+    format!(
+        "sandkeep-task {} protocol {} source {}",
+        env!("CARGO_PKG_VERSION"),
+        wire::PROTOCOL_VERSION,
+        env!("SANDKEEP_TASK_SOURCE")
+    )
+}
+
+const USAGE: &str = "usage: sandkeep-task --version | start JSON | status JSON | wait JSON | wait --stream | cancel JSON | delete JSON | list [{}]";
 
 /// Runs the helper with its command-line arguments (without argv\[0\]) and
 /// returns the process exit code.
@@ -45,6 +58,10 @@ pub fn main_with_args(args: Vec<String>) -> i32 {
     let verb_name = args.first().map(String::as_str);
     if verb_name == Some(SUPERVISE_VERB) {
         return supervisor::main(&args[1..]);
+    }
+    if verb_name == Some(wire::VERSION_FLAG) && args.len() == 1 {
+        println!("{}", version_line());
+        return 0;
     }
     let json = args.get(1).map(String::as_str);
     let extra = args.len() > 2;

@@ -69,6 +69,50 @@ impl E2bServer {
             stderr,
         }
     }
+
+    /// `host:port` of the listener.
+    fn addr(&self) -> &str {
+        self.url.trim_start_matches("http://")
+    }
+
+    /// A sandbox made over REST (`POST /v2/sandboxes`).
+    async fn sandbox(&self, http: &reqwest::Client) -> Sandbox {
+        let created: serde_json::Value = http
+            .post(format!("{}/v2/sandboxes", self.url))
+            .header("x-api-key", &self.key)
+            .json(&serde_json::json!({ "templateID": "base", "timeout": 60 }))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let field = |name: &str| {
+            created[name]
+                .as_str()
+                .unwrap_or_else(|| panic!("{name} in the create answer: {created}"))
+                .to_owned()
+        };
+        Sandbox {
+            id: field("sandboxID"),
+            token: field("envdAccessToken"),
+        }
+    }
+}
+
+/// A sandbox of the endpoint: its id and envd access token.
+struct Sandbox {
+    id: String,
+    token: String,
+}
+
+impl Sandbox {
+    /// `request` routed to this sandbox's envd with its token.
+    fn envd(&self, request: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
+        request
+            .header("e2b-sandbox-id", &self.id)
+            .header("x-access-token", &self.token)
+    }
 }
 
 fn python() -> Option<std::ffi::OsString> {
@@ -171,6 +215,11 @@ async fn sdk_set_timeout_and_expiry() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sdk_no_internet_access_is_network_none() {
+    sdk_check("no_internet").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn js_sdk_runs_commands_and_files() {
     let modules = std::env::var_os("SANDKEEP_TEST_E2B_JS").filter(|p| !p.is_empty());
     let Some(modules) = modules.filter(|m| std::path::Path::new(m).join("e2b").is_dir()) else {
@@ -238,21 +287,7 @@ async fn bad_requests_get_envds_and_the_apis_answers() {
         .unwrap();
     assert_eq!(r.status(), 404);
 
-    let created: serde_json::Value = http
-        .post(url("/v2/sandboxes"))
-        .header("x-api-key", &server.key)
-        .json(&serde_json::json!({ "templateID": "base", "timeout": 60 }))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let id = created["sandboxID"]
-        .as_str()
-        .expect("a sandbox id")
-        .to_owned();
-    let token = created["envdAccessToken"].as_str().unwrap().to_owned();
+    let Sandbox { id, token } = server.sandbox(&http).await;
     let rpc = |method: &str, token: Option<&str>| {
         let mut b = http
             .post(url(&format!("/process.Process/{method}")))
@@ -369,37 +404,17 @@ fn a_non_loopback_address_needs_a_key() {
     );
 }
 
-/// A sandbox made over REST: its id and access token.
-async fn create_sandbox(http: &reqwest::Client, server: &E2bServer) -> (String, String) {
-    let created: serde_json::Value = http
-        .post(format!("{}/v2/sandboxes", server.url))
-        .header("x-api-key", &server.key)
-        .json(&serde_json::json!({ "templateID": "base", "timeout": 60 }))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let id = created["sandboxID"]
-        .as_str()
-        .expect("a sandbox id")
-        .to_owned();
-    let token = created["envdAccessToken"]
-        .as_str()
-        .expect("an access token")
-        .to_owned();
-    (id, token)
-}
-
 /// A sandbox's access token opens that sandbox's envd only.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn another_sandboxs_access_token_is_refused() {
     let home = Home::new();
     let server = E2bServer::start(&home).await;
     let http = reqwest::Client::new();
-    let (a, a_token) = create_sandbox(&http, &server).await;
-    let (_b, b_token) = create_sandbox(&http, &server).await;
+    let Sandbox {
+        id: a,
+        token: a_token,
+    } = server.sandbox(&http).await;
+    let Sandbox { token: b_token, .. } = server.sandbox(&http).await;
     assert_ne!(a_token, b_token);
     let list = |token: &str| {
         http.post(format!("{}/process.Process/List", server.url))
@@ -498,7 +513,6 @@ async fn the_generated_api_key_file_is_private() {
 /// (10 s), and past `--max-connections` a connection is told 503.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_e2b_listener_cuts_slow_clients_and_caps_connections() {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let home = Home::new();
     let key = "test-key".to_owned();
     let server = E2bServer::launch(
@@ -507,43 +521,10 @@ async fn the_e2b_listener_cuts_slow_clients_and_caps_connections() {
         key.clone(),
     )
     .await;
-    let port = server.url.rsplit(':').next().unwrap().to_owned();
-    let addr = format!("127.0.0.1:{port}");
-
     // The only place, held by a client that never finishes its headers.
-    let mut slow = tokio::net::TcpStream::connect(&addr).await.unwrap();
-    slow.write_all(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ")
-        .await
-        .unwrap();
-    let started = std::time::Instant::now();
-
-    let mut second = tokio::net::TcpStream::connect(&addr).await.unwrap();
-    second
-        .write_all(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
-        .await
-        .unwrap();
-    let mut answer = Vec::new();
-    tokio::time::timeout(Duration::from_secs(10), second.read_to_end(&mut answer))
-        .await
-        .expect("the busy answer within 10 s")
-        .unwrap();
-    let answer = String::from_utf8_lossy(&answer);
-    assert!(
-        answer.starts_with("HTTP/1.1 503") && answer.to_ascii_lowercase().contains("retry-after"),
-        "{answer}"
-    );
-
-    let mut rest = Vec::new();
-    let ended = tokio::time::timeout(Duration::from_secs(30), slow.read_to_end(&mut rest)).await;
-    assert!(
-        ended.is_ok(),
-        "the half-sent request was still open after 30 s"
-    );
-    let waited = started.elapsed();
-    assert!(
-        waited >= Duration::from_secs(9) && waited <= Duration::from_secs(20),
-        "cut after {waited:?}"
-    );
+    let slow = http::slow_client(server.addr(), "GET", "/health").await;
+    http::assert_busy(server.addr(), "/health").await;
+    http::assert_cut_off(slow).await;
     // Its place is free again.
     until(
         Duration::from_secs(10),
@@ -564,13 +545,11 @@ async fn files_stream_with_ranges() {
     let home = Home::new();
     let server = E2bServer::start(&home).await;
     let http = reqwest::Client::new();
-    let (id, token) = create_sandbox(&http, &server).await;
+    let sandbox = server.sandbox(&http).await;
     let files = |path: &str| format!("{}/files?path={path}", server.url);
     let data: Vec<u8> = (0..3_000_000u32).map(|i| (i % 251) as u8).collect();
-    let r = http
-        .post(files("up/big.bin"))
-        .header("e2b-sandbox-id", &id)
-        .header("x-access-token", &token)
+    let r = sandbox
+        .envd(http.post(files("up/big.bin")))
         .header("content-type", "application/octet-stream")
         .body(data.clone())
         .send()
@@ -580,10 +559,7 @@ async fn files_stream_with_ranges() {
     let written: serde_json::Value = r.json().await.unwrap();
     assert_eq!(written[0]["path"], "/root/up/big.bin", "{written}");
     let get = |path: &str, range: Option<&str>| {
-        let mut b = http
-            .get(files(path))
-            .header("e2b-sandbox-id", &id)
-            .header("x-access-token", &token);
+        let mut b = sandbox.envd(http.get(files(path)));
         if let Some(r) = range {
             b = b.header("range", r);
         }
@@ -610,14 +586,119 @@ async fn files_stream_with_ranges() {
         404
     );
     assert_eq!(get("up", None).await.unwrap().status(), 400);
-    let r = http
-        .post(files(""))
-        .header("e2b-sandbox-id", &id)
-        .header("x-access-token", &token)
+    let r = sandbox
+        .envd(http.post(files("")))
         .header("content-type", "application/octet-stream")
         .body("x")
         .send()
         .await
         .unwrap();
     assert_eq!(r.status(), 400, "an octet-stream upload without a path");
+}
+
+/// The e2b provider's `network: "none"` through this endpoint: the
+/// provider asks for `allow_internet_access: false` and sees it confirmed,
+/// the local sandbox behind it is `network: "none"`, and its commands get
+/// no egress proxy.
+#[test]
+fn the_e2b_providers_network_none_is_a_local_network_none_sandbox() {
+    let home = Home::with_e2b();
+    let run = |args: &[&str]| {
+        let out = home.command(args).output().expect("run sandkeep");
+        assert!(
+            out.status.success(),
+            "sandkeep {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).expect("UTF-8 stdout")
+    };
+    let created: serde_json::Value =
+        serde_json::from_str(&run(&["sandbox", "create", "--network", "none", "--json"]))
+            .expect("create's JSON");
+    assert_eq!(created["network"], "none", "{created}");
+    let id = created["sandbox_id"].as_str().expect("sandbox_id");
+    let probe = run(&[
+        "exec",
+        "--sandbox",
+        id,
+        "--",
+        r#"printf 'proxy=%s' "$HTTPS_PROXY""#,
+    ]);
+    assert_eq!(
+        probe, "proxy=",
+        "a network none sandbox has no egress proxy"
+    );
+
+    let endpoint_home = home
+        .e2b
+        .as_ref()
+        .and_then(|e| e.home())
+        .expect("a local endpoint");
+    let local = std::process::Command::new(bin())
+        .args(["sandbox", "list", "--json"])
+        .env("SANDKEEP_HOME", endpoint_home)
+        .env_remove("SANDKEEP_PROVIDER")
+        .output()
+        .expect("list the endpoint's local sandboxes");
+    let local: serde_json::Value = serde_json::from_slice(&local.stdout).expect("list's JSON");
+    let sandboxes = local["sandboxes"].as_array().expect("sandboxes");
+    assert_eq!(sandboxes.len(), 1, "{local}");
+    assert_eq!(sandboxes[0]["network"], "none", "{local}");
+}
+
+/// An upload that breaks midway (the client goes away with half the body
+/// sent, an octet-stream one or one inside a multipart part) leaves
+/// neither the target nor the temporary file beside it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broken_upload_leaves_no_file() {
+    let home = Home::new();
+    let server = E2bServer::start(&home).await;
+    let sandbox = server.sandbox(&reqwest::Client::new()).await;
+    let listing = || {
+        let out = home
+            .command(&[
+                "exec",
+                "--sandbox",
+                &sandbox.id,
+                "--",
+                "mkdir -p up && ls -A up",
+            ])
+            .output()
+            .expect("list the upload directory");
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let head = |content_type: &str| {
+        format!(
+            "POST /files?path=up/broken.bin HTTP/1.1\r\nHost: 127.0.0.1\r\n\
+             e2b-sandbox-id: {}\r\nx-access-token: {}\r\n\
+             content-type: {content_type}\r\ncontent-length: 100000000\r\n\r\n",
+            sandbox.id, sandbox.token
+        )
+    };
+    let part = "--b\r\ncontent-disposition: form-data; name=\"file\"; filename=\"x\"\r\n\r\n";
+    for (what, request) in [
+        ("octet-stream", head("application/octet-stream")),
+        (
+            "multipart",
+            format!("{}{part}", head("multipart/form-data; boundary=b")),
+        ),
+    ] {
+        let mut request = request.into_bytes();
+        request.extend(vec![b'x'; 1 << 20]);
+        let client = http::send(server.addr(), &request).await;
+        until(
+            Duration::from_secs(10),
+            &format!("the {what} upload's temporary file"),
+            || std::future::ready(listing().contains(".sandkeep-upload.")),
+        )
+        .await;
+        drop(client);
+        until(
+            Duration::from_secs(10),
+            &format!("nothing left of the broken {what} upload"),
+            || std::future::ready(listing().is_empty()),
+        )
+        .await;
+    }
 }

@@ -87,56 +87,6 @@ async fn process_only_fallback_is_reported_and_still_destroys_everything() {
     assert!(p.list().await.unwrap().is_empty());
 }
 
-/// A kernel that refuses namespaces, simulated for this process and its
-/// descendants (the provider's keepers) with a seccomp filter.
-fn refuse_namespaces() {
-    use seccompiler::{
-        SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter,
-        SeccompRule, TargetArch,
-    };
-    let mut rules = std::collections::BTreeMap::new();
-    rules.insert(libc::SYS_unshare, vec![]);
-    for flag in [libc::CLONE_NEWUSER, libc::CLONE_NEWPID, libc::CLONE_NEWNS] {
-        let rule = SeccompRule::new(vec![
-            SeccompCondition::new(
-                0,
-                SeccompCmpArgLen::Qword,
-                SeccompCmpOp::MaskedEq(flag as u64),
-                flag as u64,
-            )
-            .unwrap(),
-        ])
-        .unwrap();
-        rules
-            .entry(libc::SYS_clone)
-            .or_insert_with(Vec::new)
-            .push(rule);
-    }
-    let filter: seccompiler::BpfProgram = SeccompFilter::new(
-        rules,
-        SeccompAction::Allow,
-        SeccompAction::Errno(libc::EPERM as u32),
-        TargetArch::x86_64,
-    )
-    .unwrap()
-    .try_into()
-    .unwrap();
-    // clone3's flags are out of a filter's reach: ENOSYS makes libc use
-    // clone, which the filter above checks.
-    let no_clone3: seccompiler::BpfProgram = SeccompFilter::new(
-        [(libc::SYS_clone3, vec![])].into_iter().collect(),
-        SeccompAction::Allow,
-        SeccompAction::Errno(libc::ENOSYS as u32),
-        TargetArch::x86_64,
-    )
-    .unwrap()
-    .try_into()
-    .unwrap();
-    rustix::thread::set_no_new_privs(true).unwrap();
-    seccompiler::apply_filter(&filter).unwrap();
-    seccompiler::apply_filter(&no_clone3).unwrap();
-}
-
 /// Run by `refused_namespaces_fall_back_visibly` in a child process.
 #[test]
 #[ignore = "helper process of refused_namespaces_fall_back_visibly"]
@@ -144,7 +94,7 @@ fn refused_namespaces_inner() {
     if std::env::var_os("SK_REFUSE_NAMESPACES").is_none() {
         return;
     }
-    refuse_namespaces();
+    fake_kernel::refuse(fake_kernel::ALL_NAMESPACES, libc::EPERM);
     let out = Command::new("unshare")
         .args(["-U", "true"])
         .status()

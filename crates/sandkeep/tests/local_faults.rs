@@ -245,7 +245,13 @@ async fn a_lock_failure_at_session_end_is_an_error_and_the_sandbox_stays() {
         p.kill_unless_retained(id).await.unwrap(),
         Release::Destroyed
     ));
-    assert!(!sandbox_dir(home.path(), id).exists());
+    // Its files follow its processes (see `presence::Until`).
+    until(
+        Duration::from_secs(5),
+        "the files of the released sandbox to be removed",
+        || async { !sandbox_dir(home.path(), id).exists() },
+    )
+    .await;
     assert!(matches!(
         p.kill_unless_retained(id).await.unwrap(),
         Release::Gone
@@ -279,7 +285,13 @@ async fn an_unreadable_record_at_session_end_is_an_error_and_the_sandbox_stays()
         p.kill_unless_retained(id).await.unwrap(),
         Release::Destroyed
     ));
-    assert!(!sandbox_dir(home.path(), id).exists());
+    // Its files follow its processes (see `presence::Until`).
+    until(
+        Duration::from_secs(5),
+        "the files of the released sandbox to be removed",
+        || async { !sandbox_dir(home.path(), id).exists() },
+    )
+    .await;
 }
 
 /// A request the fork server could not even fork for ran nothing: it is a

@@ -40,6 +40,31 @@ async fn assert_destroyed(
     );
 }
 
+/// After a session end (`kill_unless_retained`): the sandbox is gone for
+/// every call at once, its files follow within a bounded while (the keeper
+/// removes them after the processes are dead), then nothing is left.
+async fn assert_released(
+    p: &sandkeep::provider::local::LocalProvider,
+    home: &std::path::Path,
+    id: &SandboxId,
+) {
+    assert!(
+        !p.list().await.unwrap().iter().any(|s| &s.sandbox_id == id),
+        "{id} still listed after its session ended"
+    );
+    assert!(matches!(
+        p.info(id).await,
+        Err(ProviderError::NoSuchSandbox(_))
+    ));
+    until(
+        Duration::from_secs(5),
+        "the files of a released sandbox to be removed",
+        || async { !sandbox_dir(home, id).exists() },
+    )
+    .await;
+    assert_destroyed(p, home, id).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn create_reports_and_lists_the_sandbox() {
     let (_home, p, info) = fresh_sandbox(120).await;
@@ -361,7 +386,7 @@ async fn a_retain_racing_a_session_end_never_loses_its_sandbox() {
         match (&start, end) {
             (Ok(()), Release::Retained) => assert!(alive, "round {round}: retained but gone"),
             (Err(ProviderError::NoSuchSandbox(_)), Release::Destroyed) => {
-                assert_destroyed(&ending, home.path(), &id).await
+                assert_released(&ending, home.path(), &id).await
             }
             _ => panic!("round {round}: retain {start:?} vs session end {end:?} (alive: {alive})"),
         }
@@ -457,6 +482,21 @@ async fn kill_leaves_no_process_mount_or_file() {
     assert_no_survivors(&format!("1000.{m}"), "kill");
     assert_destroyed(&p, home.path(), &info.sandbox_id).await;
     assert!(took < Duration::from_secs(2), "kill took {took:?}");
+}
+
+/// A session end returns before the sandbox's files are removed, but
+/// never before its last process is dead: escaped ones included.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_end_returns_only_once_every_process_is_dead() {
+    let (home, p, info) = fresh_sandbox(60).await;
+    let m = tag("5252");
+    start_zoo(&p, &info.sandbox_id, &m).await;
+    assert_eq!(
+        p.kill_unless_retained(&info.sandbox_id).await.unwrap(),
+        Release::Destroyed
+    );
+    assert_no_survivors(&format!("1000.{m}"), "the session end");
+    assert_released(&p, home.path(), &info.sandbox_id).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

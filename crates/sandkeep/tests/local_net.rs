@@ -657,39 +657,6 @@ async fn doctor_reports_the_network_namespace() {
     assert!(check.ok, "{}", check.detail);
 }
 
-/// A kernel without network namespaces, simulated for this process and
-/// its descendants (the keepers and inits) with a seccomp filter: an
-/// `unshare` naming CLONE_NEWNET fails with EINVAL, as on a kernel built
-/// without them.
-fn refuse_network_namespaces() {
-    use seccompiler::{
-        SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter,
-        SeccompRule, TargetArch,
-    };
-    let flag = libc::CLONE_NEWNET as u64;
-    let rule = SeccompRule::new(vec![
-        SeccompCondition::new(
-            0,
-            SeccompCmpArgLen::Qword,
-            SeccompCmpOp::MaskedEq(flag),
-            flag,
-        )
-        .unwrap(),
-    ])
-    .unwrap();
-    let filter: seccompiler::BpfProgram = SeccompFilter::new(
-        [(libc::SYS_unshare, vec![rule])].into_iter().collect(),
-        SeccompAction::Allow,
-        SeccompAction::Errno(libc::EINVAL as u32),
-        TargetArch::x86_64,
-    )
-    .unwrap()
-    .try_into()
-    .unwrap();
-    rustix::thread::set_no_new_privs(true).unwrap();
-    seccompiler::apply_filter(&filter).unwrap();
-}
-
 /// Run by `without_network_namespaces_network_is_refused_and_the_default_says_so`
 /// in a child process.
 #[test]
@@ -698,7 +665,8 @@ fn no_network_namespaces_inner() {
     if std::env::var_os("SK_NO_NETNS").is_none() {
         return;
     }
-    refuse_network_namespaces();
+    // A kernel built without network namespaces.
+    support::fake_kernel::refuse(&[libc::CLONE_NEWNET], libc::EINVAL);
     let out = std::process::Command::new("unshare")
         .args(["-n", "true"])
         .status()

@@ -223,29 +223,10 @@ async fn insecure_no_auth_on_loopback_serves_without_a_token_and_warns() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_that_never_finishes_its_headers_is_cut_off() {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let home = Home::new();
     let server = HttpServer::start(&home, &["--http", "127.0.0.1:0"]).await;
-    let mut slow = tokio::net::TcpStream::connect(("127.0.0.1", server.port()))
-        .await
-        .unwrap();
-    slow.write_all(b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ")
-        .await
-        .unwrap();
-    let started = std::time::Instant::now();
-    let mut rest = Vec::new();
-    // The server's header read timeout is 10 s: the connection must end
-    // (EOF or reset) well before this bound.
-    let ended = tokio::time::timeout(Duration::from_secs(30), slow.read_to_end(&mut rest)).await;
-    assert!(
-        ended.is_ok(),
-        "the half-sent request was still open after 30 s"
-    );
-    let waited = started.elapsed();
-    assert!(
-        waited >= Duration::from_secs(9) && waited <= Duration::from_secs(20),
-        "cut after {waited:?}"
-    );
+    let addr = format!("127.0.0.1:{}", server.port());
+    http::assert_cut_off(http::slow_client(&addr, "POST", "/mcp").await).await;
     server.stop().await;
 }
 
@@ -277,32 +258,13 @@ async fn past_the_session_cap_initialize_gets_503_and_existing_sessions_work() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn past_the_connection_cap_a_connection_gets_503() {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let home = Home::new();
     let server =
         HttpServer::start(&home, &["--http", "127.0.0.1:0", "--max-connections", "1"]).await;
+    let addr = format!("127.0.0.1:{}", server.port());
     // The only place, held by a client that says nothing yet.
-    let _holder = tokio::net::TcpStream::connect(("127.0.0.1", server.port()))
-        .await
-        .unwrap();
-    let mut second = tokio::net::TcpStream::connect(("127.0.0.1", server.port()))
-        .await
-        .unwrap();
-    second
-        .write_all(b"GET /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
-        .await
-        .unwrap();
-    let mut answer = Vec::new();
-    tokio::time::timeout(Duration::from_secs(10), second.read_to_end(&mut answer))
-        .await
-        .expect("the busy answer within 10 s")
-        .unwrap();
-    let answer = String::from_utf8_lossy(&answer);
-    assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
-    assert!(
-        answer.to_ascii_lowercase().contains("retry-after:"),
-        "{answer}"
-    );
+    let _holder = http::send(&addr, b"").await;
+    http::assert_busy(&addr, "/mcp").await;
     server.stop().await;
 }
 

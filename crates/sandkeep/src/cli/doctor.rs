@@ -6,7 +6,7 @@
 
 use clap::Args;
 
-use crate::provider::e2b::E2bProvider;
+use crate::provider::e2b::{E2bProvider, HelperOrigin};
 use crate::provider::local::{DoctorReport, LocalProvider};
 use crate::provider::{self, Kind};
 
@@ -43,8 +43,8 @@ pub async fn run(args: DoctorArgs) -> Outcome {
     }
 }
 
-/// The e2b provider: its configuration (never the key) and one call to
-/// the API with these credentials.
+/// The e2b provider: its configuration (never the key), one call to the
+/// API with these credentials, and the task helper it would upload.
 async fn e2b(args: DoctorArgs) -> Outcome {
     let provider = E2bProvider::from_env().map_err(|e| {
         CliError::new(format!("cannot open the e2b provider: {e}"))
@@ -60,7 +60,27 @@ async fn e2b(args: DoctorArgs) -> Outcome {
         .sandbox_url
         .clone()
         .unwrap_or_else(|| config.envd_url("<id>", None));
+    let helper = provider.helper_choice().await;
+    let helper_line = match &helper {
+        Ok(chosen) if matches!(chosen.origin, HelperOrigin::Fallback(_)) => {
+            format!("WARNING: {chosen}")
+        }
+        Ok(chosen) => chosen.to_string(),
+        Err(e) => format!("FAILED: {e}"),
+    };
     if args.output.json {
+        let (path, bytes, origin) = match &helper {
+            Ok(c) => (
+                Some(c.path.display().to_string()),
+                Some(c.size),
+                Some(match c.origin {
+                    HelperOrigin::Configured => "configured",
+                    HelperOrigin::Beside => "beside",
+                    HelperOrigin::Fallback(_) => "fallback",
+                }),
+            ),
+            Err(_) => (None, None, None),
+        };
         output::print_json(&serde_json::json!({
             "provider": provider::e2b::KIND,
             "api_url": config.api_url,
@@ -68,6 +88,10 @@ async fn e2b(args: DoctorArgs) -> Outcome {
             "sandbox_url": sandbox_url,
             "api_ok": check.is_ok(),
             "api": api,
+            "helper": path,
+            "helper_bytes": bytes,
+            "helper_origin": origin,
+            "helper_detail": helper_line,
         }));
     } else {
         output::print_fields(&[
@@ -77,9 +101,10 @@ async fn e2b(args: DoctorArgs) -> Outcome {
             ("envd url", sandbox_url),
             ("api key", "set (E2B_API_KEY)".to_owned()),
             ("api", api),
+            ("task helper", helper_line),
         ]);
     }
-    Ok(if check.is_ok() {
+    Ok(if check.is_ok() && helper.is_ok() {
         exit::OK
     } else {
         exit::OWN_FAILURE

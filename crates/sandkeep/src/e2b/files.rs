@@ -7,7 +7,8 @@
 //! the file), so it sees the sandbox's files exactly as its user does. An
 //! upload lands in a temporary file beside the target and is renamed over
 //! it only once the whole body arrived: a broken upload (the client goes
-//! away, a bad multipart body) kills the script and leaves the old file.
+//! away, a bad multipart body, a failing script) kills the script, leaves
+//! the old file, and removes the temporary one ([`Staged`]).
 
 use axum::body::{Body, Bytes};
 use axum::extract::{Multipart, Query};
@@ -20,13 +21,17 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 
 use super::Envd;
 use super::envd::{absolute, clean, http_error};
-use crate::provider::{RunningProcess, SpawnRequest, Spawned};
+use crate::provider::{
+    ExecRequest, Provider, ProviderError, RunningProcess, SandboxId, SpawnRequest, Spawned,
+};
 
 /// Exit statuses of the transfer scripts.
 const GONE: i32 = 44;
 const IS_DIR: i32 = 45;
 /// The read size of a download.
 const CHUNK: usize = 256 * 1024;
+/// The time limit of removing a broken upload's temporary file.
+const CLEANUP_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
 #[derive(Debug, Deserialize)]
 pub struct FileQuery {
@@ -268,13 +273,81 @@ impl Source<'_> {
     }
 }
 
+/// An upload script and its temporary file until the file is renamed over
+/// the target. Dropped before [`Staged::done`] (an error, or the client
+/// went away and the handler with it), it kills the script, waits for it
+/// to be dead (so nothing can rename or write the file any more) and only
+/// then closes its stdin and removes the file, in a task of its own.
+struct Staged {
+    stdin: Option<Box<dyn tokio::io::AsyncWrite + Send + Unpin>>,
+    process: Option<Box<dyn RunningProcess>>,
+    /// The sandbox and the script that removes the temporary file.
+    cleanup: Option<(std::sync::Arc<dyn Provider>, SandboxId, String)>,
+}
+
+impl Staged {
+    fn process(&self) -> &dyn RunningProcess {
+        self.process.as_deref().expect("held until dropped")
+    }
+
+    /// The file was renamed over the target: nothing to clean up.
+    fn done(mut self) {
+        self.cleanup = None;
+    }
+}
+
+impl Drop for Staged {
+    fn drop(&mut self) {
+        let Some((provider, id, script)) = self.cleanup.take() else {
+            return;
+        };
+        let (stdin, process) = (self.stdin.take(), self.process.take());
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        runtime.spawn(async move {
+            if let Some(process) = &process {
+                let _ = process.kill_group();
+                let _ = process.wait().await;
+            }
+            // Closed only now: an end of input while the script lived
+            // would have let it rename the partial file over the target.
+            drop(stdin);
+            let removed = provider
+                .exec(
+                    &id,
+                    ExecRequest {
+                        command: script,
+                        cwd: None,
+                        timeout: CLEANUP_TIMEOUT,
+                        stdin: None,
+                        output_limit: 4096,
+                    },
+                )
+                .await;
+            match removed {
+                // Gone with its sandbox.
+                Ok(_) | Err(ProviderError::NoSuchSandbox(_)) => {}
+                Err(e) => {
+                    tracing::warn!(sandbox = %id, "cannot remove a broken upload's temporary file: {e}");
+                }
+            }
+        });
+    }
+}
+
 /// Streams one file into the sandbox; its entry as envd answers it.
 async fn write_one(envd: &Envd, path: &str, mut source: Source<'_>) -> Result<Value, Response> {
+    // `$d`, `$p` and `$t`: the directory, the target and the temporary
+    // file, named here so that a cleanup can find it.
+    let names = format!(
+        "{}d=${{p%/*}}; [ -n \"$d\" ] || d=/; t=\"$d/.sandkeep-upload.{}\"; ",
+        absolute(path),
+        super::random_hex()
+    );
     let script = format!(
-        "{}d=${{p%/*}}; [ -n \"$d\" ] || d=/; mkdir -p -- \"$d\" || exit 1; \
-         t=\"$d/.sandkeep-upload.$$\"; trap 'rm -f -- \"$t\"' EXIT; \
-         cat > \"$t\" && mv -fT -- \"$t\" \"$p\" && printf '%s' \"$p\"",
-        absolute(path)
+        "{names}mkdir -p -- \"$d\" || exit 1; \
+         cat > \"$t\" && mv -fT -- \"$t\" \"$p\" && printf '%s' \"$p\""
     );
     let Spawned {
         stdin,
@@ -282,22 +355,28 @@ async fn write_one(envd: &Envd, path: &str, mut source: Source<'_>) -> Result<Va
         stderr,
         process,
     } = spawn(envd, script, true).await?;
-    let mut stdin = stdin.expect("spawned with a stdin pipe");
+    let mut staged = Staged {
+        stdin: Some(stdin.expect("spawned with a stdin pipe")),
+        process: Some(process),
+        cleanup: Some((
+            std::sync::Arc::clone(&envd.e2b.provider),
+            envd.id.clone(),
+            format!("{names}rm -f -- \"$t\""),
+        )),
+    };
     let stdout = tokio::spawn(read_small(stdout));
     let stderr = tokio::spawn(read_small(stderr));
+    let input = staged.stdin.as_mut().expect("held until the body ends");
     loop {
         match source.next().await {
             Ok(Some(chunk)) => {
                 // A script that stopped reading failed: its status says why.
-                if stdin.write_all(&chunk).await.is_err() {
+                if input.write_all(&chunk).await.is_err() {
                     break;
                 }
             }
             Ok(None) => break,
             Err(e) => {
-                // Killed before stdin closes, so the partial file is never
-                // renamed over the target.
-                let _ = process.kill_group();
                 return Err(http_error(
                     StatusCode::BAD_REQUEST,
                     format!("cannot read the upload: {e}"),
@@ -305,11 +384,12 @@ async fn write_one(envd: &Envd, path: &str, mut source: Source<'_>) -> Result<Va
             }
         }
     }
-    drop(stdin);
-    let code = process.wait().await;
+    drop(staged.stdin.take());
+    let code = staged.process().wait().await;
     if code.as_ref().is_ok_and(|&c| c != 0) || code.is_err() {
         return Err(failed(code, &stderr.await.unwrap_or_default(), path));
     }
+    staged.done();
     let full = clean(&stdout.await.unwrap_or_default());
     let name = full.rsplit('/').next().unwrap_or("").to_owned();
     Ok(json!({ "path": full, "name": name, "type": "file" }))

@@ -94,10 +94,27 @@ impl Records {
         serde_json::from_slice(&bytes).ok()
     }
 
+    /// Written whole (a temporary file renamed over the record) and mode
+    /// 0600, but not synced: a record is worth nothing without its
+    /// sandbox, and a host crash ends the sandbox too. The sync cost every
+    /// create a disk write it did not need.
     fn save(&self, id: &SandboxId, record: &Record) -> Result<(), String> {
+        use std::io::Write;
+        use std::os::unix::fs::OpenOptionsExt;
         let json = serde_json::to_vec(record).map_err(|e| e.to_string())?;
-        crate::cli::serve::write_private(&self.path(id), &json)
-            .map_err(|e| format!("cannot write {}: {e}", self.path(id).display()))
+        let path = self.path(id);
+        let temp = path.with_extension(format!("tmp.{}", random_hex()));
+        let written = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&temp)
+            .and_then(|mut f| f.write_all(&json))
+            .and_then(|()| std::fs::rename(&temp, &path));
+        written.map_err(|e| {
+            let _ = std::fs::remove_file(&temp);
+            format!("cannot write {}: {e}", path.display())
+        })
     }
 
     /// The record, made for a sandbox created elsewhere (CLI, MCP).

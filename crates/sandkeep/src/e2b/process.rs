@@ -483,68 +483,101 @@ async fn ended(rx: &mut watch::Receiver<Option<End>>) -> Option<End> {
     end.clone()
 }
 
+fn event(e: serde_json::Value) -> Bytes {
+    connect::envelope(&json!({ "event": e }))
+}
+
+/// Where a Start/Connect response stands.
+enum Phase {
+    /// The start event is next.
+    Start,
+    Running,
+    /// The end-stream message was sent.
+    Done,
+}
+
+/// A Start/Connect response being produced. It is the body itself, polled
+/// by the connection as it sends (no task and no queue between the output
+/// and the socket): a slow client holds the output queue, and so the
+/// process, back.
+struct Events {
+    pid: u32,
+    rx: mpsc::Receiver<Output>,
+    end_rx: watch::Receiver<Option<End>>,
+    keepalive: Duration,
+    ping: Instant,
+    deadline: Option<Instant>,
+    phase: Phase,
+}
+
+impl Events {
+    /// The next envelopes to send; `None` after the end-stream message.
+    async fn next(&mut self) -> Option<Bytes> {
+        match self.phase {
+            Phase::Done => return None,
+            Phase::Start => {
+                self.phase = Phase::Running;
+                self.ping = Instant::now() + self.keepalive;
+                return Some(event(json!({ "start": { "pid": self.pid } })));
+            }
+            Phase::Running => {}
+        }
+        let deadline = self.deadline;
+        let expired = async move {
+            match deadline {
+                Some(d) => tokio::time::sleep_until(d).await,
+                None => std::future::pending().await,
+            }
+        };
+        let message = tokio::select! {
+            biased;
+            r = self.rx.recv() => match r {
+                Some(Output::Stdout(b)) => event(json!({ "data": { "stdout": B64.encode(&b) } })),
+                Some(Output::Stderr(b)) => event(json!({ "data": { "stderr": B64.encode(&b) } })),
+                // The output is over: the end event follows it (none if
+                // the process was forgotten with its sandbox), then the
+                // end of the stream, in one write.
+                None => {
+                    self.phase = Phase::Done;
+                    let end = ended(&mut self.end_rx).await;
+                    let mut last = end.map(|end| event(json!({ "end": end }))).unwrap_or_default().to_vec();
+                    last.extend_from_slice(&connect::end_stream(None));
+                    return Some(Bytes::from(last));
+                }
+            },
+            () = tokio::time::sleep_until(self.ping) => event(json!({ "keepalive": {} })),
+            () = expired => {
+                self.phase = Phase::Done;
+                let e = RpcError::new(Code::DeadlineExceeded, "the Connect-Timeout-Ms deadline expired");
+                return Some(connect::end_stream(Some(&e)));
+            }
+        };
+        self.ping = Instant::now() + self.keepalive;
+        Some(message)
+    }
+}
+
 /// The Start/Connect response: start, data…, keepalives, end.
 fn event_stream(
     pid: u32,
-    mut rx: mpsc::Receiver<Output>,
-    mut end_rx: watch::Receiver<Option<End>>,
+    rx: mpsc::Receiver<Output>,
+    end_rx: watch::Receiver<Option<End>>,
     keepalive: Duration,
     timeout: Option<Duration>,
 ) -> Response {
-    let (tx, body_rx) = mpsc::channel::<Bytes>(16);
-    tokio::spawn(async move {
-        let event = |e: serde_json::Value| connect::envelope(&json!({ "event": e }));
-        if tx
-            .send(event(json!({ "start": { "pid": pid } })))
-            .await
-            .is_err()
-        {
-            return;
-        }
-        let deadline = timeout.map(|t| Instant::now() + t);
-        let mut ping = Instant::now() + keepalive;
-        let data = |o: Output| match o {
-            Output::Stdout(b) => event(json!({ "data": { "stdout": B64.encode(&b) } })),
-            Output::Stderr(b) => event(json!({ "data": { "stderr": B64.encode(&b) } })),
-        };
-        loop {
-            let expired = async {
-                match deadline {
-                    Some(d) => tokio::time::sleep_until(d).await,
-                    None => std::future::pending().await,
-                }
-            };
-            let message = tokio::select! {
-                biased;
-                r = rx.recv() => match r {
-                    Some(o) => data(o),
-                    // The output is over: the end event follows it (none
-                    // if the process was forgotten with its sandbox).
-                    None => {
-                        if let Some(end) = ended(&mut end_rx).await {
-                            let _ = tx.send(event(json!({ "end": end }))).await;
-                        }
-                        let _ = tx.send(connect::end_stream(None)).await;
-                        return;
-                    }
-                },
-                () = tokio::time::sleep_until(ping) => event(json!({ "keepalive": {} })),
-                () = expired => {
-                    let e = RpcError::new(Code::DeadlineExceeded, "the Connect-Timeout-Ms deadline expired");
-                    let _ = tx.send(connect::end_stream(Some(&e))).await;
-                    return;
-                }
-            };
-            ping = Instant::now() + keepalive;
-            if tx.send(message).await.is_err() {
-                return;
-            }
-        }
-    });
-    let body = futures_util::stream::unfold(body_rx, |mut rx| async move {
-        rx.recv()
-            .await
-            .map(|b| (Ok::<_, std::convert::Infallible>(b), rx))
+    let now = Instant::now();
+    let events = Events {
+        pid,
+        rx,
+        end_rx,
+        keepalive,
+        ping: now + keepalive,
+        deadline: timeout.map(|t| now + t),
+        phase: Phase::Start,
+    };
+    let body = futures_util::stream::unfold(events, |mut events| async move {
+        let message = events.next().await?;
+        Some((Ok::<_, std::convert::Infallible>(message), events))
     });
     (
         [(header::CONTENT_TYPE, connect::STREAM_JSON)],

@@ -14,7 +14,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::{E2b, ENVD_VERSION, Record};
-use crate::provider::{CreateSpec, ProviderError, SandboxId, SandboxInfo};
+use crate::provider::{CreateSpec, Network, ProviderError, SandboxId, SandboxInfo};
 
 /// The longest timeout a sandbox may ask for (E2B's Pro plan's 24 h).
 const MAX_TIMEOUT: u64 = 86_400;
@@ -84,7 +84,8 @@ fn sandbox_json(info: &SandboxInfo, record: &Record) -> Value {
     })
 }
 
-/// `ListedSandbox`; `SandboxDetail` adds the access token.
+/// `ListedSandbox`; `SandboxDetail` adds the access token and whether the
+/// sandbox reaches the internet.
 fn listed_json(info: &SandboxInfo, record: &Record) -> Value {
     let cpus = info.limits.milli_cpus.map_or_else(
         || std::thread::available_parallelism().map_or(1, |n| n.get() as u32),
@@ -116,6 +117,10 @@ pub struct NewSandbox {
     metadata: Option<BTreeMap<String, String>>,
     #[serde(default)]
     env_vars: Option<BTreeMap<String, String>>,
+    /// `false`: the sandbox gets loopback only (`network: "none"`); `true`
+    /// or absent: the provider's default. The SDKs spell it snake_case.
+    #[serde(default, rename = "allow_internet_access")]
+    allow_internet_access: Option<bool>,
 }
 
 async fn create(e2b: &E2b, body: &[u8], default_timeout: u64) -> Response {
@@ -134,7 +139,7 @@ async fn create(e2b: &E2b, body: &[u8], default_timeout: u64) -> Response {
         template: request.template_id,
         timeout,
         envs: request.env_vars.unwrap_or_default(),
-        network: None,
+        network: (request.allow_internet_access == Some(false)).then_some(Network::None),
         allow_hosts: Vec::new(),
         limits: Default::default(),
     };
@@ -233,6 +238,7 @@ pub async fn info(State(e2b): State<Arc<E2b>>, Path(id): Path<String>) -> Respon
         Ok(record) => {
             let mut v = listed_json(&info, &record);
             v["envdAccessToken"] = json!(record.access_token);
+            v["allowInternetAccess"] = json!(info.network != Some(Network::None));
             Json(v).into_response()
         }
         Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e),

@@ -36,6 +36,11 @@ pub(super) struct Waiters {
 #[derive(Default)]
 struct Watchers {
     by_sandbox: HashMap<SandboxId, Watcher>,
+    /// Held while a sandbox's watcher is being started: the waiters that
+    /// find none wait for that one instead of each starting their own (a
+    /// remote provider's spawn is a network round trip, time for hundreds
+    /// of waiters to arrive).
+    starting: HashMap<SandboxId, Arc<tokio::sync::Mutex<()>>>,
     /// Tells a watcher from its successor in the same sandbox, so a dead
     /// one's last words never touch the new one.
     next_generation: u64,
@@ -137,6 +142,21 @@ impl Waiters {
             if let Some(sub) = join(&self.shared, &mut lock(&self.shared), sandbox, task) {
                 return Ok(sub);
             }
+            let gate = Arc::clone(
+                lock(&self.shared)
+                    .starting
+                    .entry(sandbox.clone())
+                    .or_default(),
+            );
+            let _starting = gate.lock().await;
+            let started = Starting {
+                shared: &self.shared,
+                sandbox,
+                gate: &gate,
+            };
+            if let Some(sub) = join(&self.shared, &mut lock(&self.shared), sandbox, task) {
+                return Ok(sub);
+            }
             let helper = paths
                 .get(provider, sandbox)
                 .await
@@ -197,7 +217,31 @@ impl Waiters {
                 },
             );
             let sub = join(&self.shared, &mut watchers, sandbox, task);
+            drop(watchers);
+            drop(started);
             return Ok(sub.expect("the watcher was just added"));
+        }
+    }
+}
+
+/// Forgets a sandbox's start gate once its start is over (started or
+/// failed); waiters already queued on it still get it, and find the
+/// watcher or start again.
+struct Starting<'a> {
+    shared: &'a Mutex<Watchers>,
+    sandbox: &'a SandboxId,
+    gate: &'a Arc<tokio::sync::Mutex<()>>,
+}
+
+impl Drop for Starting<'_> {
+    fn drop(&mut self) {
+        let mut watchers = lock(self.shared);
+        if watchers
+            .starting
+            .get(self.sandbox)
+            .is_some_and(|g| Arc::ptr_eq(g, self.gate))
+        {
+            watchers.starting.remove(self.sandbox);
         }
     }
 }

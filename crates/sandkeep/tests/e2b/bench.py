@@ -3,8 +3,9 @@
     E2B_API_URL=http://ADDR E2B_SANDBOX_URL=http://ADDR E2B_API_KEY=KEY \
         python crates/sandkeep/tests/e2b/bench.py
 
-Prints the medians docs/benchmarks.md records: create + run("true") + kill,
-run("true") in a live sandbox, and 100 MiB upload and download.
+Prints the medians docs/benchmarks.md records: create + run("true") + kill
+(and each of the three apart), run("true") in a live sandbox, and 100 MiB
+upload and download.
 """
 
 import os
@@ -20,14 +21,21 @@ def ms(samples):
 
 Sandbox.create(timeout=60).kill()  # warm-up
 
-cycle = []
+cycle, create, first_run, kill = [], [], [], []
 for _ in range(20):
     t0 = time.perf_counter()
     sbx = Sandbox.create(timeout=60)
+    t1 = time.perf_counter()
     sbx.commands.run("true")
+    t2 = time.perf_counter()
     sbx.kill()
-    cycle.append(time.perf_counter() - t0)
+    t3 = time.perf_counter()
+    cycle.append(t3 - t0)
+    create.append(t1 - t0)
+    first_run.append(t2 - t1)
+    kill.append(t3 - t2)
 print("create + run('true') + kill:", ms(cycle))
+print(f"  of which create {ms(create)}, first run {ms(first_run)}, kill {ms(kill)}")
 
 sbx = Sandbox.create(timeout=120)
 try:

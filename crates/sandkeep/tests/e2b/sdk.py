@@ -263,3 +263,23 @@ def _():
         assert time.monotonic() < deadline, "the sandbox outlived its timeout"
         time.sleep(0.2)
     assert Sandbox.kill(sbx.sandbox_id) is False
+
+
+@check("no_internet")
+def _():
+    # allow_internet_access=False is the local sandbox's network "none":
+    # no egress proxy to reach (the default sandbox has one), and the
+    # detail says so.
+    cut = make(allow_internet_access=False)
+    default = make()
+    try:
+        assert cut.get_info().allow_internet_access is False, cut.get_info()
+        assert default.get_info().allow_internet_access is True, default.get_info()
+        probe = 'printf "proxy=%s\\n" "$HTTPS_PROXY"'
+        r = cut.commands.run(probe)
+        assert r.stdout == "proxy=\n", r
+        r = default.commands.run(probe)
+        assert r.stdout.startswith("proxy=http://127.0.0.1:"), r
+    finally:
+        cut.kill()
+        default.kill()

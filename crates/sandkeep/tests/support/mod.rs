@@ -3,12 +3,16 @@
 //! host-side inspection of processes and mounts through /proc. The
 //! submodules add what one surface needs: `cli` (commands, JSON and schema
 //! checks, a pty), `mcp` (served children, rmcp clients, a recording
-//! provider) and `local` (the local provider in-process). Nothing here
-//! asserts product behaviour; the tests do.
+//! provider), `http` (raw HTTP/1.1 for the listeners' edges), `local`
+//! (the local provider in-process) and `fake_kernel` (a kernel without
+//! namespaces, simulated). Nothing here asserts product behaviour; the
+//! tests do.
 #![allow(dead_code)] // each test crate uses a different subset
 
 pub mod cli;
 pub mod e2b;
+pub mod fake_kernel;
+pub mod http;
 pub mod local;
 pub mod mcp;
 

@@ -1,0 +1,256 @@
+//! Processes that outlive a call (`Provider::spawn`) over envd: one Start
+//! stream without a connect timeout, run by [`script::SPAWN`] so the
+//! process has its own group. Its stdout and stderr events become pipes,
+//! what is written to its stdin pipe goes out by SendInput (CloseStdin at
+//! the end), and signals and the group kill are small scripts run inside
+//! the sandbox (envd signals only the process it started, and only with
+//! TERM or KILL).
+//!
+//! As a local pipe would, dropping the stdout pipe ends the process (it is
+//! killed at its next output); dropping stderr only discards it. Dropping
+//! the control ends nothing.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use sandkeep_provider::{ProviderError, Result, RunningProcess, SpawnRequest, Spawned};
+use serde_json::Value;
+use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream};
+use tokio::sync::watch;
+
+use crate::envd::{Envd, EnvdError, Event, Stream};
+use crate::script;
+
+/// Output held for a pipe's reader before the stream waits for it.
+const PIPE: usize = 64 * 1024;
+/// The bound of the wait for the process's pid line.
+const STARTUP: Duration = Duration::from_secs(60);
+/// The bound of a signal script.
+const SIGNAL_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The exit once known: a status, or why none will come.
+type Exit = Option<std::result::Result<i32, String>>;
+
+/// Starts `request` in the sandbox behind `envd`; returns once the process
+/// runs (its pid line came).
+pub async fn spawn(envd: Envd, request: SpawnRequest) -> std::result::Result<Spawned, EnvdError> {
+    let cwd = request.cwd.as_deref().unwrap_or("");
+    let mut stream = envd
+        .start(
+            "/bin/sh",
+            &["-c", script::LAUNCH, script::SPAWN, cwd],
+            &[(script::SPAWN_COMMAND, &request.command)],
+            request.stdin,
+        )
+        .await?;
+    let started = tokio::time::timeout(STARTUP, started(&mut stream))
+        .await
+        .map_err(|_| {
+            EnvdError::Broken(format!(
+                "the process did not report its pid within {} s",
+                STARTUP.as_secs()
+            ))
+        })??;
+    let (stdout, stdout_ours) = tokio::io::duplex(PIPE);
+    let (stderr, stderr_ours) = tokio::io::duplex(PIPE);
+    let (exit, exit_rx) = watch::channel(None);
+    let process = EnvdProcess {
+        envd: envd.clone(),
+        pid: started.pid,
+        exit: exit_rx,
+    };
+    let stdin = request.stdin.then(|| {
+        let (theirs, ours) = tokio::io::duplex(PIPE);
+        tokio::spawn(feed(envd, started.envd_pid.clone(), ours));
+        Box::new(theirs) as Box<dyn tokio::io::AsyncWrite + Send + Unpin>
+    });
+    tokio::spawn(pump(
+        stream,
+        started,
+        process.clone(),
+        stdout_ours,
+        stderr_ours,
+        exit,
+    ));
+    Ok(Spawned {
+        stdin,
+        stdout: Box::new(stdout),
+        stderr: Box::new(stderr),
+        process: Box::new(process),
+    })
+}
+
+/// What came before the process ran: envd's id of it, its pid in the
+/// sandbox, and the output that came with them.
+struct Started {
+    envd_pid: Value,
+    pid: u32,
+    stdout: Vec<u8>,
+    stderr: Vec<u8>,
+}
+
+async fn started(stream: &mut Stream) -> std::result::Result<Started, EnvdError> {
+    let (mut envd_pid, mut stdout, mut stderr) = (None, Vec::new(), Vec::new());
+    loop {
+        match stream.next().await? {
+            Some(Event::Start { pid }) => envd_pid = Some(pid),
+            Some(Event::Stdout(bytes)) => stdout.extend_from_slice(&bytes),
+            Some(Event::Stderr(bytes)) => stderr.extend_from_slice(&bytes),
+            Some(Event::End(code)) => {
+                return Err(EnvdError::Refused {
+                    code: format!("exit status {code}"),
+                    message: format!(
+                        "the process ended before it ran: {}",
+                        String::from_utf8_lossy(&stderr).trim()
+                    ),
+                });
+            }
+            Some(Event::Other) => {}
+            None => {
+                return Err(EnvdError::Broken(
+                    "the process stream ended before the process ran".into(),
+                ));
+            }
+        }
+        if let (Some(envd_pid), Some(end)) = (&envd_pid, stdout.iter().position(|&b| b == b'\n')) {
+            let line = String::from_utf8_lossy(&stdout[..end]).into_owned();
+            let pid = line.trim().parse().map_err(|_| {
+                EnvdError::Broken(format!("the process reported {line:?}, not its pid"))
+            })?;
+            return Ok(Started {
+                envd_pid: envd_pid.clone(),
+                pid,
+                stdout: stdout.split_off(end + 1),
+                stderr,
+            });
+        }
+    }
+}
+
+/// Passes the stream's output to the pipes until the process ends, then
+/// closes them and records the exit.
+async fn pump(
+    mut stream: Stream,
+    started: Started,
+    process: EnvdProcess,
+    stdout: DuplexStream,
+    stderr: DuplexStream,
+    exit: watch::Sender<Exit>,
+) {
+    let (mut stdout, mut stderr) = (Some(stdout), Some(stderr));
+    let mut pending = vec![Event::Stdout(started.stdout), Event::Stderr(started.stderr)];
+    let ended = loop {
+        let event = match pending.pop() {
+            Some(event) => event,
+            None => match stream.next().await {
+                Ok(Some(event)) => event,
+                Ok(None) => break Err("the process stream ended without an end event".into()),
+                Err(e) => break Err(e.to_string()),
+            },
+        };
+        match event {
+            Event::Stdout(bytes) if !bytes.is_empty() => {
+                if let Some(pipe) = &mut stdout
+                    && pipe.write_all(&bytes).await.is_err()
+                {
+                    // Its reader is gone, as a closed pipe would end it.
+                    stdout = None;
+                    let _ = process.kill_group();
+                }
+            }
+            Event::Stderr(bytes) if !bytes.is_empty() => {
+                if let Some(pipe) = &mut stderr
+                    && pipe.write_all(&bytes).await.is_err()
+                {
+                    stderr = None;
+                }
+            }
+            Event::End(code) => break Ok(code),
+            _ => {}
+        }
+    };
+    drop((stdout, stderr));
+    exit.send_replace(Some(ended));
+}
+
+/// Sends what is written to the stdin pipe, in order, then closes the
+/// process's stdin. A failed send drops the pipe, so the writer sees it.
+async fn feed(envd: Envd, pid: Value, mut from: DuplexStream) {
+    let mut buf = vec![0; PIPE];
+    loop {
+        match from.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => {
+                if envd.send_input(&pid, &buf[..n]).await.is_err() {
+                    return;
+                }
+            }
+        }
+    }
+    let _ = envd.close_stdin(&pid).await;
+}
+
+/// The control of a spawned process, by its pid inside the sandbox.
+#[derive(Clone)]
+struct EnvdProcess {
+    envd: Envd,
+    pid: u32,
+    exit: watch::Receiver<Exit>,
+}
+
+impl EnvdProcess {
+    /// Runs `script` with `args` in the sandbox, without waiting for it.
+    fn fire(&self, script: &'static str, args: Vec<String>) -> Result<()> {
+        let runtime = tokio::runtime::Handle::try_current().map_err(|e| {
+            ProviderError::Unavailable(format!("cannot signal process {}: {e}", self.pid))
+        })?;
+        let envd = self.envd.clone();
+        runtime.spawn(async move {
+            let mut argv = vec!["-c", script, "sandkeep"];
+            argv.extend(args.iter().map(String::as_str));
+            if let Err(e) = envd.run("/bin/sh", &argv, None, SIGNAL_TIMEOUT, 4096).await {
+                tracing::debug!(sandbox = envd.sandbox_id, "a signal script failed: {e}");
+            }
+        });
+        Ok(())
+    }
+
+    fn exited(&self) -> bool {
+        self.exit.borrow().is_some()
+    }
+}
+
+#[async_trait]
+impl RunningProcess for EnvdProcess {
+    fn signal(&self, signal: i32) -> Result<()> {
+        if self.exited() {
+            return Ok(());
+        }
+        self.fire(
+            script::SIGNAL,
+            vec![signal.to_string(), self.pid.to_string()],
+        )
+    }
+
+    fn kill_group(&self) -> Result<()> {
+        // Once it has exited, its pid may be another process's.
+        if self.exited() {
+            return Ok(());
+        }
+        self.fire(script::KILL_GROUP, vec![self.pid.to_string()])
+    }
+
+    async fn wait(&self) -> Result<i32> {
+        let mut exit = self.exit.clone();
+        let done = exit.wait_for(Option::is_some).await.map_err(|_| {
+            ProviderError::Unavailable("the process's stream reader is gone".into())
+        })?;
+        match done.as_ref().expect("waited for Some") {
+            Ok(code) => Ok(*code),
+            Err(message) => Err(ProviderError::Unavailable(format!(
+                "the exit of process {} is unknown: {message}",
+                self.pid
+            ))),
+        }
+    }
+}
