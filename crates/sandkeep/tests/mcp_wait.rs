@@ -141,19 +141,25 @@ async fn wait_task_answers_on_exit_on_output_and_at_its_timeout() {
         "a quiet task answers at the timeout: {took:?}"
     );
 
-    // list_tasks: newest first, with the command and the bytes saved.
+    // list_tasks: newest first (started_at is in whole seconds, and both
+    // tasks may share one), with the command and the bytes saved.
     let listed = server.ok("list_tasks", json!({"sandbox_id": sb})).await;
     let tasks = listed["tasks"].as_array().unwrap();
     assert_eq!(tasks.len(), 2, "{listed}");
-    assert_eq!(tasks[0]["task_id"], task.as_str());
+    let started = |i: usize| tasks[i]["started_at"].as_u64().unwrap();
+    assert!(started(0) >= started(1), "newest first: {listed}");
+    let latest = tasks
+        .iter()
+        .find(|t| t["task_id"] == task.as_str())
+        .unwrap_or_else(|| panic!("the second task is listed: {listed}"));
     assert!(
-        tasks[0]["command"]
+        latest["command"]
             .as_str()
             .unwrap()
             .starts_with("sleep 0.5; printf out")
     );
-    assert_eq!(tasks[0]["stdout_bytes"], 3);
-    assert_eq!(tasks[0]["stderr_bytes"], 3);
+    assert_eq!(latest["stdout_bytes"], 3);
+    assert_eq!(latest["stderr_bytes"], 3);
 
     // delete_task refuses a running task and leaves it whole.
     let handle = json!({"sandbox_id": sb, "task_id": task});
