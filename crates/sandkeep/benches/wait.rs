@@ -338,9 +338,9 @@ async fn idle_waiters_over_http(home: &tempfile::TempDir) {
         .to_owned();
     let rss_before = rss_kib(pid);
     // The waiters are sessionless 2026-07-28 requests without a progress
-    // token, as Claude Code sends them: rmcp's client asks for progress on
-    // every call, and 1,000 calls reporting every 5 s would measure the
-    // notifications, not the waiting.
+    // token, as Claude Code sends them (rmcp's client asks for progress on
+    // every call; a wait reports every 25 s, which is the progress
+    // feature's cost, not the waiting's).
     let http = reqwest::Client::new();
     let waiters: Vec<_> = (0..IDLE_WAITERS)
         .map(|_| {

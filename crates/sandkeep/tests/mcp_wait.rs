@@ -6,15 +6,19 @@
 //! with the last of them and is replaced if killed; 300 waiters on 100
 //! tasks all answer right after their tasks end; a provider without
 //! `spawn` still waits (one helper call per waiter); delete_task frees one
-//! of the 128 places; bad input names the parameter.
+//! of the 128 places; bad input names the parameter. A wait reports
+//! progress less often than a command, and open sessionless waits over
+//! HTTP do not count against the session cap.
 
 mod support;
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use rmcp::model::{CallToolRequestParams, ClientRequest, Request};
-use rmcp::service::PeerRequestOptions;
+use rmcp::ServiceExt;
+use rmcp::model::{CallToolRequestParams, ClientRequest, ProgressNotificationParam, Request};
+use rmcp::service::{NotificationContext, PeerRequestOptions};
 use sandkeep::provider::{
     CreateSpec, ExecOutput, ExecRequest, FileEntry, Provider, Release, Result as PResult,
     SandboxId, SandboxInfo,
@@ -24,14 +28,50 @@ use serde_json::{Value, json};
 use support::mcp::*;
 use support::*;
 
-async fn sandbox(server: &StdioServer) -> String {
-    sid(&server.ok("create_sandbox", json!({"timeout": 600})).await)
+/// What every test here starts from: a stdio server and one sandbox.
+struct Fixture {
+    server: Arc<StdioServer>,
+    sb: String,
+    _home: Home,
 }
 
-async fn start(server: &StdioServer, sb: &str, command: &str) -> String {
-    tid(&server
-        .ok("start_task", json!({"sandbox_id": sb, "command": command}))
-        .await)
+impl Fixture {
+    async fn new() -> Self {
+        let home = Home::new();
+        let server = StdioServer::start(&home).await;
+        let sb = sid(&server.ok("create_sandbox", json!({"timeout": 600})).await);
+        Self {
+            server: Arc::new(server),
+            sb,
+            _home: home,
+        }
+    }
+
+    async fn ok(&self, tool: &str, args: Value) -> Value {
+        self.server.ok(tool, args).await
+    }
+
+    async fn err(&self, tool: &str, args: Value) -> String {
+        err(&self.server.client, tool, args).await
+    }
+
+    /// Starts a task in the sandbox; its task_id.
+    async fn start(&self, command: &str) -> String {
+        tid(&self
+            .ok(
+                "start_task",
+                json!({"sandbox_id": self.sb, "command": command}),
+            )
+            .await)
+    }
+
+    /// Kills the sandbox and checks that the server exits cleanly.
+    async fn finish(self) {
+        self.ok("kill_sandbox", json!({"sandbox_id": self.sb}))
+            .await;
+        let server = Arc::into_inner(self.server).expect("no other user of the server");
+        assert!(server.close().await.success());
+    }
 }
 
 /// wait_task and the time it took as the client saw it.
@@ -41,36 +81,55 @@ async fn wait(server: &StdioServer, args: Value) -> (Value, Duration) {
     (v, t.elapsed())
 }
 
+/// The sandbox's one shared watcher, once it watches `tasks` tasks.
+async fn watcher_watching(marker: &str, tasks: usize, within: Duration) -> i32 {
+    until(
+        within,
+        &format!("one watcher watching {tasks} tasks"),
+        || {
+            std::future::ready(
+                watchers(marker)
+                    .first()
+                    .is_some_and(|&w| watches_of(w) == tasks),
+            )
+        },
+    )
+    .await;
+    let found = watchers(marker);
+    assert_eq!(found.len(), 1, "one watcher: {found:?}");
+    assert!(
+        in_sandbox_of(marker, " wait {").is_empty(),
+        "no waiter runs a process of its own"
+    );
+    found[0]
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wait_task_answers_on_exit_on_output_and_at_its_timeout() {
-    let home = Home::new();
-    let server = StdioServer::start(&home).await;
-    let sb = sandbox(&server).await;
+    let f = Fixture::new().await;
+    let (server, sb) = (&f.server, &f.sb);
 
-    let task = start(&server, &sb, "sleep 0.7; exit 4").await;
-    let (done, took) = wait(&server, json!({"sandbox_id": sb, "task_id": task})).await;
+    let task = f.start("sleep 0.7; exit 4").await;
+    let (done, took) = wait(server, json!({"sandbox_id": sb, "task_id": task})).await;
     assert_eq!(done["state"], "failed", "{done}");
     assert_eq!(done["exit_code"], 4);
     assert!(took < Duration::from_secs(2), "{took:?}");
     assert!(done["waited_ms"].as_u64().unwrap() >= 300, "{done}");
 
-    let task = start(
-        &server,
-        &sb,
-        "sleep 0.5; printf out; sleep 0.5; printf err >&2; exec sleep 60",
-    )
-    .await;
-    let (first, _) = wait(&server, json!({"sandbox_id": sb, "task_id": task})).await;
+    let task = f
+        .start("sleep 0.5; printf out; sleep 0.5; printf err >&2; exec sleep 60")
+        .await;
+    let (first, _) = wait(server, json!({"sandbox_id": sb, "task_id": task})).await;
     assert_eq!(first["stdout"], "out", "{first}");
     assert_eq!(first["state"], "running");
     let (second, _) = wait(
-        &server,
+        server,
         json!({"sandbox_id": sb, "task_id": task, "stdout_offset": first["stdout_next_offset"]}),
     )
     .await;
     assert_eq!(second["stderr"], "err", "{second}");
     let (quiet, took) = wait(
-        &server,
+        server,
         json!({"sandbox_id": sb, "task_id": task, "timeout": 1,
                "stdout_offset": second["stdout_next_offset"],
                "stderr_offset": second["stderr_next_offset"]}),
@@ -82,41 +141,45 @@ async fn wait_task_answers_on_exit_on_output_and_at_its_timeout() {
         "a quiet task answers at the timeout: {took:?}"
     );
 
-    // list_tasks: newest first, with the command and the bytes saved.
+    // list_tasks: newest first (started_at is in whole seconds, and both
+    // tasks may share one), with the command and the bytes saved.
     let listed = server.ok("list_tasks", json!({"sandbox_id": sb})).await;
     let tasks = listed["tasks"].as_array().unwrap();
     assert_eq!(tasks.len(), 2, "{listed}");
-    assert_eq!(tasks[0]["task_id"], task.as_str());
+    let started = |i: usize| tasks[i]["started_at"].as_u64().unwrap();
+    assert!(started(0) >= started(1), "newest first: {listed}");
+    let latest = tasks
+        .iter()
+        .find(|t| t["task_id"] == task.as_str())
+        .unwrap_or_else(|| panic!("the second task is listed: {listed}"));
     assert!(
-        tasks[0]["command"]
+        latest["command"]
             .as_str()
             .unwrap()
             .starts_with("sleep 0.5; printf out")
     );
-    assert_eq!(tasks[0]["stdout_bytes"], 3);
-    assert_eq!(tasks[0]["stderr_bytes"], 3);
+    assert_eq!(latest["stdout_bytes"], 3);
+    assert_eq!(latest["stderr_bytes"], 3);
 
     // delete_task refuses a running task and leaves it whole.
     let handle = json!({"sandbox_id": sb, "task_id": task});
-    let e = err(&server.client, "delete_task", handle.clone()).await;
+    let e = f.err("delete_task", handle.clone()).await;
     assert!(e.contains("cancel it first"), "{e}");
     assert_eq!(server.ok("get_task", handle.clone()).await["stdout"], "out");
     server.ok("cancel_task", handle.clone()).await;
     let deleted = server.ok("delete_task", handle.clone()).await;
     assert_eq!(deleted["deleted"], true, "{deleted}");
-    let e = err(&server.client, "get_task", handle).await;
+    let e = f.err("get_task", handle).await;
     assert!(e.contains("no such task"), "{e}");
 
-    server.ok("kill_sandbox", json!({"sandbox_id": sb})).await;
-    assert!(server.close().await.success());
+    f.finish().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_input_is_a_tool_error_naming_the_parameter() {
-    let home = Home::new();
-    let server = StdioServer::start(&home).await;
-    let sb = sandbox(&server).await;
-    let task = start(&server, &sb, "true").await;
+    let f = Fixture::new().await;
+    let sb = &f.sb;
+    let task = f.start("true").await;
     for (args, param) in [
         (
             json!({"sandbox_id": sb, "task_id": task, "timeout": 0}),
@@ -144,43 +207,35 @@ async fn bad_input_is_a_tool_error_naming_the_parameter() {
             "`sandbox_id`",
         ),
     ] {
-        let e = err(&server.client, "wait_task", args.clone()).await;
+        let e = f.err("wait_task", args.clone()).await;
         assert!(e.contains(param), "{args} → {e}");
     }
     let unknown = json!({"sandbox_id": sb, "task_id": "0".repeat(32)});
     for tool in ["wait_task", "delete_task"] {
-        let e = err(&server.client, tool, unknown.clone()).await;
+        let e = f.err(tool, unknown.clone()).await;
         assert!(e.contains("no such task"), "{tool}: {e}");
     }
-    let e = err(
-        &server.client,
-        "delete_task",
-        json!({"sandbox_id": sb, "task_id": "x"}),
-    )
-    .await;
+    let e = f
+        .err("delete_task", json!({"sandbox_id": sb, "task_id": "x"}))
+        .await;
     assert!(e.contains("`task_id`"), "{e}");
-    let e = err(&server.client, "list_tasks", json!({})).await;
+    let e = f.err("list_tasks", json!({})).await;
     assert!(e.contains("sandbox_id"), "{e}");
-    server.ok("kill_sandbox", json!({"sandbox_id": sb})).await;
-    assert!(server.close().await.success());
+    f.finish().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn delete_task_frees_a_place_for_the_129th_start() {
-    let home = Home::new();
-    let server = StdioServer::start(&home).await;
-    let sb = sandbox(&server).await;
+    let f = Fixture::new().await;
+    let (server, sb) = (&f.server, &f.sb);
     let mut first = None;
     for _ in 0..128 {
-        let id = start(&server, &sb, "true").await;
+        let id = f.start("true").await;
         first.get_or_insert(id);
     }
-    let e = err(
-        &server.client,
-        "start_task",
-        json!({"sandbox_id": sb, "command": "true"}),
-    )
-    .await;
+    let e = f
+        .err("start_task", json!({"sandbox_id": sb, "command": "true"}))
+        .await;
     assert!(e.contains("128"), "{e}");
     let first = first.unwrap();
     let handle = json!({"sandbox_id": sb, "task_id": first});
@@ -194,8 +249,7 @@ async fn delete_task_frees_a_place_for_the_129th_start() {
         )
         .await;
     assert_ne!(again["state"], "unknown", "{again}");
-    server.ok("kill_sandbox", json!({"sandbox_id": sb})).await;
-    assert!(server.close().await.success());
+    f.finish().await;
 }
 
 /// Live processes in the sandbox where the process whose command line
@@ -262,38 +316,20 @@ async fn cancellable_wait(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn waiters_share_one_watcher_that_ends_with_the_last_of_them() {
-    let home = Home::new();
-    let server = StdioServer::start(&home).await;
-    let sb = sandbox(&server).await;
+    let f = Fixture::new().await;
+    let (server, sb) = (&f.server, &f.sb);
     let marker = "600.201";
-    let a = start(&server, &sb, &format!("exec sleep {marker}")).await;
-    let b = start(&server, &sb, "exec sleep 600.202").await;
-    let on_a = cancellable_wait(&server, &sb, &a).await;
-    let on_b1 = cancellable_wait(&server, &sb, &b).await;
-    let on_b2 = cancellable_wait(&server, &sb, &b).await;
-    until(
-        Duration::from_secs(10),
-        "one watcher watching both tasks",
-        || {
-            std::future::ready(
-                watchers(marker)
-                    .first()
-                    .is_some_and(|&w| watches_of(w) == 2),
-            )
-        },
-    )
-    .await;
-    let watcher = watchers(marker);
-    assert_eq!(watcher.len(), 1, "three waiters, one watcher: {watcher:?}");
-    assert!(
-        in_sandbox_of(marker, " wait {").is_empty(),
-        "no waiter runs a process of its own"
-    );
+    let a = f.start(&format!("exec sleep {marker}")).await;
+    let b = f.start("exec sleep 600.202").await;
+    let on_a = cancellable_wait(server, sb, &a).await;
+    let on_b1 = cancellable_wait(server, sb, &b).await;
+    let on_b2 = cancellable_wait(server, sb, &b).await;
+    let watcher = watcher_watching(marker, 2, Duration::from_secs(10)).await;
 
     // The last waiter of a task gone: the task is no longer watched.
     on_a.cancel(Some("gave up".into())).await.unwrap();
     until(Duration::from_secs(3), "task a to be unwatched", || {
-        std::future::ready(watches_of(watcher[0]) == 1)
+        std::future::ready(watches_of(watcher) == 1)
     })
     .await;
     on_b1.cancel(Some("gave up".into())).await.unwrap();
@@ -306,7 +342,7 @@ async fn waiters_share_one_watcher_that_ends_with_the_last_of_them() {
 
     // The next waiter starts a new watcher, and ends it when answered.
     let (quiet, took) = wait(
-        &server,
+        server,
         json!({"sandbox_id": sb, "task_id": b, "timeout": 1}),
     )
     .await;
@@ -316,18 +352,16 @@ async fn waiters_share_one_watcher_that_ends_with_the_last_of_them() {
         std::future::ready(watchers(marker).is_empty())
     })
     .await;
-    server.ok("kill_sandbox", json!({"sandbox_id": sb})).await;
-    assert!(server.close().await.success());
+    f.finish().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_watcher_is_replaced_and_its_waiter_still_answers() {
-    let home = Home::new();
-    let server = Arc::new(StdioServer::start(&home).await);
-    let sb = sandbox(&server).await;
+    let f = Fixture::new().await;
+    let (server, sb) = (&f.server, &f.sb);
     let marker = "600.301";
-    start(&server, &sb, &format!("exec sleep {marker}")).await;
-    let task = start(&server, &sb, "sleep 3; printf late; exec sleep 60").await;
+    f.start(&format!("exec sleep {marker}")).await;
+    let task = f.start("sleep 3; printf late; exec sleep 60").await;
     let waiter = {
         let (server, args) = (
             server.clone(),
@@ -335,19 +369,7 @@ async fn a_killed_watcher_is_replaced_and_its_waiter_still_answers() {
         );
         tokio::spawn(async move { wait(&server, args).await })
     };
-    until(
-        Duration::from_secs(10),
-        "the watcher to watch the task",
-        || {
-            std::future::ready(
-                watchers(marker)
-                    .first()
-                    .is_some_and(|&w| watches_of(w) == 1),
-            )
-        },
-    )
-    .await;
-    let first = watchers(marker)[0];
+    let first = watcher_watching(marker, 1, Duration::from_secs(10)).await;
     rustix::process::kill_process(
         rustix::process::Pid::from_raw(first).unwrap(),
         rustix::process::Signal::KILL,
@@ -367,21 +389,18 @@ async fn a_killed_watcher_is_replaced_and_its_waiter_still_answers() {
     .await;
     let (v, _) = waiter.await.unwrap();
     assert_eq!(v["stdout"], "late", "{v}");
-    server.ok("kill_sandbox", json!({"sandbox_id": sb})).await;
-    let server = Arc::into_inner(server).expect("no other user of the server");
-    assert!(server.close().await.success());
+    f.finish().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_hundred_waiters_share_one_watcher_and_answer_right_after_their_tasks_end() {
     const N: usize = 100;
     const PER_TASK: usize = 3;
-    let home = Home::new();
-    let server = Arc::new(StdioServer::start(&home).await);
-    let sb = sandbox(&server).await;
+    let f = Fixture::new().await;
+    let (server, sb) = (&f.server, &f.sb);
     // One gate task holds an exclusive lock; the 100 tasks each end as
     // soon as they get it shared, i.e. when the gate is cancelled.
-    let gate = start(&server, &sb, "exec flock /tmp/gate sleep 600").await;
+    let gate = f.start("exec flock /tmp/gate sleep 600").await;
     until(Duration::from_secs(10), "the gate to hold its lock", || {
         let server = server.clone();
         let sb = sb.clone();
@@ -398,7 +417,7 @@ async fn three_hundred_waiters_share_one_watcher_and_answer_right_after_their_ta
     .await;
     let mut tasks = Vec::new();
     for _ in 0..N {
-        tasks.push(start(&server, &sb, "flock -s /tmp/gate true").await);
+        tasks.push(f.start("flock -s /tmp/gate true").await);
     }
     let waiters: Vec<_> = (0..PER_TASK)
         .flat_map(|_| &tasks)
@@ -413,28 +432,7 @@ async fn three_hundred_waiters_share_one_watcher_and_answer_right_after_their_ta
         .collect();
     // The gate's `flock` names /tmp/gate: it marks the sandbox.
     let marker = "/tmp/gate sleep 600";
-    until(
-        Duration::from_secs(60),
-        "one watcher to watch all 100 tasks",
-        || {
-            std::future::ready(
-                watchers(marker)
-                    .first()
-                    .is_some_and(|&w| watches_of(w) == N),
-            )
-        },
-    )
-    .await;
-    assert_eq!(
-        watchers(marker).len(),
-        1,
-        "{} waiters, one watcher",
-        N * PER_TASK
-    );
-    assert!(
-        in_sandbox_of(marker, " wait {").is_empty(),
-        "no waiter runs a process of its own"
-    );
+    watcher_watching(marker, N, Duration::from_secs(60)).await;
     let released = Instant::now();
     server
         .ok("cancel_task", json!({"sandbox_id": sb, "task_id": gate}))
@@ -456,9 +454,119 @@ async fn three_hundred_waiters_share_one_watcher_and_answer_right_after_their_ta
         latest < Duration::from_secs(5),
         "the last waiter answered {latest:?} after the tasks could end"
     );
-    server.ok("kill_sandbox", json!({"sandbox_id": sb})).await;
-    let server = Arc::into_inner(server).expect("no other user of the server");
-    assert!(server.close().await.success());
+    f.finish().await;
+}
+
+/// Counts the progress notifications a client hears (rmcp's client asks
+/// for progress on every call).
+#[derive(Clone, Default)]
+struct HeardProgress(Arc<AtomicUsize>);
+
+impl rmcp::ClientHandler for HeardProgress {
+    async fn on_progress(
+        &self,
+        _: ProgressNotificationParam,
+        _: NotificationContext<rmcp::RoleClient>,
+    ) {
+        self.0.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+/// A long-poll reports progress every 25 s, other calls every 5 s: a 6 s
+/// run_command is heard from, a 6 s wait_task is not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wait_reports_progress_less_often_than_a_command() {
+    let home = Home::new();
+    let mut child = home.spawn_serve(std::process::Stdio::inherit());
+    let (stdout, stdin) = (child.stdout.take().unwrap(), child.stdin.take().unwrap());
+    let heard = HeardProgress::default();
+    let client = heard
+        .clone()
+        .serve((stdout, stdin))
+        .await
+        .expect("handshake");
+    let call = |tool: &'static str, args: Value| {
+        let client = &client;
+        async move {
+            let params =
+                CallToolRequestParams::new(tool).with_arguments(args.as_object().unwrap().clone());
+            let r = client.call_tool(params).await.expect("tools/call");
+            assert_ne!(r.is_error, Some(true), "{tool}: {:?}", r.content);
+            r.structured_content.expect("structuredContent")
+        }
+    };
+    let sb = sid(&call("create_sandbox", json!({"timeout": 600})).await);
+    call(
+        "run_command",
+        json!({"sandbox_id": sb, "command": "sleep 6"}),
+    )
+    .await;
+    until(
+        Duration::from_secs(3),
+        "progress from a 6 s run_command",
+        || std::future::ready(heard.0.load(Ordering::SeqCst) >= 1),
+    )
+    .await;
+    heard.0.store(0, Ordering::SeqCst);
+    let task = tid(&call(
+        "start_task",
+        json!({"sandbox_id": sb, "command": "exec sleep 600"}),
+    )
+    .await);
+    let quiet = call(
+        "wait_task",
+        json!({"sandbox_id": sb, "task_id": task, "timeout": 6}),
+    )
+    .await;
+    assert_eq!(quiet["state"], "running", "{quiet}");
+    assert_eq!(
+        heard.0.load(Ordering::SeqCst),
+        0,
+        "a 6 s wait_task reported progress"
+    );
+    call("kill_sandbox", json!({"sandbox_id": sb})).await;
+    client.cancel().await.expect("client stops");
+    assert!(
+        wait_exit(&mut child, Duration::from_secs(15))
+            .await
+            .success()
+    );
+}
+
+/// Sessionless requests in flight are no sessions: with more waits open
+/// than the session cap allows sessions, a client can still open one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn open_sessionless_waits_leave_room_for_a_session() {
+    let home = Home::new();
+    let server = HttpServer::start(&home, &["--http", "127.0.0.1:0", "--max-sessions", "2"]).await;
+    let modern = Arc::new(server.modern().await);
+    let sb = sid(&ok(&modern, "create_sandbox", json!({"timeout": 600})).await);
+    let marker = "600.501";
+    let command = format!("exec sleep {marker}");
+    ok(
+        &modern,
+        "start_task",
+        json!({"sandbox_id": sb, "command": command}),
+    )
+    .await;
+    let mut waits = Vec::new();
+    for _ in 0..3 {
+        let args = json!({"sandbox_id": sb, "command": "exec sleep 600"});
+        let task = tid(&ok(&modern, "start_task", args).await);
+        let args = json!({"sandbox_id": sb, "task_id": task, "timeout": 120});
+        let modern = modern.clone();
+        waits.push(tokio::spawn(
+            async move { ok(&modern, "wait_task", args).await },
+        ));
+    }
+    watcher_watching(marker, 3, Duration::from_secs(10)).await;
+    let legacy = server.legacy().await;
+    ok(&legacy, "list_sandboxes", json!({})).await;
+    for wait in waits {
+        wait.abort();
+    }
+    ok(&modern, "kill_sandbox", json!({"sandbox_id": sb})).await;
+    server.stop().await;
 }
 
 /// The local provider without `spawn`: how a provider that cannot keep a

@@ -95,7 +95,10 @@ pub(super) struct SessionEnder {
 }
 
 impl SessionEnder {
-    fn register(&self, session: &Arc<Session>) {
+    /// Counts a legacy session from its handshake on (the handler's
+    /// `initialize`). rmcp also makes a handler for every sessionless
+    /// request, which shakes no hands and is no session.
+    pub(super) fn register(&self, session: &Arc<Session>) {
         let mut live = self.live.lock().unwrap_or_else(|p| p.into_inner());
         live.retain(|w| w.strong_count() > 0);
         live.push(Arc::downgrade(session));
@@ -220,13 +223,11 @@ pub async fn serve(
     let whereabouts = options.whereabouts.clone();
     let mcp = StreamableHttpService::new(
         move || {
-            let handler = SandkeepMcp::http(
+            Ok(SandkeepMcp::http(
                 factory_ender.service.clone(),
                 factory_ender.clone(),
                 whereabouts.clone(),
-            );
-            factory_ender.register(&handler.session.session);
-            Ok(handler)
+            ))
         },
         Arc::new(sessions),
         config,

@@ -26,9 +26,9 @@ use std::time::Duration;
 use rmcp::handler::server::ServerHandler;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams, ContentBlock,
-    GetTaskParams, GetTaskResult, Implementation, ListToolsResult, PaginatedRequestParams,
-    ProgressNotificationParam, ProgressToken, ServerCapabilities, ServerConfig, Tool,
-    ToolAnnotations,
+    GetTaskParams, GetTaskResult, Implementation, InitializeRequestParams, InitializeResult,
+    ListToolsResult, PaginatedRequestParams, ProgressNotificationParam, ProgressToken,
+    ServerCapabilities, ServerConfig, Tool, ToolAnnotations,
 };
 use rmcp::service::{Peer, RequestContext};
 use rmcp::{ErrorData as McpError, RoleServer};
@@ -50,6 +50,21 @@ disconnects and server restarts. kill_sandbox when done.";
 /// (the TypeScript SDK gives up on a silent request after 60 s unless
 /// progress resets its timer).
 pub const PROGRESS_INTERVAL: Duration = Duration::from_secs(5);
+
+/// The same for a long-poll (wait_task), whose silence is its purpose and
+/// whose waits are many: a server holding 1,000 of them would send 200
+/// notifications a second at [`PROGRESS_INTERVAL`]. Two intervals still fit
+/// in the TypeScript SDK's 60 s, so one late report does not cut it off.
+pub const LONG_POLL_PROGRESS_INTERVAL: Duration = Duration::from_secs(25);
+
+/// How often a call of `tool` reports progress.
+fn progress_interval(tool: &str) -> Duration {
+    if tool == "wait_task" {
+        LONG_POLL_PROGRESS_INTERVAL
+    } else {
+        PROGRESS_INTERVAL
+    }
+}
 
 fn publish(era: Era) -> Vec<Tool> {
     catalog::TOOLS
@@ -241,8 +256,11 @@ impl SandkeepMcp {
             }
             Era::Session => self.session.session.as_ref(),
         };
+        // The branches that run something are boxed (as each tool is in
+        // call_json): a handler's future is as large as its largest branch,
+        // and every open call, an idle wait_task too, holds one.
         if tasks::wanted(&request, context) {
-            return Ok(tasks::start(&self.service, session, request)
+            return Ok(Box::pin(tasks::start(&self.service, session, request))
                 .await
                 .unwrap_or_else(|e| tool_error(&e, self.explain(&e, era)).into()));
         }
@@ -250,10 +268,13 @@ impl SandkeepMcp {
         let work = self
             .service
             .call_json(session, &request.name, request.arguments);
-        let progress = context
-            .meta
-            .get_progress_token()
-            .map(|token| report_progress(context.peer.clone(), token, request.name.to_string()));
+        let progress = context.meta.get_progress_token().map(|token| {
+            Box::pin(report_progress(
+                context.peer.clone(),
+                token,
+                request.name.to_string(),
+            ))
+        });
         let cancelled = async {
             if abandon {
                 context.ct.cancelled().await
@@ -300,11 +321,12 @@ impl SandkeepMcp {
     }
 }
 
-/// Sends `notifications/progress` every [`PROGRESS_INTERVAL`] until
+/// Sends `notifications/progress` every [`progress_interval`] until
 /// dropped; the progress value is the seconds elapsed.
 async fn report_progress(peer: Peer<RoleServer>, token: ProgressToken, tool: String) {
     let started = tokio::time::Instant::now();
-    let mut ticks = tokio::time::interval_at(started + PROGRESS_INTERVAL, PROGRESS_INTERVAL);
+    let every = progress_interval(&tool);
+    let mut ticks = tokio::time::interval_at(started + every, every);
     loop {
         ticks.tick().await;
         let secs = started.elapsed().as_secs();
@@ -343,6 +365,18 @@ impl ServerHandler for SandkeepMcp {
         .with_instructions(INSTRUCTIONS)
     }
 
+    async fn initialize(
+        &self,
+        request: InitializeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<InitializeResult, McpError> {
+        if let Some(ender) = &self.session.on_drop {
+            ender.register(&self.session.session);
+        }
+        context.peer.set_peer_info(request.clone());
+        self.negotiate_initialize(&request)
+    }
+
     async fn call_tool(
         &self,
         request: CallToolRequestParams,
@@ -356,7 +390,7 @@ impl ServerHandler for SandkeepMcp {
         request: GetTaskParams,
         _context: RequestContext<RoleServer>,
     ) -> Result<GetTaskResult, McpError> {
-        tasks::get(&self.service, request).await
+        Box::pin(tasks::get(&self.service, request)).await
     }
 
     async fn cancel_task(
@@ -364,7 +398,7 @@ impl ServerHandler for SandkeepMcp {
         request: CancelTaskParams,
         _context: RequestContext<RoleServer>,
     ) -> Result<(), McpError> {
-        tasks::cancel(&self.service, request).await
+        Box::pin(tasks::cancel(&self.service, request)).await
     }
 
     async fn list_tools(

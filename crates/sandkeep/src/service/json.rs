@@ -83,6 +83,10 @@ fn to_json<T: Serialize>(result: T) -> Value {
 impl Service {
     /// Runs tool `tool` with JSON `args` (an absent object means no
     /// arguments) and returns its result object. Used by MCP.
+    ///
+    /// Each tool's future is boxed on its own: unboxed, every call would
+    /// carry the largest tool's state, and an idle wait_task (a server may
+    /// hold thousands) would pay for run_command's.
     pub async fn call_json(
         &self,
         session: &Session,
@@ -90,19 +94,25 @@ impl Service {
         args: Option<Map<String, Value>>,
     ) -> Result<Value, ToolError> {
         Ok(match tool {
-            "create_sandbox" => to_json(self.create_sandbox(session, parse(tool, args)?).await?),
-            "kill_sandbox" => to_json(self.kill_sandbox(session, parse(tool, args)?).await?),
-            "list_sandboxes" => to_json(self.list_sandboxes(parse(tool, args)?).await?),
-            "run_command" => to_json(self.run_command(session, parse(tool, args)?).await?),
-            "read_file" => to_json(self.read_file(session, parse(tool, args)?).await?),
-            "write_file" => to_json(self.write_file(session, parse(tool, args)?).await?),
-            "list_files" => to_json(self.list_files(session, parse(tool, args)?).await?),
-            "start_task" => to_json(self.start_task(session, parse(tool, args)?).await?),
-            "get_task" => to_json(self.get_task(parse(tool, args)?).await?),
-            "cancel_task" => to_json(self.cancel_task(parse(tool, args)?).await?),
-            "wait_task" => to_json(self.wait_task(parse(tool, args)?).await?),
-            "list_tasks" => to_json(self.list_tasks(parse(tool, args)?).await?),
-            "delete_task" => to_json(self.delete_task(parse(tool, args)?).await?),
+            "create_sandbox" => {
+                to_json(Box::pin(self.create_sandbox(session, parse(tool, args)?)).await?)
+            }
+            "kill_sandbox" => {
+                to_json(Box::pin(self.kill_sandbox(session, parse(tool, args)?)).await?)
+            }
+            "list_sandboxes" => to_json(Box::pin(self.list_sandboxes(parse(tool, args)?)).await?),
+            "run_command" => {
+                to_json(Box::pin(self.run_command(session, parse(tool, args)?)).await?)
+            }
+            "read_file" => to_json(Box::pin(self.read_file(session, parse(tool, args)?)).await?),
+            "write_file" => to_json(Box::pin(self.write_file(session, parse(tool, args)?)).await?),
+            "list_files" => to_json(Box::pin(self.list_files(session, parse(tool, args)?)).await?),
+            "start_task" => to_json(Box::pin(self.start_task(session, parse(tool, args)?)).await?),
+            "get_task" => to_json(Box::pin(self.get_task(parse(tool, args)?)).await?),
+            "cancel_task" => to_json(Box::pin(self.cancel_task(parse(tool, args)?)).await?),
+            "wait_task" => to_json(Box::pin(self.wait_task(parse(tool, args)?)).await?),
+            "list_tasks" => to_json(Box::pin(self.list_tasks(parse(tool, args)?)).await?),
+            "delete_task" => to_json(Box::pin(self.delete_task(parse(tool, args)?)).await?),
             other => return Err(ToolError::UnknownTool(other.to_owned())),
         })
     }
