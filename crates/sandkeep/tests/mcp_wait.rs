@@ -450,9 +450,17 @@ async fn three_hundred_waiters_share_one_watcher_and_answer_right_after_their_ta
         "the last of {} waiters answered {latest:?} after the gate opened",
         N * PER_TASK
     );
+    // On e2b every answer is still read with one helper call through
+    // envd (here the local endpoint, on the same two cores as the test):
+    // 100 round trips where the local provider reads 100 files.
+    let bound = if support::e2b::enabled() {
+        Duration::from_secs(15)
+    } else {
+        Duration::from_secs(5)
+    };
     assert!(
-        latest < Duration::from_secs(5),
-        "the last waiter answered {latest:?} after the tasks could end"
+        latest < bound,
+        "the last waiter answered {latest:?} after the tasks could end (bound {bound:?})"
     );
     f.finish().await;
 }
