@@ -39,7 +39,7 @@ pub async fn spawn(envd: Envd, request: SpawnRequest) -> std::result::Result<Spa
         .start(
             "/bin/sh",
             &["-c", script::LAUNCH, script::SPAWN, cwd],
-            &[(script::SPAWN_COMMAND, &request.command)],
+            &[(script::SPAWN_COMMAND, &request.program.to_shell())],
             request.stdin,
         )
         .await?;

@@ -17,7 +17,7 @@ pub fn run(request: Request) -> i32 {
         Request::ReadFile { path, limit } => read(&path, limit),
         Request::WriteFile { path } => write(&path),
         Request::ListFiles { path } => list(&path),
-        Request::Exec { .. } => Err(FileOpError::Other {
+        Request::Exec { .. } | Request::Run { .. } => Err(FileOpError::Other {
             message: "not a file operation".into(),
         }),
     };

@@ -571,12 +571,7 @@ fn child(request: Request, stdio: [OwnedFd; 3], env: &[CString], home: &std::pat
     }
     match request {
         Request::Exec { command, cwd } => {
-            if let Some(cwd) = cwd
-                && let Err(e) = std::env::set_current_dir(&cwd)
-            {
-                eprintln!("sandkeep: cannot change to directory {cwd:?}: {e}");
-                sys::exit_now(1);
-            }
+            enter(cwd);
             let Ok(cmd) = CString::new(command) else {
                 eprintln!("sandkeep: the command contains a NUL byte");
                 sys::exit_now(127);
@@ -592,6 +587,83 @@ fn child(request: Request, stdio: [OwnedFd; 3], env: &[CString], home: &std::pat
             }
             sys::exit_now(127)
         }
+        Request::Run {
+            argv,
+            env: extra,
+            cwd,
+        } => {
+            enter(cwd);
+            run_argv(&argv, env, &extra)
+        }
         other => sys::exit_now(fileops::run(other)),
     }
+}
+
+/// Changes to the requested working directory (the home otherwise).
+fn enter(cwd: Option<String>) {
+    if let Some(cwd) = cwd
+        && let Err(e) = std::env::set_current_dir(&cwd)
+    {
+        eprintln!("sandkeep: cannot change to directory {cwd:?}: {e}");
+        sys::exit_now(1);
+    }
+}
+
+/// Runs `argv` directly with the sandbox's environment plus `extra`:
+/// `argv[0]` as a path when it has a slash, else the first match on the
+/// resulting `PATH`, as `execvp` finds it.
+fn run_argv(argv: &[String], base: &[CString], extra: &[(String, String)]) -> ! {
+    let fail = |why: String| -> ! {
+        eprintln!("sandkeep: {why}");
+        sys::exit_now(127)
+    };
+    let to_c = |s: String| {
+        CString::new(s)
+            .unwrap_or_else(|_| fail("an argument or variable contains a NUL byte".into()))
+    };
+    let Some(program) = argv.first() else {
+        fail("no program to run".into())
+    };
+    let replaced = |entry: &CString| {
+        let entry = entry.as_bytes();
+        extra.iter().any(|(name, _)| {
+            entry.len() > name.len()
+                && entry.starts_with(name.as_bytes())
+                && entry[name.len()] == b'='
+        })
+    };
+    let mut env: Vec<CString> = base.iter().filter(|e| !replaced(e)).cloned().collect();
+    env.extend(
+        extra
+            .iter()
+            .map(|(name, value)| to_c(format!("{name}={value}"))),
+    );
+    let args: Vec<CString> = argv.iter().cloned().map(to_c).collect();
+    let candidates: Vec<String> = if program.contains('/') {
+        vec![program.clone()]
+    } else {
+        let path = env
+            .iter()
+            .find_map(|e| e.to_str().ok()?.strip_prefix("PATH="))
+            .unwrap_or("/usr/local/bin:/usr/bin:/bin")
+            .to_owned();
+        path.split(':')
+            .map(|dir| if dir.is_empty() { "." } else { dir })
+            .map(|dir| format!("{dir}/{program}"))
+            .collect()
+    };
+    let mut last = std::io::Error::from(std::io::ErrorKind::NotFound);
+    for candidate in candidates {
+        let err = sys::execve(&to_c(candidate), &args, &env);
+        // Like execvp: a miss or a refusal here tries the next directory.
+        let next = matches!(
+            err.raw_os_error(),
+            Some(libc::ENOENT | libc::ENOTDIR | libc::EACCES)
+        );
+        last = err;
+        if !next {
+            break;
+        }
+    }
+    fail(format!("cannot run {program:?} in the sandbox: {last}"))
 }

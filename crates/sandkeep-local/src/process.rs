@@ -17,7 +17,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use sandkeep_provider::{ProviderError, Result, RunningProcess, SpawnRequest, Spawned};
+use sandkeep_provider::{Program, ProviderError, Result, RunningProcess, SpawnRequest, Spawned};
 use tokio::net::unix::pipe;
 use tokio::sync::watch;
 
@@ -39,9 +39,10 @@ pub fn spawn(socket: &Path, request: SpawnRequest) -> io::Result<Spawned> {
     } else {
         (std::fs::File::open("/dev/null")?.into(), None)
     };
-    let body = serde_json::to_vec(&Request::Exec {
-        command: request.command,
-        cwd: request.cwd,
+    let cwd = request.cwd;
+    let body = serde_json::to_vec(&match request.program {
+        Program::Shell(command) => Request::Exec { command, cwd },
+        Program::Argv { argv, env } => Request::Run { argv, env, cwd },
     })
     .map_err(io::Error::other)?;
     wire::send(

@@ -31,6 +31,13 @@ pub enum Request {
         command: String,
         cwd: Option<String>,
     },
+    /// `argv` run directly (no shell), `argv[0]` looked up on `PATH`, with
+    /// `env` added to the sandbox's environment; in `cwd` as for `Exec`.
+    Run {
+        argv: Vec<String>,
+        env: Vec<(String, String)>,
+        cwd: Option<String>,
+    },
     /// Copies the file to stdout, or fails with [`FileOpError::TooLarge`].
     ReadFile { path: String, limit: u64 },
     /// Replaces the file with stdin's bytes; prints the count.

@@ -169,11 +169,47 @@ pub struct ExecOutput {
     pub timed_out: bool,
 }
 
+/// What a spawned process runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Program {
+    /// `sh -c COMMAND` (bash where the provider prefers it).
+    Shell(String),
+    /// `argv[0]`, looked up on the sandbox's `PATH` unless it names a path,
+    /// run with `argv` and the sandbox's environment plus `env`, with no
+    /// shell in between (as E2B's envd starts a process).
+    Argv {
+        argv: Vec<String>,
+        env: Vec<(String, String)>,
+    },
+}
+
+impl Program {
+    /// The same program as one POSIX shell command, for a provider that
+    /// can only run those. Environment names are not checked here: a
+    /// caller passes only valid ones.
+    pub fn to_shell(&self) -> String {
+        fn quote(word: &str) -> String {
+            format!("'{}'", word.replace('\'', r"'\''"))
+        }
+        match self {
+            Program::Shell(command) => command.clone(),
+            Program::Argv { argv, env } => {
+                let mut words: Vec<String> = env
+                    .iter()
+                    .map(|(name, value)| format!("{name}={}", quote(value)))
+                    .collect();
+                words.push("exec".into());
+                words.extend(argv.iter().map(|word| quote(word)));
+                words.join(" ")
+            }
+        }
+    }
+}
+
 /// A process to start with [`Provider::spawn`], to live past the call.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SpawnRequest {
-    /// Run as `sh -c COMMAND` (bash where the provider prefers it).
-    pub command: String,
+    pub program: Program,
     /// `None`: the sandbox user's home.
     pub cwd: Option<String>,
     /// A pipe to the process's stdin; `false` gives it /dev/null.
@@ -344,4 +380,35 @@ pub trait Provider: Send + Sync {
     /// The path of the static task helper inside the sandbox, placing it
     /// there first if needed.
     async fn task_helper(&self, id: &SandboxId) -> Result<String>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Program;
+
+    /// A shell given `to_shell`'s line runs exactly the argv, with the
+    /// environment added, whatever the words hold.
+    #[test]
+    fn an_argv_as_a_shell_line_keeps_every_word() {
+        let program = Program::Argv {
+            argv: vec![
+                "sh".into(),
+                "-c".into(),
+                r#"printf '<%s>' "$0" "$1" "$V""#.into(),
+                "it's $HOME `x` \\ \"q\"".into(),
+                "".into(),
+            ],
+            env: vec![("V".into(), "a 'b' $c".into())],
+        };
+        let out = std::process::Command::new("sh")
+            .args(["-c", &program.to_shell()])
+            .output()
+            .expect("run sh");
+        assert!(out.status.success(), "{out:?}");
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            "<it's $HOME `x` \\ \"q\"><><a 'b' $c>"
+        );
+        assert_eq!(Program::Shell("echo hi".into()).to_shell(), "echo hi");
+    }
 }

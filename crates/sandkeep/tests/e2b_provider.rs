@@ -240,7 +240,7 @@ async fn a_write_whose_rename_fails_leaves_no_temporary_file() {
 /// dropping its stdout ends it, as a closed pipe would.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_spawned_process_has_live_pipes_and_ends_with_its_stdout() {
-    use sandkeep::provider::SpawnRequest;
+    use sandkeep::provider::{Program, SpawnRequest};
     use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
     let endpoint = Endpoint::start();
@@ -250,7 +250,7 @@ async fn a_spawned_process_has_live_pipes_and_ends_with_its_stdout() {
         p.spawn(
             &id,
             SpawnRequest {
-                command: command.into(),
+                program: Program::Shell(command.into()),
                 cwd: Some("/tmp".into()),
                 stdin: true,
             },

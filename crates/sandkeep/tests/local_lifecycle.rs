@@ -722,3 +722,56 @@ async fn a_root_filesystem_directory_is_a_template() {
         other => panic!("expected UnknownTemplate, got {other:?}"),
     }
 }
+
+/// A spawned argv runs with no shell in between: `PATH` finds the
+/// program, `env` adds to and overrides the sandbox's environment, every
+/// word arrives unchanged, and a program that is nowhere exits 127 naming
+/// it.
+#[tokio::test]
+async fn a_spawned_argv_runs_without_a_shell() {
+    use sandkeep::provider::{Program, SpawnRequest};
+    use tokio::io::AsyncReadExt;
+
+    let (_home, p, info) = fresh_sandbox(120).await;
+    let id = info.sandbox_id;
+    let run = |argv: &[&str], env: &[(&str, &str)]| {
+        let request = SpawnRequest {
+            program: Program::Argv {
+                argv: argv.iter().map(|w| w.to_string()).collect(),
+                env: env
+                    .iter()
+                    .map(|(n, v)| (n.to_string(), v.to_string()))
+                    .collect(),
+            },
+            cwd: Some("/tmp".into()),
+            stdin: false,
+        };
+        let p = &p;
+        let id = &id;
+        async move {
+            let mut spawned = p.spawn(id, request).await.expect("spawn");
+            let (mut out, mut err) = (String::new(), String::new());
+            spawned.stdout.read_to_string(&mut out).await.unwrap();
+            spawned.stderr.read_to_string(&mut err).await.unwrap();
+            let code = tokio::time::timeout(Duration::from_secs(30), spawned.process.wait())
+                .await
+                .expect("the process to end within 30 s")
+                .expect("its exit status");
+            (code, out, err)
+        }
+    };
+    let (code, out, err) = run(
+        &["printenv", "SK_ADDED", "HOME"],
+        &[("SK_ADDED", "it's $x `y`"), ("HOME", "/elsewhere")],
+    )
+    .await;
+    assert_eq!((code, err.as_str()), (0, ""), "{out}");
+    assert_eq!(out, "it's $x `y`\n/elsewhere\n");
+    assert_eq!(run(&["pwd"], &[]).await.1, "/tmp\n");
+    let (code, out, _) = run(&["sh", "-c", "echo \"$0|$1\"", "a b", "c"], &[]).await;
+    assert_eq!((code, out.as_str()), (0, "a b|c\n"));
+    let (code, _, err) = run(&["no-such-program-sk"], &[]).await;
+    assert_eq!(code, 127, "{err}");
+    assert!(err.contains("no-such-program-sk"), "{err}");
+    assert!(p.kill(&id).await.unwrap());
+}

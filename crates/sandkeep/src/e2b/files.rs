@@ -22,7 +22,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use super::Envd;
 use super::envd::{absolute, clean, http_error};
 use crate::provider::{
-    ExecRequest, Provider, ProviderError, RunningProcess, SandboxId, SpawnRequest, Spawned,
+    ExecRequest, Program, Provider, ProviderError, RunningProcess, SandboxId, SpawnRequest, Spawned,
 };
 
 /// Exit statuses of the transfer scripts.
@@ -45,7 +45,7 @@ async fn spawn(envd: &Envd, script: String, stdin: bool) -> Result<Spawned, Resp
         .spawn(
             &envd.id,
             SpawnRequest {
-                command: script,
+                program: Program::Shell(script),
                 cwd: None,
                 stdin,
             },

@@ -31,7 +31,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
 use super::connect::{self, Code, RpcError};
-use crate::provider::{Provider, RunningProcess, SandboxId, SpawnRequest};
+use crate::provider::{Program, Provider, RunningProcess, SandboxId, SpawnRequest};
 
 /// How long an ended process's end event is kept for Connect (envd's
 /// `terminatedRetentionTTL`).
@@ -246,11 +246,10 @@ pub fn sh_quote(word: &str) -> String {
     format!("'{}'", word.replace('\'', r"'\''"))
 }
 
-/// envd runs `cmd args…` directly with the request's environment added;
-/// the provider runs a shell command, so the command line is built here.
-fn command_line(config: &ProcessConfig) -> Result<String, RpcError> {
-    let mut line = String::new();
-    for (name, value) in &config.envs {
+/// envd runs `cmd args…` directly (no shell) with the request's
+/// environment added; so does the provider, given an argv.
+fn program(config: &ProcessConfig) -> Result<Program, RpcError> {
+    for name in config.envs.keys() {
         let valid = !name.is_empty()
             && !name.starts_with(|c: char| c.is_ascii_digit())
             && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
@@ -260,15 +259,17 @@ fn command_line(config: &ProcessConfig) -> Result<String, RpcError> {
                 format!("environment variable name {name:?} is not a valid name"),
             ));
         }
-        line.push_str(&format!("{name}={} ", sh_quote(value)));
     }
-    line.push_str("exec ");
-    line.push_str(&sh_quote(&config.cmd));
-    for arg in &config.args {
-        line.push(' ');
-        line.push_str(&sh_quote(arg));
-    }
-    Ok(line)
+    Ok(Program::Argv {
+        argv: std::iter::once(config.cmd.clone())
+            .chain(config.args.iter().cloned())
+            .collect(),
+        env: config
+            .envs
+            .iter()
+            .map(|(name, value)| (name.clone(), value.clone()))
+            .collect(),
+    })
 }
 
 /// The `Connect-Timeout-Ms` header: `None` when absent or zero.
@@ -336,12 +337,12 @@ pub async fn start(
         ));
     }
     let timeout = connect_timeout(headers)?;
-    let command = command_line(&request.process)?;
+    let program = program(&request.process)?;
     let spawned = provider
         .spawn(
             id,
             SpawnRequest {
-                command,
+                program,
                 cwd: request.process.cwd.clone().filter(|c| !c.is_empty()),
                 stdin: request.stdin.unwrap_or(true),
             },

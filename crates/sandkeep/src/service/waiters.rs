@@ -21,7 +21,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
 use super::helper::{HelperError, HelperPaths};
-use crate::provider::{Provider, ProviderError, RunningProcess, SandboxId, SpawnRequest};
+use crate::provider::{Program, Provider, ProviderError, RunningProcess, SandboxId, SpawnRequest};
 
 /// How often in one wait a dead watcher is replaced before giving up on
 /// watchers for that wait: one that keeps dying is broken, not unlucky.
@@ -165,12 +165,10 @@ impl Waiters {
                 .spawn(
                     sandbox,
                     SpawnRequest {
-                        command: format!(
-                            "exec {} {} {}",
-                            wire::shell_quote(&helper),
-                            wire::verb::WAIT,
-                            wire::WAIT_STREAM
-                        ),
+                        program: Program::Argv {
+                            argv: vec![helper, wire::verb::WAIT.into(), wire::WAIT_STREAM.into()],
+                            env: Vec::new(),
+                        },
                         cwd: None,
                         stdin: true,
                     },
