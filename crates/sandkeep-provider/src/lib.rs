@@ -188,9 +188,7 @@ impl Program {
     /// can only run those. Environment names are not checked here: a
     /// caller passes only valid ones.
     pub fn to_shell(&self) -> String {
-        fn quote(word: &str) -> String {
-            format!("'{}'", word.replace('\'', r"'\''"))
-        }
+        use sandkeep_proto::wire::shell_quote as quote;
         match self {
             Program::Shell(command) => command.clone(),
             Program::Argv { argv, env } => {

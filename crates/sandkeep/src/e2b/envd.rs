@@ -16,9 +16,10 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::connect::{self, Code, RpcError};
-use super::process::{self, sh_quote};
+use super::process;
 use super::{E2b, Envd};
 use crate::provider::{ExecRequest, SandboxId};
+use sandkeep_proto::wire::shell_quote;
 
 /// The time limit of one filesystem call.
 const FS_TIMEOUT: Duration = Duration::from_secs(60);
@@ -96,7 +97,7 @@ async fn run(e2b: &E2b, id: &SandboxId, script: String) -> Result<(i32, Vec<u8>)
 /// `p` set to the absolute form of `path` (relative paths are taken from
 /// the user's home, the sandbox's working directory).
 pub(super) fn absolute(path: &str) -> String {
-    let q = sh_quote(path);
+    let q = shell_quote(path);
     format!("case {q} in /*) p={q};; *) p=\"$PWD\"/{q};; esac; ")
 }
 

@@ -241,11 +241,6 @@ impl Processes {
     }
 }
 
-/// Quotes one word for `sh`.
-pub fn sh_quote(word: &str) -> String {
-    format!("'{}'", word.replace('\'', r"'\''"))
-}
-
 /// envd runs `cmd args…` directly (no shell) with the request's
 /// environment added; so does the provider, given an argv.
 fn program(config: &ProcessConfig) -> Result<Program, RpcError> {

@@ -9,15 +9,14 @@ both servers, in turn, the SDK's `commands.run("true")` and a raw envd
 """
 
 import http.client
-import json
 import os
 import statistics
-import struct
 import sys
 import time
 from urllib.parse import urlparse
 
 from e2b import Sandbox
+from envd_start import envd_start
 
 N = int(os.environ.get("N", "50"))
 servers = {}
@@ -25,24 +24,6 @@ for name, url in zip(["before", "after"], sys.argv[1:3]):
     parsed = urlparse(url)
     sbx = Sandbox.create(timeout=600, api_url=url, sandbox_url=url)
     servers[name] = (sbx, http.client.HTTPConnection(parsed.hostname, parsed.port))
-
-
-def start_true(sbx, conn):
-    body = json.dumps({"process": {"cmd": "/bin/true", "args": [], "envs": {}}, "stdin": False}).encode()
-    conn.request(
-        "POST",
-        "/process.Process/Start",
-        body=b"\0" + struct.pack(">I", len(body)) + body,
-        headers={
-            "e2b-sandbox-id": sbx.sandbox_id,
-            "x-access-token": sbx._envd_access_token,
-            "content-type": "application/connect+json",
-            "connect-protocol-version": "1",
-            "connect-timeout-ms": "60000",
-        },
-    )
-    answer = conn.getresponse().read()
-    assert b'"exitCode":0' in answer, answer
 
 
 def timed(samples, call):
@@ -55,11 +36,11 @@ times = {}
 try:
     for sbx, conn in servers.values():
         sbx.commands.run("true")
-        start_true(sbx, conn)
+        envd_start(conn, sbx, "/bin/true")
     for _ in range(N):
         for name, (sbx, conn) in servers.items():
             timed(times.setdefault((name, "SDK run('true')"), []), lambda: sbx.commands.run("true"))
-            timed(times.setdefault((name, "Start /bin/true"), []), lambda: start_true(sbx, conn))
+            timed(times.setdefault((name, "Start /bin/true"), []), lambda: envd_start(conn, sbx, "/bin/true"))
     for what in ["SDK run('true')", "Start /bin/true"]:
         before = statistics.median(times[("before", what)]) * 1000
         after = statistics.median(times[("after", what)]) * 1000

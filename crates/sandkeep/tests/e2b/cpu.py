@@ -16,12 +16,12 @@ one more `bash -c` (the cost of a shell layer), and run("true") again with
 import http.client
 import json
 import os
-import struct
 import sys
 import time
 from urllib.parse import urlparse
 
 from e2b import Sandbox
+from envd_start import envd_start
 
 N = int(os.environ.get("N", "200"))
 server_pid, home = int(sys.argv[1]), sys.argv[2]
@@ -40,22 +40,7 @@ def ticks(pid, fields):
 
 
 def start(*argv):
-    body = json.dumps({"process": {"cmd": argv[0], "args": list(argv[1:]), "envs": {}}, "stdin": False})
-    body = body.encode()
-    envd.request(
-        "POST",
-        "/process.Process/Start",
-        body=b"\0" + struct.pack(">I", len(body)) + body,
-        headers={
-            "e2b-sandbox-id": sbx.sandbox_id,
-            "x-access-token": sbx._envd_access_token,
-            "content-type": "application/connect+json",
-            "connect-protocol-version": "1",
-            "connect-timeout-ms": "60000",
-        },
-    )
-    answer = envd.getresponse().read()
-    assert b'"exitCode":0' in answer, answer
+    envd_start(envd, sbx, *argv)
 
 
 def measure(label, call):

@@ -22,12 +22,12 @@ import json
 import os
 import socket
 import statistics
-import struct
 import sys
 import time
 from urllib.parse import urlparse
 
 from e2b import Sandbox
+from envd_start import envd_start
 
 N = int(os.environ.get("N", "40"))
 home = sys.argv[1]
@@ -38,26 +38,7 @@ routed = {"e2b-sandbox-id": sbx.sandbox_id, "x-access-token": sbx._envd_access_t
 
 
 def start(*argv):
-    body = json.dumps({"process": {"cmd": argv[0], "args": list(argv[1:]), "envs": {}}, "stdin": False})
-    body = body.encode()
-
-    def call():
-        envd.request(
-            "POST",
-            "/process.Process/Start",
-            body=b"\0" + struct.pack(">I", len(body)) + body,
-            headers={
-                **routed,
-                "content-type": "application/connect+json",
-                "connect-protocol-version": "1",
-                "connect-timeout-ms": "60000",
-                "keepalive-ping-interval": "50",
-            },
-        )
-        answer = envd.getresponse().read()
-        assert b'"exitCode":0' in answer, answer
-
-    return call
+    return lambda: envd_start(envd, sbx, *argv)
 
 
 def fork_server(command):
