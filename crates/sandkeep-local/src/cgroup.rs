@@ -314,9 +314,46 @@ pub fn refuse_unenforceable(asked: &Limits, process_only: bool) -> Result<(), St
 pub struct Cgroups {
     /// Every created leaf directory.
     pub dirs: Vec<PathBuf>,
-    /// `cgroup.procs` of each leaf, opened for the keeper to move the
-    /// init into.
-    pub procs: Vec<OwnedFd>,
+    /// The doors of the leaves, opened for the init to enter by.
+    pub doors: Doors,
+}
+
+/// How the init gets into its cgroups without waiting on the kernel.
+///
+/// Moving a process (a pid, or `0` for oneself, written to
+/// `cgroup.procs`) takes the cgroup threadgroup lock's writer side, which
+/// waits for an RCU grace period: 7-20 ms on the machines measured, most
+/// of a fresh sandbox's create. Two ways skip it: a single-threaded
+/// process moving only its one thread (`0` written to a v1 `tasks` file),
+/// and a child born in a v2 cgroup (`clone3` with `CLONE_INTO_CGROUP`,
+/// see `sys::fork_into`). The init is single-threaded and enters its v1
+/// leaves first thing; the keeper forks it into its v2 leaf.
+#[derive(Debug, Default)]
+pub struct Doors {
+    /// `tasks` of each v1 leaf.
+    pub tasks: Vec<OwnedFd>,
+    /// The v2 leaf (the unified hierarchy has one).
+    pub v2: Option<V2Door>,
+}
+
+#[derive(Debug)]
+pub struct V2Door {
+    /// The leaf directory, to fork the init into.
+    pub dir: OwnedFd,
+    /// Its `cgroup.procs`, for the init to enter by (and wait) where the
+    /// kernel cannot fork into a cgroup.
+    pub procs: OwnedFd,
+}
+
+/// Moves the calling thread into the cgroup of each of `doors` (v1
+/// `tasks`, or a v2 `cgroup.procs`). Run by the init first thing, while it
+/// is single-threaded: the thread is then the whole process, and every
+/// process of the sandbox descends from it.
+pub fn enter(doors: &[OwnedFd]) -> io::Result<()> {
+    for fd in doors {
+        rustix::io::write(fd, b"0")?;
+    }
+    Ok(())
 }
 
 fn write(path: &Path, value: &str) -> io::Result<()> {
@@ -457,13 +494,8 @@ pub fn create(
     }
     for (leaf, v2, cs) in leaves {
         let made = make_leaf(&leaf, v2, &cs, want);
-        let procs = made.and_then(|ok| {
-            fs::OpenOptions::new()
-                .write(true)
-                .open(leaf.join("cgroup.procs"))
-                .map(|f| (ok, OwnedFd::from(f)))
-        });
-        let (ok, procs) = match procs {
+        let door = made.and_then(|ok| open_door(&leaf, v2).map(|door| (ok, door)));
+        let (ok, door) = match door {
             Ok(r) => r,
             Err(e) => {
                 let _ = fs::remove_dir(&leaf);
@@ -482,7 +514,10 @@ pub fn create(
             }
         }
         cg.dirs.push(leaf);
-        cg.procs.push(procs);
+        match door {
+            Door::Tasks(fd) => cg.doors.tasks.push(fd),
+            Door::V2(v2) => cg.doors.v2 = Some(v2),
+        }
     }
     (cg, enforced, failed)
 }
@@ -517,16 +552,25 @@ fn make_leaf(
         .collect())
 }
 
-/// Moves process `pid` (the sandbox's init, while it builds the sandbox)
-/// into every cgroup of `procs`. Run by the keeper: on cgroup v1 the first
-/// move waits for an RCU grace period (the threadgroup lock's writer side),
-/// which the init spends building instead of waiting.
-pub fn join(procs: &[OwnedFd], pid: i32) -> io::Result<()> {
-    let pid = pid.to_string();
-    for fd in procs {
-        rustix::io::write(fd, pid.as_bytes())?;
+enum Door {
+    Tasks(OwnedFd),
+    V2(V2Door),
+}
+
+fn open_door(leaf: &Path, v2: bool) -> io::Result<Door> {
+    let open = |name: &str| {
+        fs::OpenOptions::new()
+            .write(true)
+            .open(leaf.join(name))
+            .map(OwnedFd::from)
+    };
+    if !v2 {
+        return open("tasks").map(Door::Tasks);
     }
-    Ok(())
+    Ok(Door::V2(V2Door {
+        dir: fs::File::open(leaf)?.into(),
+        procs: open("cgroup.procs")?,
+    }))
 }
 
 /// Removes `dirs` once their processes are gone: dying processes may

@@ -17,6 +17,7 @@ use rustix::event::{PollFd, PollFlags};
 use rustix::thread::{CapabilitySet, UnshareFlags};
 use sandkeep_proto::shell::SHELLS;
 
+use super::cgroup;
 use super::fileops;
 use super::rootfs::{self, Owner};
 use super::seccomp;
@@ -87,10 +88,9 @@ pub struct InitContext {
     /// [`super::unreadable`].
     pub etc_walk: Option<OwnedFd>,
     pub listener: OwnedFd,
-    /// A pipe on which the keeper says, with one byte, that it has moved
-    /// the init into the sandbox's cgroups (it closes it without one when
-    /// it could not).
-    pub joined: OwnedFd,
+    /// The doors of the cgroups the init enters itself, first thing
+    /// (see [`cgroup::Doors`]); it was born in the others.
+    pub cgroups: Vec<OwnedFd>,
     /// A seqpacket socket: one JSON [`InitReport`], with the proxy's
     /// listening socket attached when there is one, then closed.
     pub report: OwnedFd,
@@ -125,17 +125,22 @@ pub fn run(ctx: InitContext) -> ! {
         memory_cgroup,
         etc_walk,
         listener,
-        joined,
+        cgroups,
         report,
     } = ctx;
+    let entered = cgroup::enter(&cgroups);
+    drop(cgroups);
     let home = match &mode {
         Mode::Namespaces { .. } => std::path::PathBuf::from(HOME),
         Mode::ProcessOnly { .. } => dir.home(),
     };
     let mut proxy = None;
     let mut network = false;
-    let setup = match mode {
-        Mode::Namespaces { owner, userns } => {
+    let setup = match (entered, mode) {
+        (Err(e), _) => Err(InitReport::Failed(format!(
+            "enter the sandbox's cgroups: {e}"
+        ))),
+        (Ok(()), Mode::Namespaces { owner, userns }) => {
             let memory_cgroup = memory_cgroup.as_deref();
             setup(&spec, &dir, owner, userns, net, memory_cgroup, etc_walk).map(
                 |(isolation, warnings, isolated, p)| {
@@ -145,7 +150,9 @@ pub fn run(ctx: InitContext) -> ! {
                 },
             )
         }
-        Mode::ProcessOnly { uid } => setup_process_only(&dir, uid).map_err(InitReport::Failed),
+        (Ok(()), Mode::ProcessOnly { uid }) => {
+            setup_process_only(&dir, uid).map_err(InitReport::Failed)
+        }
     };
     let (ok, message) = match setup {
         Ok((isolation, warnings)) => (
@@ -158,12 +165,6 @@ pub fn run(ctx: InitContext) -> ! {
         ),
         Err(e) => (false, e),
     };
-    // Nothing of the sandbox may run outside its cgroups: a sandbox that
-    // is ready runs commands as soon as it has reported.
-    if ok && !in_cgroups(&joined) {
-        sys::exit_now(1);
-    }
-    drop(joined);
     let attached: Vec<_> = proxy.iter().map(|(fd, _)| fd.as_fd()).collect();
     let delivered = wire::send(
         &report,
@@ -178,18 +179,6 @@ pub fn run(ctx: InitContext) -> ! {
     let proxy_port = proxy.map(|(_, port)| port);
     let env = environment(&spec, &home, proxy_port);
     serve(listener, &env, &home)
-}
-
-/// Waits for the keeper's word that the init is in the sandbox's cgroups.
-fn in_cgroups(joined: &OwnedFd) -> bool {
-    let mut byte = [0u8; 1];
-    loop {
-        match rustix::io::read(joined, &mut byte) {
-            Ok(n) => return n == 1,
-            Err(rustix::io::Errno::INTR) => {}
-            Err(_) => return false,
-        }
-    }
 }
 
 fn setup(

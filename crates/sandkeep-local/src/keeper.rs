@@ -303,26 +303,30 @@ fn start(home: &Home, dir: &SandboxDir) -> Result<Running, SetupError> {
     };
     record_network(&mut info, &spec, net)?;
     let memory_cgroup = memory_cgroup(&cgroup_dirs, enforced);
-    let (joined_r, joined_w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
-        .map_err(|e| format!("pipe: {e}"))?;
-    let init_pid = match sys::fork().map_err(|e| format!("fork the init: {e}"))? {
-        sys::Forked::Child => {
-            drop(joined_w);
-            init::run(InitContext {
-                spec,
-                dir: dir.clone(),
-                mode,
-                net,
-                memory_cgroup,
-                etc_walk,
-                listener,
-                joined: joined_r,
-                report: report_w,
-            })
-        }
+    let cgroup::Doors { mut tasks, v2 } = cgroups.doors;
+    let forked = match &v2 {
+        Some(v2) => sys::fork_into(v2.dir.as_fd()).or_else(|e| {
+            eprintln!("sandkeep keeper: cannot fork into the cgroup ({e}); the init moves itself");
+            tasks.extend(v2.procs.try_clone().ok());
+            sys::fork()
+        }),
+        None => sys::fork(),
+    };
+    let init_pid = match forked.map_err(|e| format!("fork the init: {e}"))? {
+        sys::Forked::Child => init::run(InitContext {
+            spec,
+            dir: dir.clone(),
+            mode,
+            net,
+            memory_cgroup,
+            etc_walk,
+            listener,
+            cgroups: tasks,
+            report: report_w,
+        }),
         sys::Forked::Parent(pid) => pid,
     };
-    drop(joined_r);
+    drop((tasks, v2));
     drop(report_w);
     drop(etc_walk);
     drop(listener);
@@ -332,17 +336,6 @@ fn start(home: &Home, dir: &SandboxDir) -> Result<Running, SetupError> {
         PidfdFlags::empty(),
     )
     .map_err(|e| format!("pidfd_open: {e}"))?;
-    // Moved while it builds (see `cgroup::join`); the init runs nothing
-    // of the sandbox, and reports nothing, until told it is in them.
-    if let Err(e) = cgroup::join(&cgroups.procs, init_pid) {
-        let _ = rustix::process::pidfd_send_signal(&init_pidfd, Signal::KILL);
-        let _ = sys::wait_for(init_pid);
-        return Err(format!("move the init into the sandbox's cgroups: {e}").into());
-    }
-    drop(cgroups);
-    // Should the init be gone already, the report below says so.
-    let _ = rustix::io::write(&joined_w, b"j");
-    drop(joined_w);
     let mut buf = vec![0u8; 256 * 1024];
     let (n, mut fds) = wire::recv(&report_r, &mut buf).unwrap_or_default();
     buf.truncate(n);

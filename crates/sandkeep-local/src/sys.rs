@@ -31,21 +31,62 @@ pub enum Forked {
 /// (the allocator's) held forever; the keeper, its probes and the init are
 /// single-threaded, so their children may use the allocator freely.
 pub fn fork() -> io::Result<Forked> {
+    single_threaded()?;
+    // SAFETY: this process is single-threaded (checked above; only a
+    // thread of it could have started another since); the child continues
+    // with a consistent copy of the whole address space.
+    let pid = check(unsafe { libc::fork() })?;
+    Ok(forked(pid))
+}
+
+/// `clone3`'s flag for a child born in a cgroup (Linux 5.7). libc's
+/// constant is a 32-bit integer that cannot hold it.
+const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;
+
+/// [`fork`], the child born in the cgroup v2 directory `cgroup`: nobody
+/// has to move it there, and a move waits for an RCU grace period (see
+/// `cgroup::Doors`). Fails where the kernel refuses it (before 5.7, or a
+/// seccomp filter that denies clone3); the caller then forks and moves.
+pub fn fork_into(cgroup: BorrowedFd) -> io::Result<Forked> {
+    single_threaded()?;
+    // SAFETY: clone_args is plain integers; zero is "unset" for each.
+    let mut args: libc::clone_args = unsafe { std::mem::zeroed() };
+    args.flags = CLONE_INTO_CGROUP;
+    args.exit_signal = libc::SIGCHLD as u64;
+    args.cgroup = cgroup.as_raw_fd() as u64;
+    // glibc has no clone3 wrapper. Without CLONE_VM clone3 is fork: the
+    // child continues on a copy of this stack. What glibc's fork would do
+    // besides is moot here: its atfork resets concern locks that only
+    // another thread could hold, and the thread's cached tid, left stale in
+    // the child, is not what glibc (2.34+) uses to signal itself.
+    // SAFETY: single-threaded (checked above), and `args` outlives the call.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_clone3,
+            &raw const args,
+            std::mem::size_of::<libc::clone_args>(),
+        )
+    };
+    let pid = check(i32::try_from(ret).unwrap_or(-1))?;
+    Ok(forked(pid))
+}
+
+fn single_threaded() -> io::Result<()> {
     let threads = std::fs::read_dir("/proc/self/task")?.count();
     if threads != 1 {
         return Err(io::Error::other(format!(
             "fork refused: this process has {threads} threads, not one"
         )));
     }
-    // SAFETY: this process is single-threaded (checked above; only a
-    // thread of it could have started another since); the child continues
-    // with a consistent copy of the whole address space.
-    let pid = check(unsafe { libc::fork() })?;
-    Ok(if pid == 0 {
+    Ok(())
+}
+
+fn forked(pid: i32) -> Forked {
+    if pid == 0 {
         Forked::Child
     } else {
         Forked::Parent(pid)
-    })
+    }
 }
 
 /// Leaves the process without running destructors or atexit handlers, as a

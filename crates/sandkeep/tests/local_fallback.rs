@@ -100,12 +100,7 @@ fn refused_namespaces_inner() {
         .status()
         .unwrap();
     assert!(!out.success(), "the simulation must refuse user namespaces");
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async {
+    support::fake_kernel::block_on(async {
         let home = state_dir();
         let p = provider(home.path());
         let info = create(&p, 60).await;

@@ -438,3 +438,73 @@ async fn no_cgroup_outlives_its_sandbox() {
     let left: Vec<PathBuf> = dirs.into_iter().filter(|d| d.exists()).collect();
     assert!(left.is_empty(), "cgroups left after cleanup: {left:?}");
 }
+
+/// Checks that the init (pid 1) and a command of sandbox `id` are in
+/// every cgroup the sandbox has, on each hierarchy.
+async fn assert_confined_from_the_start(
+    p: &sandkeep::provider::local::LocalProvider,
+    id: &SandboxId,
+) {
+    let leaves = cgroup_dirs_of(id).len();
+    assert!(leaves > 0, "the sandbox has no cgroup");
+    let out = sh(p, id, "cat /proc/1/cgroup; echo --; cat /proc/self/cgroup").await;
+    let listing = text(&out.stdout);
+    let (init, command) = listing
+        .split_once("--\n")
+        .unwrap_or_else(|| panic!("no listing: {listing} {}", text(&out.stderr)));
+    let leaf = format!("/sandkeep/{}", id.as_str());
+    for (who, lines) in [("the init", init), ("a command", command)] {
+        let inside = lines.lines().filter(|l| l.ends_with(&leaf)).count();
+        assert_eq!(
+            inside, leaves,
+            "{who} is in {inside} of the sandbox's {leaves} cgroups:\n{lines}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_init_and_its_commands_are_in_every_cgroup() {
+    if !require(root(), "cgroup limits are set up as root") {
+        return;
+    }
+    let (_home, p, info) = fresh_sandbox(60).await;
+    assert_confined_from_the_start(&p, &info.sandbox_id).await;
+    p.kill(&info.sandbox_id).await.unwrap();
+}
+
+/// Run by `without_clone3_the_init_still_enters_every_cgroup` in a child
+/// process.
+#[test]
+#[ignore = "helper process of without_clone3_the_init_still_enters_every_cgroup"]
+fn no_clone3_inner() {
+    if std::env::var_os("SK_NO_CLONE3").is_none() {
+        return;
+    }
+    // clone3 refused (ENOSYS), as before Linux 5.3 or under a container
+    // runtime's seccomp profile: a v2 host cannot fork the init into its
+    // cgroup, and the init moves itself in.
+    support::fake_kernel::refuse(&[], 0);
+    support::fake_kernel::block_on(async {
+        let (_home, p, info) = fresh_sandbox(60).await;
+        assert_confined_from_the_start(&p, &info.sandbox_id).await;
+        p.kill(&info.sandbox_id).await.unwrap();
+    });
+    println!("NO-CLONE3 CHECKED");
+}
+
+#[test]
+fn without_clone3_the_init_still_enters_every_cgroup() {
+    if !require(root(), "cgroup limits are set up as root") {
+        return;
+    }
+    let out = support::ignored_test("no_clone3_inner")
+        .env("SK_NO_CLONE3", "1")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("1 passed") && stdout.contains("NO-CLONE3 CHECKED"),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

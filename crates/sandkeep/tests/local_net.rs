@@ -413,40 +413,35 @@ fn unprivileged_inner() {
     if std::env::var_os("SK_NET_INNER").is_none() && rustix::process::geteuid().is_root() {
         return;
     }
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-        .block_on(async {
-            let host_lo = TcpListener::bind("127.0.0.1:0").unwrap();
-            let port = host_lo.local_addr().unwrap().port();
-            let (_home, p, info) = fresh_sandbox(120).await;
-            let id = &info.sandbox_id;
-            assert_eq!(info.isolation, "userns-single");
-            let (_, out, err) = bash(&p, id, &tcp_probe("127.0.0.1", port)).await;
-            assert_eq!(out, "REFUSED\n", "host loopback reachable ({err})");
-            let request = "CONNECT 169.254.169.254:80 HTTP/1.1\\r\\n\\r\\n";
-            let (_, out, err) = bash(&p, id, &via_proxy(request)).await;
-            assert!(
-                out.starts_with("HTTP/1.1 403 Forbidden\r\n") && out.contains("cloud metadata"),
-                "{out:?} {err}"
-            );
-            let url = format!("https://{}/simple/", package_index_host());
-            if host_reaches(&url) {
-                fetch_through_the_proxy(&p, id, &url).await;
-            }
-            let sid = id.clone();
-            let mine = move || host_pids_where(|cmd| cmd.contains(sid.as_str()));
-            assert!(mine().len() >= 3, "keeper, init and proxy: {:?}", mine());
-            assert!(p.kill(id).await.unwrap());
-            until(
-                Duration::from_secs(10),
-                "every process of the sandbox gone after kill",
-                || async { mine().is_empty() },
-            )
-            .await;
-        });
+    support::fake_kernel::block_on(async {
+        let host_lo = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = host_lo.local_addr().unwrap().port();
+        let (_home, p, info) = fresh_sandbox(120).await;
+        let id = &info.sandbox_id;
+        assert_eq!(info.isolation, "userns-single");
+        let (_, out, err) = bash(&p, id, &tcp_probe("127.0.0.1", port)).await;
+        assert_eq!(out, "REFUSED\n", "host loopback reachable ({err})");
+        let request = "CONNECT 169.254.169.254:80 HTTP/1.1\\r\\n\\r\\n";
+        let (_, out, err) = bash(&p, id, &via_proxy(request)).await;
+        assert!(
+            out.starts_with("HTTP/1.1 403 Forbidden\r\n") && out.contains("cloud metadata"),
+            "{out:?} {err}"
+        );
+        let url = format!("https://{}/simple/", package_index_host());
+        if host_reaches(&url) {
+            fetch_through_the_proxy(&p, id, &url).await;
+        }
+        let sid = id.clone();
+        let mine = move || host_pids_where(|cmd| cmd.contains(sid.as_str()));
+        assert!(mine().len() >= 3, "keeper, init and proxy: {:?}", mine());
+        assert!(p.kill(id).await.unwrap());
+        until(
+            Duration::from_secs(10),
+            "every process of the sandbox gone after kill",
+            || async { mine().is_empty() },
+        )
+        .await;
+    });
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -675,12 +670,7 @@ fn no_network_namespaces_inner() {
         !out.success(),
         "the simulation must refuse network namespaces"
     );
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async {
+    support::fake_kernel::block_on(async {
         let home = state_dir();
         let p = provider(home.path());
         // The default sandbox is made, and says it has no network of its own.
