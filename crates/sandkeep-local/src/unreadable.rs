@@ -15,10 +15,10 @@
 
 use std::ffi::CStr;
 use std::io::{Read, Write};
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
-use rustix::fs::{AtFlags, FileType, Mode, OFlags, RawDir};
+use rustix::fs::{AtFlags, Dir, FileType, Mode, OFlags};
 use rustix::mount::OpenTreeFlags;
 use serde::{Deserialize, Serialize};
 
@@ -113,15 +113,13 @@ fn walk(tree: &OwnedFd, host: &Path, rel: &Path) -> Result<Vec<Unreadable>, Stri
 /// little.
 pub fn scan(tree: OwnedFd, rel: &Path) -> Vec<Unreadable> {
     let mut found = Vec::new();
-    // One buffer for every directory, large enough that each is read in
-    // one `getdents` call: ext4 rebuilds a hashed directory's read
-    // position at every call, which made reading with rustix's growing
-    // 768-byte buffer cost more than the stats.
-    let mut buf = vec![std::mem::MaybeUninit::<u8>::uninit(); 64 * 1024];
     let mut pending = vec![(tree, rel.to_path_buf())];
     while let Some((fd, inside)) = pending.pop() {
-        let mut dir = RawDir::new(fd.as_fd(), &mut buf);
-        while let Some(entry) = dir.next() {
+        let Ok(mut dir) = Dir::new(fd) else {
+            found.push(Unreadable::Dir(inside));
+            continue;
+        };
+        while let Some(entry) = dir.read() {
             let Ok(entry) = entry else {
                 found.push(Unreadable::Dir(inside.clone()));
                 break;
@@ -130,8 +128,9 @@ pub fn scan(tree: OwnedFd, rel: &Path) -> Vec<Unreadable> {
             if name == c"." || name == c".." || entry.file_type() == FileType::Symlink {
                 continue;
             }
+            let Ok(fd) = dir.fd() else { break };
             // A file removed meanwhile is gone inside too.
-            let Ok(st) = rustix::fs::statat(&fd, name, AtFlags::SYMLINK_NOFOLLOW) else {
+            let Ok(st) = rustix::fs::statat(fd, name, AtFlags::SYMLINK_NOFOLLOW) else {
                 continue;
             };
             let path = inside.join(os_str(name));
@@ -140,7 +139,7 @@ pub fn scan(tree: OwnedFd, rel: &Path) -> Vec<Unreadable> {
                 FileType::Symlink => {}
                 FileType::Directory if mode & 0o005 == 0o005 => {
                     match rustix::fs::openat(
-                        &fd,
+                        fd,
                         name,
                         OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
                         Mode::empty(),
