@@ -322,12 +322,14 @@ pub struct Cgroups {
 ///
 /// Moving a process (a pid, or `0` for oneself, written to
 /// `cgroup.procs`) takes the cgroup threadgroup lock's writer side, which
-/// waits for an RCU grace period: 7-20 ms on the machines measured, most
-/// of a fresh sandbox's create. Two ways skip it: a single-threaded
-/// process moving only its one thread (`0` written to a v1 `tasks` file),
-/// and a child born in a v2 cgroup (`clone3` with `CLONE_INTO_CGROUP`,
-/// see `sys::fork_into`). The init is single-threaded and enters its v1
-/// leaves first thing; the keeper forks it into its v2 leaf.
+/// waits for an RCU grace period: 7-20 ms measured on a cgroup v1 host,
+/// once the largest part of a fresh sandbox's create. Two ways skip it:
+/// a single-threaded process moving only its one thread (`0` written to a
+/// v1 `tasks` file), and a child born in a v2 cgroup (`clone3` with
+/// `CLONE_INTO_CGROUP`, see `sys::fork_into`). The init is single-threaded
+/// and enters its v1 leaves first thing; the keeper forks it into its v2
+/// leaf (or, where the kernel cannot, the init enters that one too, and
+/// waits).
 #[derive(Debug, Default)]
 pub struct Doors {
     /// `tasks` of each v1 leaf.

@@ -304,10 +304,10 @@ fn start(home: &Home, dir: &SandboxDir) -> Result<Running, SetupError> {
     record_network(&mut info, &spec, net)?;
     let memory_cgroup = memory_cgroup(&cgroup_dirs, enforced);
     let cgroup::Doors { mut tasks, v2 } = cgroups.doors;
-    let forked = match &v2 {
+    let forked = match v2 {
         Some(v2) => sys::fork_into(v2.dir.as_fd()).or_else(|e| {
             eprintln!("sandkeep keeper: cannot fork into the cgroup ({e}); the init moves itself");
-            tasks.extend(v2.procs.try_clone().ok());
+            tasks.push(v2.procs);
             sys::fork()
         }),
         None => sys::fork(),
@@ -326,7 +326,7 @@ fn start(home: &Home, dir: &SandboxDir) -> Result<Running, SetupError> {
         }),
         sys::Forked::Parent(pid) => pid,
     };
-    drop((tasks, v2));
+    drop(tasks);
     drop(report_w);
     drop(etc_walk);
     drop(listener);
