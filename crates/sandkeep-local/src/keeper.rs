@@ -1,4 +1,5 @@
-//! The per-sandbox keeper: `sandkeep __keeper run HOME ID`.
+//! The per-sandbox keeper: `sandkeep-keeper run HOME ID BUILD` (or
+//! `sandkeep __keeper run …`, see `spawn::Keepers`).
 //!
 //! Started by a provider, it detaches (fork + setsid, so no server's exit
 //! or SIGKILL reaches it), prepares identity and state, forks the init into
@@ -65,6 +66,13 @@ impl From<String> for SetupError {
     }
 }
 
+/// The build a keeper must be of: a fingerprint of the sources it is built
+/// from (build.rs). The provider names its own, and a keeper of another
+/// build (a stale `sandkeep-keeper` beside a new `sandkeep`, or an
+/// executable replaced on disk under a running server) refuses to start
+/// rather than misread the sandbox's records.
+pub const BUILD: &str = env!("SANDKEEP_LOCAL_SOURCE");
+
 pub fn main(args: Vec<String>) -> i32 {
     match args
         .iter()
@@ -72,7 +80,13 @@ pub fn main(args: Vec<String>) -> i32 {
         .collect::<Vec<_>>()
         .as_slice()
     {
-        ["run", home, id] => match SandboxId::parse(id) {
+        ["run", _, _, build] if *build != BUILD => {
+            eprintln!(
+                "sandkeep keeper: built from other sources ({BUILD}) than its provider ({build})"
+            );
+            2
+        }
+        ["run", home, id, _] => match SandboxId::parse(id) {
             Ok(id) => run(Home::new(PathBuf::from(home)), id),
             Err(e) => {
                 eprintln!("sandkeep keeper: {e}");
@@ -82,7 +96,7 @@ pub fn main(args: Vec<String>) -> i32 {
         ["probe"] => doctor::probe_main(),
         _ => {
             eprintln!(
-                "usage: sandkeep __keeper run HOME SANDBOX_ID | sandkeep __keeper probe (internal)"
+                "usage: sandkeep-keeper run HOME SANDBOX_ID BUILD | sandkeep-keeper probe (internal)"
             );
             2
         }

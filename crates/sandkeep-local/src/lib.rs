@@ -2,7 +2,7 @@
 //! outlive any server process.
 //!
 //! Topology: the provider (inside any server process) spawns one detached
-//! **keeper** per sandbox (`sandkeep __keeper run`), which forks the
+//! **keeper** per sandbox (`sandkeep-keeper run`), which forks the
 //! sandbox's **init** (pid 1 of fresh pid, mount, uts and ipc namespaces, in
 //! a user namespace) that doubles as a fork server. Exec and file
 //! operations are requests to that fork server over a unix socket in the
@@ -100,6 +100,8 @@ fn refuse_shared_network(spec: &CreateSpec, process_only: bool) -> Result<()> {
 pub struct LocalProvider {
     config: LocalConfig,
     home: Home,
+    /// Shared by clones: one refusal of the small keeper holds for all.
+    keepers: std::sync::Arc<spawn::Keepers>,
 }
 
 /// Maps an I/O error to the provider's error, saying what was being done.
@@ -130,6 +132,7 @@ impl LocalProvider {
         let exe =
             std::path::absolute(&config.exe).map_err(io_err("resolve the sandkeep executable"))?;
         Ok(Self {
+            keepers: std::sync::Arc::new(spawn::Keepers::beside(&exe)),
             config: LocalConfig {
                 home: abs,
                 exe,
@@ -166,6 +169,12 @@ impl LocalProvider {
             ))
         })?;
         report.state_dir = self.home.root().to_path_buf();
+        // Speed only: either executable keeps the same guarantees.
+        report.checks.push(Check {
+            name: "keeper executable".to_owned(),
+            ok: true,
+            detail: self.keepers.describe(),
+        });
         Ok(report)
     }
 
@@ -332,7 +341,7 @@ impl Provider for LocalProvider {
             limits: spec.limits,
         };
         state::write_json(&dir.spec(), &record).map_err(io_err("write spec.json"))?;
-        let warnings = spawn::start_keeper(&self.config.exe, &self.home, &dir, &id).await?;
+        let warnings = self.keepers.start(&self.home, &dir, &id).await?;
         let meta: Meta = state::read_json(&dir.meta()).map_err(io_err("read meta.json"))?;
         if meta.info.isolation != FULL_ISOLATION || !warnings.is_empty() {
             tracing::warn!(

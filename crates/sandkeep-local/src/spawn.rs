@@ -1,17 +1,19 @@
-//! Starting a sandbox's keeper: the detached `sandkeep __keeper run`
-//! process with a clean environment, and waiting (bounded) for its
-//! readiness report. Owns the create timeout and the keeper-log excerpt in
-//! setup errors. It must not write any sandbox record (the provider writes
-//! `spec.json` before, the keeper `meta.json`) nor decide anything about
-//! templates or isolation.
+//! Starting a sandbox's keeper: the detached keeper process with a clean
+//! environment, from the small `sandkeep-keeper` executable when one of
+//! this build sits beside `sandkeep`, else from `sandkeep` itself, and
+//! waiting (bounded) for its readiness report. Owns the create timeout and
+//! the keeper-log excerpt in setup errors. It must not write any sandbox
+//! record (the provider writes `spec.json` before, the keeper
+//! `meta.json`) nor decide anything about templates or isolation.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use tokio::io::AsyncReadExt;
 
-use crate::keeper::Readiness;
+use crate::keeper::{BUILD, Readiness};
 use crate::presence::clean_stale;
 use crate::state::{self, Home, Meta, SandboxDir};
 use crate::{KEEPER_ARG, blocking, io_err};
@@ -21,22 +23,109 @@ use sandkeep_provider::{ProviderError, Result, SandboxId};
 const CREATE_TIMEOUT: Duration = Duration::from_secs(30);
 /// How much of the keeper's log a setup error quotes.
 const LOG_TAIL_CHARS: usize = 2000;
+/// The keeper's own executable, looked for beside `sandkeep`.
+pub const SMALL_KEEPER: &str = "sandkeep-keeper";
 
-/// Starts the keeper of the sandbox prepared in `dir` and waits until it
-/// reports; returns its warnings. A keeper that never reports is killed and
-/// its files removed.
-pub async fn start_keeper(
+/// The executables a keeper can be started from.
+///
+/// A keeper is exec'd for every sandbox, and the whole static `sandkeep`
+/// (25 MB) takes about a millisecond longer to start than the keeper's
+/// own 2.6 MB executable: most of a fresh `sandkeep exec`'s difference
+/// between the two (docs/benchmarks.md). The small one is used while it
+/// proves to be of this build.
+#[derive(Debug)]
+pub struct Keepers {
+    /// `sandkeep`, run as `sandkeep __keeper`.
+    whole: PathBuf,
+    /// `sandkeep-keeper` beside it, while not refused.
+    small: Option<PathBuf>,
+    small_refused: AtomicBool,
+}
+
+impl Keepers {
+    /// The keepers of the `sandkeep` executable `exe` (absolute).
+    pub fn beside(exe: &Path) -> Self {
+        let small = exe.with_file_name(SMALL_KEEPER);
+        Self {
+            whole: exe.to_path_buf(),
+            small: small.is_file().then_some(small),
+            small_refused: AtomicBool::new(false),
+        }
+    }
+
+    /// Which executable the next keeper is started from.
+    pub fn describe(&self) -> String {
+        match &self.small {
+            Some(small) if !self.small_refused.load(Ordering::Relaxed) => {
+                small.display().to_string()
+            }
+            Some(small) => format!(
+                "{} (refused: not of this build), so {} {KEEPER_ARG}",
+                small.display(),
+                self.whole.display()
+            ),
+            None => format!("{} {KEEPER_ARG}", self.whole.display()),
+        }
+    }
+
+    /// Starts the keeper of the sandbox prepared in `dir` and waits until
+    /// it reports; returns its warnings. A keeper that never reports is
+    /// killed and its files removed.
+    pub async fn start(
+        &self,
+        home: &Home,
+        dir: &SandboxDir,
+        id: &SandboxId,
+    ) -> Result<Vec<String>> {
+        if let Some(small) = self.small.as_ref()
+            && !self.small_refused.load(Ordering::Relaxed)
+        {
+            match start_keeper(small, &[], home, dir, id).await? {
+                Started::Ready(warnings) => return Ok(warnings),
+                Started::Refused => {
+                    self.small_refused.store(true, Ordering::Relaxed);
+                    tracing::warn!(
+                        keeper = %small.display(),
+                        "the keeper executable beside sandkeep is not of this build; using sandkeep \
+                         itself (install both from one build, e.g. `cargo install --path crates/sandkeep`)"
+                    );
+                }
+            }
+        }
+        match start_keeper(&self.whole, &[KEEPER_ARG], home, dir, id).await? {
+            Started::Ready(warnings) => Ok(warnings),
+            Started::Refused => Err(ProviderError::Unavailable(format!(
+                "{} is not of this server's build (replaced since the server started?): \
+                 restart the server; {}",
+                self.whole.display(),
+                log_tail(dir)
+            ))),
+        }
+    }
+}
+
+enum Started {
+    Ready(Vec<String>),
+    /// The executable exited without a report: a keeper of another build
+    /// (or one that does not know this build's arguments).
+    Refused,
+}
+
+/// Starts `exe ARGS… run HOME ID BUILD` and waits for its report.
+async fn start_keeper(
     exe: &Path,
+    args: &[&str],
     home: &Home,
     dir: &SandboxDir,
     id: &SandboxId,
-) -> Result<Vec<String>> {
+) -> Result<Started> {
     let log = std::fs::File::create(dir.log()).map_err(io_err("create keeper.log"))?;
     let mut child = tokio::process::Command::new(exe)
-        .arg(KEEPER_ARG)
+        .args(args)
         .arg("run")
         .arg(home.root())
         .arg(id.as_str())
+        .arg(BUILD)
         .env_clear()
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -45,9 +134,12 @@ pub async fn start_keeper(
         .map_err(io_err(format!("start {}", exe.display())))?;
     let mut stdout = child.stdout.take().expect("piped");
     // The direct child forks the keeper and exits at once: reap it now.
-    let _ = child.wait().await;
+    let status = child.wait().await;
     let mut buf = Vec::new();
     let read = tokio::time::timeout(CREATE_TIMEOUT, stdout.read_to_end(&mut buf)).await;
+    if buf.is_empty() && status.is_ok_and(|s| !s.success()) {
+        return Ok(Started::Refused);
+    }
     let readiness = match read {
         Ok(Ok(_)) => serde_json::from_slice::<Readiness>(&buf).map_err(|_| {
             ProviderError::Unavailable(format!(
@@ -66,7 +158,7 @@ pub async fn start_keeper(
         }
     };
     match readiness {
-        Readiness::Ready { warnings, .. } => Ok(warnings),
+        Readiness::Ready { warnings, .. } => Ok(Started::Ready(warnings)),
         Readiness::Unsupported(e) => Err(ProviderError::Unsupported(e)),
         Readiness::Failed(e) => Err(ProviderError::Unavailable(format!(
             "cannot create a local sandbox: {e}"

@@ -186,7 +186,8 @@ fn keepers_pss_kib(home: &Path) -> Vec<u64> {
         parent.insert(pid, ppid);
         let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
         let cmdline = String::from_utf8_lossy(&cmdline);
-        if cmdline.contains(sandkeep::provider::local::KEEPER_ARG) && cmdline.contains(&home) {
+        // `sandkeep-keeper run HOME ID BUILD`, or `sandkeep __keeper run …`.
+        if cmdline.contains(&format!("\0run\0{home}\0")) {
             keepers.push(pid);
         }
     }

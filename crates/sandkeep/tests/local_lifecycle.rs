@@ -8,10 +8,12 @@ mod support;
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
-use std::os::unix::fs::MetadataExt;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use sandkeep::provider::local::{LocalConfig, LocalProvider};
 use sandkeep::provider::{CreateSpec, FileKind, Provider, ProviderError, Release, SandboxId};
 use support::local::*;
 use support::*;
@@ -774,4 +776,81 @@ async fn a_spawned_argv_runs_without_a_shell() {
     assert_eq!(code, 127, "{err}");
     assert!(err.contains("no-such-program-sk"), "{err}");
     assert!(p.kill(&id).await.unwrap());
+}
+
+/// The executable a live process runs, as the kernel names it.
+fn exe_of(pid: i32) -> PathBuf {
+    std::fs::read_link(format!("/proc/{pid}/exe")).expect("a live keeper")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_keeper_runs_from_its_own_executable_when_it_is_of_this_build() {
+    let small = Path::new(EXE).with_file_name("sandkeep-keeper");
+    assert!(
+        small.is_file(),
+        "cargo builds {} beside sandkeep",
+        small.display()
+    );
+    let (home, p, info) = fresh_sandbox(60).await;
+    let keeper = recorded_pid(home.path(), &info.sandbox_id, "keeper");
+    assert_eq!(exe_of(keeper), small);
+    let report = p.doctor().await.unwrap();
+    let line = report.checks.iter().find(|c| c.name == "keeper executable");
+    assert!(
+        line.is_some_and(|c| c.ok && c.detail == small.display().to_string()),
+        "{line:?}"
+    );
+    assert!(p.kill(&info.sandbox_id).await.unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_keeper_executable_of_another_build_is_passed_over() {
+    // A copy of sandkeep with a stale keeper beside it: one that does not
+    // take this build's arguments, as an older build would not.
+    let bin = tempfile::tempdir().unwrap();
+    let exe = bin.path().join("sandkeep");
+    std::fs::copy(EXE, &exe).unwrap();
+    let stale = bin.path().join("sandkeep-keeper");
+    std::fs::write(
+        &stale,
+        "#!/bin/sh\necho 'usage: an older keeper' >&2\nexit 2\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&stale, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let home = state_dir();
+    let p = LocalProvider::new(LocalConfig::new(home.path(), &exe)).unwrap();
+    for _ in 0..2 {
+        let info = create(&p, 60).await;
+        let keeper = recorded_pid(home.path(), &info.sandbox_id, "keeper");
+        assert_eq!(exe_of(keeper), exe, "the whole sandkeep keeps the sandbox");
+        let out = sh(&p, &info.sandbox_id, "echo works").await;
+        assert_eq!(text(&out.stdout), "works\n");
+        assert!(p.kill(&info.sandbox_id).await.unwrap());
+    }
+    let report = p.doctor().await.unwrap();
+    let line = report.checks.iter().find(|c| c.name == "keeper executable");
+    assert!(
+        line.is_some_and(|c| c.detail.contains("refused: not of this build")),
+        "{line:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sandkeep_of_another_build_makes_create_fail_saying_so() {
+    // The server's executable replaced on disk by another build.
+    let bin = tempfile::tempdir().unwrap();
+    let exe = bin.path().join("sandkeep");
+    std::fs::write(&exe, "#!/bin/sh\necho 'usage: another build' >&2\nexit 2\n").unwrap();
+    std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let home = state_dir();
+    let p = LocalProvider::new(LocalConfig::new(home.path(), &exe)).unwrap();
+    let err = p
+        .create(spec(60))
+        .await
+        .expect_err("no keeper of this build");
+    let message = err.to_string();
+    assert!(
+        message.contains("not of this server's build") && message.contains("restart the server"),
+        "{message}"
+    );
 }
