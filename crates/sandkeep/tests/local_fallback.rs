@@ -116,16 +116,7 @@ fn refused_namespaces_inner() {
 
 #[test]
 fn refused_namespaces_fall_back_visibly() {
-    let out = ignored_test("refused_namespaces_inner")
-        .env("SK_REFUSE_NAMESPACES", "1")
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success() && stdout.contains("1 passed"),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let stdout = run_ignored_test("refused_namespaces_inner", "SK_REFUSE_NAMESPACES");
     assert!(stdout.contains("ISOLATION landlock"), "{stdout}");
     assert!(stdout.contains("DOCTOR landlock"), "{stdout}");
 }

@@ -497,14 +497,40 @@ fn without_clone3_the_init_still_enters_every_cgroup() {
     if !require(root(), "cgroup limits are set up as root") {
         return;
     }
-    let out = support::ignored_test("no_clone3_inner")
-        .env("SK_NO_CLONE3", "1")
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stdout = run_ignored_test("no_clone3_inner", "SK_NO_CLONE3");
+    assert!(stdout.contains("NO-CLONE3 CHECKED"), "{stdout}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sandbox_root_cannot_leave_its_cgroups() {
+    if !require(root(), "cgroup limits are set up as root") {
+        return;
+    }
+    let (_home, p, info) = fresh_sandbox(60).await;
+    let id = &info.sandbox_id;
+    let leaves = cgroup_dirs_of(id).len();
+    // As the sandbox's root: write itself into every cgroup file it can
+    // find, in the hierarchies shown and in freshly mounted ones, and
+    // look for a cgroup descriptor the init might have left open.
+    let attack = "mkdir -p /tmp/cg1 /tmp/cg2; \
+        mount -t cgroup -o memory none /tmp/cg1 2>/dev/null; \
+        mount -t cgroup2 none /tmp/cg2 2>/dev/null; \
+        for f in $(find /sys/fs/cgroup /tmp/cg1 /tmp/cg2 -name tasks -o -name cgroup.procs 2>/dev/null); do \
+          echo TRIED; echo 0 2>/dev/null > $f && echo MOVED $f; done; \
+        for fd in /proc/1/fd/* /proc/self/fd/*; do \
+          readlink $fd 2>/dev/null | grep -q cgroup && echo OPEN $fd; done; \
+        echo --; cat /proc/self/cgroup";
+    let out = sh(&p, id, attack).await;
+    let listing = text(&out.stdout);
+    let (attempts, after) = listing
+        .split_once("--\n")
+        .unwrap_or_else(|| panic!("no listing: {listing} {}", text(&out.stderr)));
     assert!(
-        out.status.success() && stdout.contains("1 passed") && stdout.contains("NO-CLONE3 CHECKED"),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
+        attempts.contains("TRIED") && !attempts.contains("MOVED") && !attempts.contains("OPEN"),
+        "{attempts}"
     );
+    let leaf = format!("/sandkeep/{}", id.as_str());
+    let inside = after.lines().filter(|l| l.ends_with(&leaf)).count();
+    assert_eq!(inside, leaves, "after the attempts:\n{after}");
+    p.kill(id).await.unwrap();
 }

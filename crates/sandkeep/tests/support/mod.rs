@@ -178,6 +178,20 @@ pub fn ignored_test(name: &str) -> std::process::Command {
     c
 }
 
+/// Runs the ignored test `name` with the environment variable `switch`
+/// set (which arms it), fails unless it ran and passed, and returns its
+/// output for the caller's own checks.
+pub fn run_ignored_test(name: &str, switch: &str) -> String {
+    let out = ignored_test(name).env(switch, "1").output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success() && stdout.contains("1 passed"),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
 /// Polls `probe` until it returns `Some`, failing with `what` after
 /// `within`.
 pub fn poll<T>(within: Duration, what: &str, mut probe: impl FnMut() -> Option<T>) -> T {
