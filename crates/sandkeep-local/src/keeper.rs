@@ -248,7 +248,10 @@ fn start(home: &Home, dir: &SandboxDir) -> Result<Running, SetupError> {
         };
         proxy = None;
     }
-    let etc_walk = etc_walk.take().filter(|_| !process_only).map(|w| w.answer);
+    let (etc_walk, walk_go) = match etc_walk.take() {
+        Some(w) => (Some(w.answer).filter(|_| !process_only), Some(w.go)),
+        None => (None, None),
+    };
     if process_only {
         // Its home and TMPDIR on the host (a namespaced sandbox has both
         // on its disk, see `rootfs`).
@@ -340,6 +343,9 @@ fn start(home: &Home, dir: &SandboxDir) -> Result<Running, SetupError> {
         }),
         sys::Forked::Parent(pid) => pid,
     };
+    // From here the keeper only waits while the init builds the sandbox:
+    // the walk has a core to itself (see `unreadable`).
+    drop(walk_go);
     drop(tasks);
     drop(report_w);
     drop(etc_walk);

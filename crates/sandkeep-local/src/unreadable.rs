@@ -7,10 +7,14 @@
 //! missed) but off the create's critical path: the keeper forks a walker
 //! process before any namespace is entered, which walks a detached clone
 //! of the directory's mount (exactly the tree the sandbox's lower layer
-//! is: no submounts) while the keeper and the init do their own work, and
-//! writes the list into a pipe that the init reads only when it masks.
-//! The clone is released only when the walker exits, after it has
-//! answered: releasing it unmounts it, which waits for an RCU grace period.
+//! is: no submounts) while the init builds the sandbox, and writes the
+//! list into a pipe that the init reads only when it masks. The walker
+//! waits for its [`Go`] before it clones and walks: the keeper lets it go
+//! once it has forked the init, and waits itself from then on. Walking
+//! while the keeper was still forking and unsharing made a create about a
+//! millisecond slower on two cores (docs/benchmarks.md). The clone is
+//! released only when the walker exits, after it has answered: releasing
+//! it unmounts it, which waits for an RCU grace period.
 //! This module walks and reports; it mounts nothing.
 
 use std::ffi::CStr;
@@ -39,6 +43,19 @@ pub struct Walk {
     pub pid: i32,
     /// Where its answer arrives: handed to the init, which reads it.
     pub answer: OwnedFd,
+    /// Lets the walker begin.
+    pub go: Go,
+}
+
+/// The walker's signal to begin: dropped, on whatever path, it lets the
+/// walker walk. Should the keeper die first, the walker sees the end of
+/// the pipe once the keeper's other children (which die with it) are gone.
+pub struct Go(OwnedFd);
+
+impl Drop for Go {
+    fn drop(&mut self) {
+        let _ = rustix::io::write(&self.0, b"g");
+    }
 }
 
 /// Forks a walker for `host` (a directory the sandbox sees at `rel`). Run
@@ -47,14 +64,21 @@ pub struct Walk {
 pub fn start(host: &'static Path, rel: &'static Path) -> Result<Walk, String> {
     let (answer, write) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
         .map_err(|e| format!("pipe: {e}"))?;
+    let (wait, go) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
+        .map_err(|e| format!("pipe: {e}"))?;
     match sys::fork().map_err(|e| format!("fork the /etc walker: {e}"))? {
         sys::Forked::Child => {
             drop(answer);
+            drop(go);
             // Nothing of the keeper's: its readiness pipe must close when
             // the keeper is done, whatever this process still does.
-            if sys::close_fds_except(&[write.as_raw_fd()]).is_err() {
+            if sys::close_fds_except(&[write.as_raw_fd(), wait.as_raw_fd()]).is_err() {
                 sys::exit_now(1);
             }
+            // A byte, the end of the pipe or an error: each means go.
+            let mut byte = [0u8; 1];
+            while rustix::io::read(&wait, &mut byte) == Err(rustix::io::Errno::INTR) {}
+            drop(wait);
             // The clone of the mount goes when its last descriptor
             // closes, and that waits for an RCU grace period: at this
             // process's exit, after the answer is out.
@@ -67,7 +91,11 @@ pub fn start(host: &'static Path, rel: &'static Path) -> Result<Walk, String> {
             let written = std::fs::File::from(write).write_all(&bytes);
             sys::exit_now(i32::from(written.is_err()))
         }
-        sys::Forked::Parent(pid) => Ok(Walk { pid, answer }),
+        sys::Forked::Parent(pid) => Ok(Walk {
+            pid,
+            answer,
+            go: Go(go),
+        }),
     }
 }
 
