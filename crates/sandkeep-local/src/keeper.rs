@@ -7,9 +7,11 @@
 //! the host), reports readiness on its stdout, and then waits for one
 //! of: the deadline in `meta.json` (re-read whenever it fires, so renewals
 //! need no signal), SIGTERM (kill_sandbox), or the init's death. Then it
-//! kills the init (the kernel ends every process of the pid namespace and
-//! its mounts; without namespaces the keeper kills the whole process tree
-//! itself), removes the sandbox's files and exits. It is single-threaded
+//! kills the init (the kernel ends every process of the pid namespace;
+//! without namespaces the keeper kills the whole process tree itself),
+//! releases the sandbox's mount namespace, which it holds so that the
+//! teardown of its mounts is not part of the init's exit, removes the
+//! sandbox's files and exits. It is single-threaded
 //! and runs no async runtime; it never executes sandbox code itself.
 
 use std::fs;
@@ -183,6 +185,11 @@ struct Running {
     /// The sandbox's cgroups, removed once its processes are gone (kept
     /// here too: the sandbox's directory may be removed under us).
     cgroup_dirs: Vec<PathBuf>,
+    /// The init's mount namespace, held so that its teardown (every mount
+    /// and file system of the sandbox, several RCU grace periods) happens
+    /// here once the init is dead, not in the init's exit: whoever waits
+    /// for the sandbox's processes to be gone does not wait for it too.
+    mounts: Option<OwnedFd>,
 }
 
 fn start(home: &Home, dir: &SandboxDir) -> Result<Running, SetupError> {
@@ -406,6 +413,16 @@ fn start(home: &Home, dir: &SandboxDir) -> Result<Running, SetupError> {
         }
     }
     let init = ProcessIdentity::of(init_pid as u32).map_err(|e| e.to_string())?;
+    // The init cannot have been reaped (its pidfd is ours, unwaited): the
+    // path names it. An ordinary user's keeper may not open it (the init
+    // is not dumpable); the teardown then stays in the init's exit.
+    let mounts = if process_only {
+        None
+    } else {
+        let path = format!("/proc/{init_pid}/ns/mnt");
+        let flags = rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::CLOEXEC;
+        rustix::fs::open(path, flags, rustix::fs::Mode::empty()).ok()
+    };
     let signals = sys::signalfd(&[libc::SIGTERM, libc::SIGINT, libc::SIGHUP])
         .map_err(|e| format!("signalfd: {e}"))?;
     let meta = Meta {
@@ -424,6 +441,7 @@ fn start(home: &Home, dir: &SandboxDir) -> Result<Running, SetupError> {
         signals,
         proxy,
         cgroup_dirs,
+        mounts,
     })
 }
 
@@ -629,10 +647,12 @@ fn destroy(home: &Home, dir: &SandboxDir, mut sandbox: Running) {
         kill_descendants();
     }
     // Pid 1's death makes the kernel kill every process in the namespace,
-    // including those that called setsid or double-forked; the mount
-    // namespace and its mounts go with the last of them.
+    // including those that called setsid or double-forked. Its mount
+    // namespace outlives them in `mounts`, released just below.
     let _ = rustix::process::pidfd_send_signal(&sandbox.init_pidfd, Signal::KILL);
     let _ = sys::wait_for(sandbox.meta.init.pid as i32);
+    // Its files are memory charged to its cgroups: gone before those.
+    drop(sandbox.mounts.take());
     drop(sandbox.proxy.take());
     while sys::reap_any().is_some() {}
     cgroup::remove(&sandbox.cgroup_dirs);
