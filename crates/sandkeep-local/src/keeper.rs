@@ -146,7 +146,7 @@ fn run(home: Home, id: SandboxId) -> i32 {
                 let _ = sys::wait_for(pid);
             }
             watch(&dir, &sandbox);
-            destroy(&home, &dir, sandbox);
+            destroy(&dir, sandbox);
             0
         }
         Err(e) => {
@@ -160,7 +160,7 @@ fn run(home: Home, id: SandboxId) -> i32 {
             );
             cgroup::remove_recorded(&dir.path);
             let _ = state::remove_tree(&dir.path);
-            release_slot(&home, &id, None);
+            release_slot(&dir.path, None);
             1
         }
     }
@@ -642,7 +642,7 @@ fn watch(dir: &SandboxDir, sandbox: &Running) {
     }
 }
 
-fn destroy(home: &Home, dir: &SandboxDir, mut sandbox: Running) {
+fn destroy(dir: &SandboxDir, mut sandbox: Running) {
     // meta.json first: from now on no provider lists the sandbox, also
     // while a session end that waits only for its processes has returned
     // and the rest below is still under way.
@@ -663,13 +663,7 @@ fn destroy(home: &Home, dir: &SandboxDir, mut sandbox: Running) {
     if let Err(e) = state::remove_tree(&dir.path) {
         eprintln!("sandkeep keeper: removing {}: {e}", dir.path.display());
     }
-    if let Some(id) = dir
-        .path
-        .file_name()
-        .and_then(|n| SandboxId::parse(&n.to_string_lossy()).ok())
-    {
-        release_slot(home, &id, sandbox.uid_base);
-    }
+    release_slot(&dir.path, sandbox.uid_base);
 }
 
 /// Process-only mode: SIGKILLs every process below the keeper (a
@@ -805,14 +799,16 @@ fn free_slot(slots: &Path) -> Result<u32, String> {
     ))
 }
 
-/// Removes the sandbox's slot: the one of `uid_base` when known, else
-/// whichever names the sandbox's directory.
-fn release_slot(home: &Home, id: &SandboxId, uid_base: Option<u32>) {
+/// Removes the slot of the sandbox whose directory is `owner`: the one of
+/// `uid_base` when known, else whichever names that directory. A dead
+/// keeper's slot is removed so by whoever cleans up after it
+/// (`presence::clean_stale`); should nobody, a create takes it over only
+/// once every number has a slot.
+pub(crate) fn release_slot(owner: &Path, uid_base: Option<u32>) {
     let slots = Path::new(UID_SLOTS);
     let Ok(_lock) = Lock::acquire(&slots.join(".lock")) else {
         return;
     };
-    let owner = home.sandbox(id).path;
     let held = |slot: &Path| fs::read_to_string(slot).is_ok_and(|o| Path::new(o.trim()) == owner);
     let candidates: Vec<PathBuf> = match uid_base {
         Some(base) => vec![slots.join(((base - FIRST_BLOCK) / BLOCK).to_string())],
