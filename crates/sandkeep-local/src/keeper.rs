@@ -9,10 +9,10 @@
 //! need no signal), SIGTERM (kill_sandbox), or the init's death. Then it
 //! kills the init (the kernel ends every process of the pid namespace;
 //! without namespaces the keeper kills the whole process tree itself),
-//! releases the sandbox's mount namespace, which it holds so that the
-//! teardown of its mounts is not part of the init's exit, removes the
-//! sandbox's files and exits. It is single-threaded
-//! and runs no async runtime; it never executes sandbox code itself.
+//! releases the sandbox's mount namespace (held so that the teardown of
+//! its mounts is not part of the init's exit), removes the sandbox's files
+//! and exits. It is single-threaded and runs no async runtime; it never
+//! executes sandbox code itself.
 
 use std::fs;
 use std::io::{self, Write};
