@@ -907,6 +907,24 @@ mod tests {
         assert_eq!(free_slot(slots.path()).unwrap(), 2);
     }
 
+    /// With every number claimed, a slot whose sandbox directory is gone
+    /// is taken over; one that names a live directory never is.
+    #[test]
+    fn a_full_table_gives_up_only_stale_slots() {
+        let slots = tempfile::tempdir().unwrap();
+        let live = slots.path().to_str().unwrap();
+        for n in 0..SLOTS {
+            fs::write(slots.path().join(n.to_string()), live).unwrap();
+        }
+        assert!(
+            free_slot(slots.path())
+                .unwrap_err()
+                .contains("all 16384 uid blocks are in use")
+        );
+        fs::write(slots.path().join("9000"), "/gone/sb/sb-0\n").unwrap();
+        assert_eq!(free_slot(slots.path()).unwrap(), 9000);
+    }
+
     /// A pid found by the scan may be recycled before the kill: only the
     /// very process found (pid and start time) may be signalled.
     #[test]

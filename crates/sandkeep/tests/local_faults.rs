@@ -191,8 +191,21 @@ async fn parallel_creates_get_distinct_uid_blocks() {
         "uid blocks shared between sandboxes: {maps:?}"
     );
     assert_eq!(p.list().await.unwrap().len(), 6);
+    // Each block is claimed by exactly one slot, which its keeper releases
+    // (by number) when the sandbox is killed.
+    let root = rustix::process::geteuid().is_root();
     for id in &ids {
+        if root {
+            assert_eq!(uid_slots_naming(&sandbox_dir(home.path(), id)), 1, "{id}");
+        }
         assert!(p.kill(id).await.unwrap());
+        if root {
+            assert_eq!(
+                uid_slots_naming(&sandbox_dir(home.path(), id)),
+                0,
+                "the uid slot of {id} outlived it"
+            );
+        }
     }
     assert!(p.list().await.unwrap().is_empty());
 }

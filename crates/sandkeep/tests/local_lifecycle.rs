@@ -564,23 +564,15 @@ async fn stale_state_is_cleaned_never_listed() {
     let keeper = recorded_pid(home.path(), &info.sandbox_id, "keeper");
     // Root's sandboxes hold a uid block, claimed by a slot file naming
     // the sandbox's directory; the dead keeper cannot release it.
-    let slots_naming = |dir: &std::path::Path| {
-        std::fs::read_dir("/run/sandkeep/uid-slots")
-            .map(|entries| {
-                entries
-                    .flatten()
-                    .filter(|e| {
-                        std::fs::read_to_string(e.path())
-                            .is_ok_and(|o| o.trim() == dir.to_str().unwrap())
-                    })
-                    .count()
-            })
-            .unwrap_or(0)
-    };
     let dir = sandbox_dir(home.path(), &info.sandbox_id);
     let root = rustix::process::geteuid().is_root();
     if root {
-        assert_eq!(slots_naming(&dir), 1, "no uid slot names {}", dir.display());
+        assert_eq!(
+            uid_slots_naming(&dir),
+            1,
+            "no uid slot names {}",
+            dir.display()
+        );
     }
     send_signal(keeper, rustix::process::Signal::KILL);
     until(
@@ -593,7 +585,7 @@ async fn stale_state_is_cleaned_never_listed() {
     assert!(!dir.exists());
     if root {
         assert_eq!(
-            slots_naming(&dir),
+            uid_slots_naming(&dir),
             0,
             "the dead keeper's uid slot was left behind"
         );

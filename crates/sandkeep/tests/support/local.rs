@@ -83,6 +83,18 @@ pub fn sandbox_dir(home: &Path, id: &SandboxId) -> PathBuf {
     home.join("sb").join(id.as_str())
 }
 
+/// How many of root's uid slots (`/run/sandkeep/uid-slots`, one file per
+/// claimed uid block, naming the sandbox's directory) name `dir`.
+pub fn uid_slots_naming(dir: &Path) -> usize {
+    let Ok(entries) = std::fs::read_dir("/run/sandkeep/uid-slots") else {
+        return 0;
+    };
+    entries
+        .flatten()
+        .filter(|e| std::fs::read_to_string(e.path()).is_ok_and(|o| Path::new(o.trim()) == dir))
+        .count()
+}
+
 /// The pid the sandbox's record holds for `role` ("keeper" or "init").
 pub fn recorded_pid(home: &Path, id: &SandboxId, role: &str) -> i32 {
     let path = sandbox_dir(home, id).join("meta.json");
