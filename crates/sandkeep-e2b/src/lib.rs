@@ -135,12 +135,6 @@ impl std::fmt::Debug for E2bProvider {
     }
 }
 
-fn now_secs() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
-}
-
 fn parse_time(text: &str) -> Option<u64> {
     chrono::DateTime::parse_from_rfc3339(text)
         .ok()
@@ -607,7 +601,7 @@ impl Provider for E2bProvider {
             .map_err(|e| api_error(e, Some(id)))?;
         let mut known = self.known(id).await?;
         known.info.timeout = timeout;
-        known.info.expires_at = now_secs() + timeout;
+        known.info.expires_at = sandkeep_provider::unix_now() + timeout;
         self.lock().insert(id.clone(), known.clone());
         Ok(known.info)
     }

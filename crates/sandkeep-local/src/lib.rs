@@ -226,14 +226,19 @@ impl LocalProvider {
         output_limit: usize,
         timeout: Duration,
     ) -> Result<Outcome> {
-        self.live(id).await?;
-        let socket = self.home.sandbox(id).socket();
+        let dir = self.home.sandbox(id);
+        let socket = dir.socket();
         let id2 = id.clone();
         // Held by this future: if it is dropped (a client cancelled or went
         // away), the call sees the pipe close and the command is killed.
         let (abandoned, _waiting) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
             .map_err(|e| ProviderError::Unavailable(format!("cannot make a pipe: {e}")))?;
+        // One trip to the blocking pool for the check and the call: each
+        // trip is a thread hand-over both ways, on every command.
         blocking(move || {
+            if !matches!(inspect(&dir), Presence::Live(_)) {
+                return Err(ProviderError::NoSuchSandbox(id2));
+            }
             client::call(&socket, &request, stdin.as_deref(), output_limit, timeout, abandoned.as_fd()).map_err(|e| match e {
                 CallError::NotSent(_) if !socket.exists() => ProviderError::NoSuchSandbox(id2),
                 CallError::NotSent(e) => ProviderError::Unavailable(format!(
@@ -331,7 +336,7 @@ impl Provider for LocalProvider {
             template: spec.template,
             timeout: spec.timeout,
             envs: spec.envs,
-            created_at: state::now_secs(),
+            created_at: sandkeep_provider::unix_now(),
             exe: self.config.exe.clone(),
             home: self.home.root().to_path_buf(),
             process_only: self.config.process_only,
@@ -361,8 +366,8 @@ impl Provider for LocalProvider {
                 .and_then(|()| state::read_json::<Meta>(&dir.meta()))
             {
                 Ok(meta) => {
-                    let was_live =
-                        meta.keeper.is_alive() && meta.info.expires_at > state::now_secs();
+                    let was_live = meta.keeper.is_alive()
+                        && meta.info.expires_at > sandkeep_provider::unix_now();
                     terminate(&dir, &meta, Until::Removed)?;
                     Ok(was_live)
                 }
@@ -511,7 +516,7 @@ impl Provider for LocalProvider {
 
     async fn renew(&self, id: &SandboxId) -> Result<SandboxInfo> {
         self.update(id, |m| {
-            m.info.expires_at = state::now_secs() + m.info.timeout
+            m.info.expires_at = sandkeep_provider::unix_now() + m.info.timeout
         })
         .await
     }
@@ -533,7 +538,7 @@ impl Provider for LocalProvider {
     async fn set_timeout(&self, id: &SandboxId, timeout: u64) -> Result<SandboxInfo> {
         self.update(id, move |m| {
             m.info.timeout = timeout;
-            m.info.expires_at = state::now_secs() + timeout;
+            m.info.expires_at = sandkeep_provider::unix_now() + timeout;
         })
         .await
     }

@@ -115,6 +115,13 @@ pub struct CreateSpec {
     pub limits: Limits,
 }
 
+/// Unix seconds now: the clock of [`SandboxInfo`]'s times.
+pub fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
 /// A sandbox as list and create report it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SandboxInfo {

@@ -221,13 +221,6 @@ async fn a_2026_07_28_stdio_client_gets_the_same_session_rules() {
     assert!(s.close().await.success());
 }
 
-fn now_secs() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs()
-}
-
 async fn expires_at(client: &Client, id: &str) -> u64 {
     let v = ok(client, "list_sandboxes", json!({})).await;
     v["sandboxes"]
@@ -242,7 +235,7 @@ async fn expires_at(client: &Client, id: &str) -> u64 {
 /// Waits until the wall clock is past `t` (deadlines have 1 s resolution).
 async fn clock_past(t: u64) {
     until(Duration::from_secs(5), "the clock to move on", || {
-        std::future::ready(now_secs() > t)
+        std::future::ready(sandkeep::provider::unix_now() > t)
     })
     .await;
 }
@@ -275,8 +268,21 @@ async fn task_tools_never_renew_the_deadline_and_commands_and_files_do() {
         ok(c, tool, args).await;
         let after = expires_at(c, &id).await;
         assert!(after > before, "{tool} must renew: {before} -> {after}");
-        assert!(after >= now_secs() + 99, "{tool} renews to now + timeout");
+        assert!(
+            after >= sandkeep::provider::unix_now() + 99,
+            "{tool} renews to now + timeout"
+        );
     }
+    // A command's end renews again: the deadline counts from the end of
+    // the last use. Started over 2 s earlier, the first renewal gives at
+    // most ended + 98.
+    ok(c, "run_command", json!({"command": "sleep 2.5"})).await;
+    let ended = sandkeep::provider::unix_now();
+    let after = expires_at(c, &id).await;
+    assert!(
+        after >= ended + 99,
+        "run_command's end renews: {after}, ended {ended}"
+    );
     ok(c, "kill_sandbox", json!({"sandbox_id": id})).await;
     assert!(s.close().await.success());
 }

@@ -2,7 +2,6 @@
 //! people. Nothing here decides what a result means.
 
 use std::io::Write;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
 
@@ -163,14 +162,6 @@ fn wrap(text: &str, width: usize) -> Vec<String> {
         }
     }
     lines
-}
-
-/// Unix seconds now.
-pub fn now() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0)
 }
 
 /// A duration in seconds as `1h 2m`, `3m 4s` or `5s`.

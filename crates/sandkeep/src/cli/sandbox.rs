@@ -137,7 +137,7 @@ async fn create(args: CreateArgs) -> Outcome {
             output::print_json(&created);
         } else {
             outln!("{}", created.sandbox_id);
-            let now = output::now();
+            let now = crate::provider::unix_now();
             eprintln!(
                 "created sandbox {} (template {}, isolation {}), destroyed {} unless killed earlier \
                  with `sandkeep sandbox kill {}`",
@@ -164,7 +164,7 @@ async fn list(args: ListArgs) -> Outcome {
             eprintln!("no sandboxes; create one with `sandkeep sandbox create`");
             return Ok(exit::OK);
         }
-        let now = output::now();
+        let now = crate::provider::unix_now();
         let mut table = Table::new(&[
             "SANDBOX",
             "TEMPLATE",

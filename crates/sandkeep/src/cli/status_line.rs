@@ -69,7 +69,7 @@ pub fn describe(
         |start| {
             output::duration(
                 finished_at
-                    .unwrap_or_else(output::now)
+                    .unwrap_or_else(crate::provider::unix_now)
                     .saturating_sub(start),
             )
         },

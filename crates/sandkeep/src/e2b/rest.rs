@@ -61,12 +61,6 @@ fn sandbox_id(text: &str) -> Result<SandboxId, ApiError> {
         .map_err(|_| ApiError(StatusCode::NOT_FOUND, format!("sandbox {text:?} not found")))
 }
 
-fn now_secs() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
-}
-
 fn rfc3339(secs: u64) -> String {
     chrono::DateTime::from_timestamp(secs as i64, 0)
         .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true))
@@ -192,7 +186,7 @@ async fn connect(e2b: &E2b, id: &str, body: &[u8], require_timeout: bool) -> Res
         Err(e) => return provider_error(&e),
     };
     if let Some(timeout) = request.timeout
-        && now_secs() + timeout > info.expires_at
+        && crate::provider::unix_now() + timeout > info.expires_at
     {
         info = match e2b
             .provider

@@ -57,7 +57,7 @@ pub(super) async fn start(
     let started = service
         .start_run_command_task(session, request.arguments)
         .await?;
-    let now = iso8601(unix_now());
+    let now = iso8601(crate::provider::unix_now());
     let mut task = Task::new(
         encode_id(&started.sandbox_id, &started.task_id),
         TaskStatus::Working,
@@ -173,7 +173,7 @@ fn lookup_error(id: &str, e: ToolError) -> McpError {
 }
 
 fn base(id: &str, t: &TaskResult) -> Task {
-    let now = iso8601(unix_now());
+    let now = iso8601(crate::provider::unix_now());
     Task::new(
         id.to_owned(),
         TaskStatus::Working,
@@ -223,12 +223,6 @@ fn error_object(e: McpError) -> JsonObject {
         Ok(Value::Object(o)) => o,
         _ => JsonObject::new(),
     }
-}
-
-fn unix_now() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
 }
 
 fn iso8601(unix_secs: u64) -> String {

@@ -31,9 +31,9 @@ impl Service {
 
     /// Renewal doubles as the existence check, so a vanished sandbox is
     /// reported before any work is attempted.
-    async fn renew(&self, session: &Session, id: &SandboxId) -> Result<(), ToolError> {
+    async fn renew(&self, session: &Session, id: &SandboxId) -> Result<SandboxInfo, ToolError> {
         match self.provider.renew(id).await {
-            Ok(_) => Ok(()),
+            Ok(info) => Ok(info),
             Err(e @ ProviderError::NoSuchSandbox(_)) => {
                 session.forget(id);
                 Err(e.into())
@@ -151,9 +151,8 @@ impl Service {
     ) -> Result<RunCommandResult, ToolError> {
         validate::command_and_cwd(&args.command, args.cwd.as_deref())?;
         let timeout = validate::run_timeout(args.timeout)?;
-        let id = self
-            .resolve_and_renew(session, args.sandbox_id.as_deref())
-            .await?;
+        let id = self.resolve(session, args.sandbox_id.as_deref())?;
+        let renewed = self.renew(session, &id).await?;
         let out = self
             .provider
             .exec(
@@ -167,8 +166,12 @@ impl Service {
                 },
             )
             .await?;
-        // The deadline counts from the end of the last use.
-        self.renew(session, &id).await?;
+        // The deadline counts from the end of the last use. A command that
+        // ended within the second of the renewal above would be given the
+        // deadline it already has: no second renewal then.
+        if renewed.expires_at != crate::provider::unix_now() + renewed.timeout {
+            self.renew(session, &id).await?;
+        }
         Ok(RunCommandResult {
             sandbox_id: id.to_string(),
             exit_code: out.exit_code,

@@ -55,7 +55,7 @@ pub fn print_task(task: &TaskResult, json: bool, pages: bool) {
         output::print_json(task);
         return;
     }
-    let now = output::now();
+    let now = crate::provider::unix_now();
     let log = |bytes: u64, truncated: bool| {
         let mut s = format!("{} saved", output::bytes(bytes));
         if truncated {

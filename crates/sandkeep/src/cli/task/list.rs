@@ -37,7 +37,7 @@ pub async fn run(args: ListArgs) -> Outcome {
             );
             return Ok(exit::OK);
         }
-        let now = output::now();
+        let now = crate::provider::unix_now();
         let mut table = Table::new(&["TASK", "STATE", "EXIT", "STARTED", "FINISHED"]);
         for t in &listed.tasks {
             table.row(vec![
