@@ -1,18 +1,18 @@
 //! The per-sandbox keeper: `sandkeep-keeper run HOME ID BUILD` (or
 //! `sandkeep __keeper run …`, see `spawn::Keepers`).
 //!
-//! Started by a provider, it detaches (fork + setsid, so no server's exit
-//! or SIGKILL reaches it), prepares identity and state, forks the init into
-//! fresh namespaces (or, where the kernel refuses them, as a subreaper on
-//! the host), reports readiness on its stdout, and then waits for one
-//! of: the deadline in `meta.json` (re-read whenever it fires, so renewals
-//! need no signal), SIGTERM (kill_sandbox), or the init's death. Then it
-//! kills the init (the kernel ends every process of the pid namespace;
-//! without namespaces the keeper kills the whole process tree itself),
-//! releases the sandbox's mount namespace (held so that the teardown of
-//! its mounts is not part of the init's exit), removes the sandbox's files
-//! and exits. It is single-threaded and runs no async runtime; it never
-//! executes sandbox code itself.
+//! Started by a provider, it detaches (setsid, so no process-group signal
+//! reaches it; the provider does not wait for it), prepares identity and
+//! state, forks the init into fresh namespaces (or, where the kernel
+//! refuses them, as a subreaper on the host), reports readiness on its
+//! stdout, and then waits for one of: the deadline in `meta.json` (re-read
+//! whenever it fires, so renewals need no signal), SIGTERM (kill_sandbox),
+//! or the init's death. Then it kills the init (the kernel ends every
+//! process of the pid namespace; without namespaces the keeper kills the
+//! whole process tree itself), releases the sandbox's mount namespace (held
+//! so that the teardown of its mounts is not part of the init's exit),
+//! removes the sandbox's files and exits. It is single-threaded and runs no
+//! async runtime; it never executes sandbox code itself.
 
 use std::fs;
 use std::io::{self, Write};
@@ -75,6 +75,10 @@ impl From<String> for SetupError {
 /// rather than misread the sandbox's records.
 pub const BUILD: &str = env!("SANDKEEP_LOCAL_SOURCE");
 
+/// The exit code of a keeper that refuses its arguments (another build's,
+/// or none it knows) before doing anything.
+pub const REFUSED: i32 = 2;
+
 pub fn main(args: Vec<String>) -> i32 {
     match args
         .iter()
@@ -86,13 +90,13 @@ pub fn main(args: Vec<String>) -> i32 {
             eprintln!(
                 "sandkeep keeper: built from other sources ({BUILD}) than its provider ({build})"
             );
-            2
+            REFUSED
         }
         ["run", home, id, _] => match SandboxId::parse(id) {
             Ok(id) => run(Home::new(PathBuf::from(home)), id),
             Err(e) => {
                 eprintln!("sandkeep keeper: {e}");
-                2
+                REFUSED
             }
         },
         ["probe"] => doctor::probe_main(),
@@ -100,7 +104,7 @@ pub fn main(args: Vec<String>) -> i32 {
             eprintln!(
                 "usage: sandkeep-keeper run HOME SANDBOX_ID BUILD | sandkeep-keeper probe (internal)"
             );
-            2
+            REFUSED
         }
     }
 }
@@ -120,15 +124,14 @@ fn run(home: Home, id: SandboxId) -> i32 {
         let _ = rustix::stdio::dup2_stdin(&null);
         let _ = rustix::stdio::dup2_stdout(&null);
     }
-    match sys::fork() {
-        Ok(sys::Forked::Child) => {}
-        Ok(sys::Forked::Parent(_)) => return 0,
-        Err(e) => {
-            report(ready, &Readiness::Failed(format!("fork the keeper: {e}")));
-            return 1;
-        }
+    // A session of its own: no terminal's or server's process-group
+    // signal reaches it. It stays the provider's child, which does not
+    // wait for it: when the provider exits it goes to the host's init
+    // (or subreaper), like any orphan.
+    if let Err(e) = rustix::process::setsid() {
+        report(ready, &Readiness::Failed(format!("setsid: {e}")));
+        return 1;
     }
-    let _ = rustix::process::setsid();
     // Nothing of the server's process state that could pin or skew things:
     // not its working directory (a mount it keeps busy), not its umask.
     let _ = std::env::set_current_dir("/");

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use tokio::io::AsyncReadExt;
 
-use crate::keeper::{BUILD, Readiness};
+use crate::keeper::{BUILD, REFUSED, Readiness};
 use crate::presence::clean_stale;
 use crate::state::{self, Home, Meta, SandboxDir};
 use crate::{KEEPER_ARG, blocking, io_err};
@@ -139,12 +139,16 @@ async fn start_keeper(
     // now, it overlaps the keeper's setup.
     drop(tokio::task::spawn_blocking(|| ()));
     let mut stdout = child.stdout.take().expect("piped");
-    // The direct child forks the keeper and exits at once: reap it now.
-    let status = child.wait().await;
     let mut buf = Vec::new();
     let read = tokio::time::timeout(CREATE_TIMEOUT, stdout.read_to_end(&mut buf)).await;
-    if buf.is_empty() && status.is_ok_and(|s| !s.success()) {
-        return Ok(Started::Refused);
+    // Silent, it exited at once with the code of refused arguments; a
+    // keeper that reported lives on, and the runtime reaps it whenever
+    // it exits (a dropped child is not waited for here).
+    if buf.is_empty() && matches!(read, Ok(Ok(_))) {
+        let status = child.wait().await;
+        if status.is_ok_and(|s| s.code() == Some(REFUSED)) {
+            return Ok(Started::Refused);
+        }
     }
     let readiness = match read {
         Ok(Ok(_)) => serde_json::from_slice::<Readiness>(&buf).map_err(|_| {
@@ -154,6 +158,9 @@ async fn start_keeper(
             ))
         })?,
         _ => {
+            // The keeper first: its init dies with it.
+            let _ = child.start_kill();
+            let _ = child.wait().await;
             let dir2 = dir.clone();
             let meta = state::read_json::<Meta>(&dir.meta()).ok();
             blocking(move || clean_stale(&dir2, meta.as_ref())).await?;
