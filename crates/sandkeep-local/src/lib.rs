@@ -110,10 +110,25 @@ pub(crate) fn io_err(context: impl Into<String>) -> impl FnOnce(std::io::Error) 
     move |source| ProviderError::Io { context, source }
 }
 
-/// Runs blocking file and process work off the async runtime.
+/// Runs file and process work of a few syscalls (a record, a lock, a
+/// signal) off the async threads: on the blocking pool, or in place on a
+/// current-thread runtime, the CLI's, which runs one call at a time and
+/// where handing the work to a pool thread and back took longer than the
+/// work (≈ 0.1 ms each way). Work that waits on a sandbox's command uses
+/// [`pool`] everywhere.
 pub(crate) async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> T + Send + 'static,
 ) -> Result<T> {
+    use tokio::runtime::{Handle, RuntimeFlavor};
+    if Handle::current().runtime_flavor() == RuntimeFlavor::CurrentThread {
+        return Ok(f());
+    }
+    pool(f).await
+}
+
+/// Runs `f` on the blocking pool, so that the caller's runtime goes on
+/// (a Ctrl-C, a cancelled call) while it waits.
+pub(crate) async fn pool<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Result<T> {
     tokio::task::spawn_blocking(f)
         .await
         .map_err(|e| ProviderError::Unavailable(format!("internal task failed: {e}")))
@@ -235,7 +250,7 @@ impl LocalProvider {
             .map_err(|e| ProviderError::Unavailable(format!("cannot make a pipe: {e}")))?;
         // One trip to the blocking pool for the check and the call: each
         // trip is a thread hand-over both ways, on every command.
-        blocking(move || {
+        pool(move || {
             if !matches!(inspect(&dir), Presence::Live(_)) {
                 return Err(ProviderError::NoSuchSandbox(id2));
             }

@@ -133,10 +133,9 @@ async fn start_keeper(
         .stderr(log)
         .spawn()
         .map_err(io_err(format!("start {}", exe.display())))?;
-    // The provider's file work runs on tokio's blocking pool, which starts
-    // a thread at its first use: in a one-shot CLI that is right after the
-    // keeper reports, on the way to the sandbox's first command. Started
-    // now, it overlaps the keeper's setup.
+    // A sandbox's commands run from tokio's blocking pool, which starts a
+    // thread at its first use: in a one-shot CLI that is on the way to the
+    // sandbox's first command. Started now, it overlaps the keeper's setup.
     drop(tokio::task::spawn_blocking(|| ()));
     let mut stdout = child.stdout.take().expect("piped");
     let mut buf = Vec::new();
