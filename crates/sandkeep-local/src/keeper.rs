@@ -99,14 +99,56 @@ pub fn main(args: Vec<String>) -> i32 {
                 REFUSED
             }
         },
+        ["standby", build] if *build != BUILD => {
+            eprintln!(
+                "sandkeep keeper: built from other sources ({BUILD}) than its provider ({build})"
+            );
+            REFUSED
+        }
+        ["standby", _] => standby(),
         ["probe"] => doctor::probe_main(),
         _ => {
             eprintln!(
-                "usage: sandkeep-keeper run HOME SANDBOX_ID BUILD | sandkeep-keeper probe (internal)"
+                "usage: sandkeep-keeper run HOME SANDBOX_ID BUILD | sandkeep-keeper standby BUILD | \
+                 sandkeep-keeper probe (internal)"
             );
             REFUSED
         }
     }
+}
+
+/// Started ahead of its sandbox (see `spawn::Standby`): reads `HOME<TAB>ID`
+/// from stdin, then is that sandbox's keeper. The end of stdin first means
+/// it is not needed.
+fn standby() -> i32 {
+    let mut job = String::new();
+    if !matches!(io::stdin().read_line(&mut job), Ok(n) if n > 0) {
+        return 0;
+    }
+    let Some((home, id)) = job.trim_end_matches('\n').split_once('\t') else {
+        eprintln!("sandkeep keeper: a standby needs HOME<TAB>SANDBOX_ID, got {job:?}");
+        return REFUSED;
+    };
+    let id = match SandboxId::parse(id) {
+        Ok(id) => id,
+        Err(e) => {
+            eprintln!("sandkeep keeper: {e}");
+            return REFUSED;
+        }
+    };
+    let home = Home::new(PathBuf::from(home));
+    // Until now stderr went nowhere: the sandbox's keeper log, as a
+    // keeper started for it has.
+    if let Ok(log) = fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(home.sandbox(&id).log())
+    {
+        let _ = rustix::stdio::dup2_stderr(&log);
+    }
+    run(home, id)
 }
 
 fn run(home: Home, id: SandboxId) -> i32 {

@@ -51,6 +51,7 @@ use async_trait::async_trait;
 
 pub use config::LocalConfig;
 pub use doctor::{Check, DoctorReport};
+pub use spawn::prestart;
 
 use self::client::{CallError, Outcome};
 use self::presence::{Presence, Until, inspect, lock_sandbox, terminate};

@@ -16,7 +16,7 @@ use tokio::io::AsyncReadExt;
 use crate::keeper::{BUILD, REFUSED, Readiness};
 use crate::presence::clean_stale;
 use crate::state::{self, Home, Meta, SandboxDir};
-use crate::{KEEPER_ARG, blocking, io_err};
+use crate::{KEEPER_ARG, blocking, io_err, pool};
 use sandkeep_provider::{ProviderError, Result, SandboxId};
 
 /// How long create waits for a keeper to report.
@@ -81,7 +81,11 @@ impl Keepers {
         if let Some(small) = self.small.as_ref()
             && !self.small_refused.load(Ordering::Relaxed)
         {
-            match start_keeper(small, &[], home, dir, id).await? {
+            let started = match Standby::assign(small, home, id) {
+                Some(standby) => standby.report(dir).await?,
+                None => start_keeper(small, &[], home, dir, id).await?,
+            };
+            match started {
                 Started::Ready(warnings) => return Ok(warnings),
                 Started::Refused => {
                     self.small_refused.store(true, Ordering::Relaxed);
@@ -93,7 +97,11 @@ impl Keepers {
                 }
             }
         }
-        match start_keeper(&self.whole, &[KEEPER_ARG], home, dir, id).await? {
+        let started = match Standby::assign(&self.whole, home, id) {
+            Some(standby) => standby.report(dir).await?,
+            None => start_keeper(&self.whole, &[KEEPER_ARG], home, dir, id).await?,
+        };
+        match started {
             Started::Ready(warnings) => Ok(warnings),
             Started::Refused => Err(ProviderError::Unavailable(format!(
                 "{} is not of this server's build (replaced since the server started?): \
@@ -102,6 +110,79 @@ impl Keepers {
                 log_tail(dir)
             ))),
         }
+    }
+}
+
+/// A keeper started ahead of its sandbox, by a one-shot CLI that is about
+/// to create one ([`prestart`]): its exec and libc's start (≈ 1 ms here,
+/// most of it trapped `cpuid`) overlap the CLI's own work up to the create
+/// instead of following it. It waits for `HOME<TAB>ID` on its stdin; the
+/// end of its stdin without one (the CLI never got to create) ends it.
+struct Standby {
+    exe: PathBuf,
+    child: std::process::Child,
+}
+
+/// The standby of this process, for its next create.
+static STANDBY: std::sync::Mutex<Option<Standby>> = std::sync::Mutex::new(None);
+
+/// Starts a standby keeper from the executable a provider of this process
+/// would start keepers from (`sandkeep-keeper` beside it, else itself).
+/// Best effort: without one, the create starts its keeper as usual.
+pub fn prestart() {
+    let Ok(exe) = std::env::current_exe() else {
+        return;
+    };
+    let keepers = Keepers::beside(&exe);
+    let (path, args): (&Path, &[&str]) = match &keepers.small {
+        Some(small) => (small, &[]),
+        None => (&keepers.whole, &[KEEPER_ARG]),
+    };
+    let child = std::process::Command::new(path)
+        .args(args)
+        .arg("standby")
+        .arg(BUILD)
+        .env_clear()
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn();
+    if let Ok(child) = child {
+        let standby = Standby {
+            exe: path.to_path_buf(),
+            child,
+        };
+        *STANDBY.lock().unwrap_or_else(|e| e.into_inner()) = Some(standby);
+    }
+}
+
+impl Standby {
+    /// Gives this process's standby, if it was started from `exe`, the
+    /// sandbox `id` of `home` (prepared). None if there is none, or it is
+    /// gone (refused its arguments, killed): the caller starts a keeper.
+    fn assign(exe: &Path, home: &Home, id: &SandboxId) -> Option<Self> {
+        use std::io::Write;
+        let mut standby = {
+            let mut slot = STANDBY.lock().unwrap_or_else(|e| e.into_inner());
+            if slot.as_ref()?.exe != exe {
+                return None;
+            }
+            slot.take()?
+        };
+        let job = format!("{}\t{}\n", home.root().display(), id.as_str());
+        // One short line into an empty pipe: the write does not block,
+        // and fails only when the standby is gone.
+        let mut stdin = standby.child.stdin.take().expect("piped");
+        stdin.write_all(job.as_bytes()).ok()?;
+        Some(standby)
+    }
+
+    /// Waits for its report.
+    async fn report(mut self, dir: &SandboxDir) -> Result<Started> {
+        let stdout = self.child.stdout.take().expect("piped");
+        let stdout = tokio::process::ChildStdout::from_std(stdout)
+            .map_err(io_err("watch the keeper's report"))?;
+        await_report(stdout, self.child, dir).await
     }
 }
 
@@ -133,21 +214,63 @@ async fn start_keeper(
         .stderr(log)
         .spawn()
         .map_err(io_err(format!("start {}", exe.display())))?;
+    let stdout = child.stdout.take().expect("piped");
+    // A keeper that reported lives on, and the runtime reaps it whenever
+    // it exits (a dropped child is not waited for here).
+    await_report(stdout, child, dir).await
+}
+
+/// A keeper's process as its starter holds it: tokio's child (reaped by
+/// the runtime once dropped), or a standby's std one.
+trait KeeperProcess {
+    async fn exit_code(&mut self) -> Option<i32>;
+    /// Kills it and waits for its end.
+    async fn kill(&mut self);
+}
+
+impl KeeperProcess for tokio::process::Child {
+    async fn exit_code(&mut self) -> Option<i32> {
+        self.wait().await.ok()?.code()
+    }
+
+    async fn kill(&mut self) {
+        let _ = self.start_kill();
+        let _ = self.wait().await;
+    }
+}
+
+impl KeeperProcess for std::process::Child {
+    async fn exit_code(&mut self) -> Option<i32> {
+        let pid = rustix::process::Pid::from_raw(self.id() as i32);
+        let waited =
+            pool(move || rustix::process::waitpid(pid, rustix::process::WaitOptions::empty()))
+                .await;
+        waited.ok()?.ok()??.1.exit_status()
+    }
+
+    async fn kill(&mut self) {
+        let _ = std::process::Child::kill(self);
+        let _ = self.exit_code().await;
+    }
+}
+
+/// Reads the report a keeper writes on `stdout` and returns once it has
+/// it; a keeper that does not report within the create timeout is killed
+/// and its files removed.
+async fn await_report(
+    mut stdout: tokio::process::ChildStdout,
+    mut child: impl KeeperProcess,
+    dir: &SandboxDir,
+) -> Result<Started> {
     // A sandbox's commands run from tokio's blocking pool, which starts a
     // thread at its first use: in a one-shot CLI that is on the way to the
     // sandbox's first command. Started now, it overlaps the keeper's setup.
     drop(tokio::task::spawn_blocking(|| ()));
-    let mut stdout = child.stdout.take().expect("piped");
     let mut buf = Vec::new();
     let read = tokio::time::timeout(CREATE_TIMEOUT, stdout.read_to_end(&mut buf)).await;
-    // Silent, it exited at once with the code of refused arguments; a
-    // keeper that reported lives on, and the runtime reaps it whenever
-    // it exits (a dropped child is not waited for here).
-    if buf.is_empty() && matches!(read, Ok(Ok(_))) {
-        let status = child.wait().await;
-        if status.is_ok_and(|s| s.code() == Some(REFUSED)) {
-            return Ok(Started::Refused);
-        }
+    // Silent, it exited at once with the code of refused arguments.
+    if buf.is_empty() && matches!(read, Ok(Ok(_))) && child.exit_code().await == Some(REFUSED) {
+        return Ok(Started::Refused);
     }
     let readiness = match read {
         Ok(Ok(_)) => serde_json::from_slice::<Readiness>(&buf).map_err(|_| {
@@ -158,8 +281,7 @@ async fn start_keeper(
         })?,
         _ => {
             // The keeper first: its init dies with it.
-            let _ = child.start_kill();
-            let _ = child.wait().await;
+            child.kill().await;
             let dir2 = dir.clone();
             let meta = state::read_json::<Meta>(&dir.meta()).ok();
             blocking(move || clean_stale(&dir2, meta.as_ref())).await?;

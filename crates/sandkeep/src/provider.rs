@@ -57,6 +57,16 @@ pub fn open(kind: Kind) -> Result<Arc<dyn Provider>> {
     })
 }
 
+/// Tells the configured provider that this process is about to create a
+/// sandbox, so it may start work ahead (the local provider starts the
+/// keeper; see `sandkeep_local::prestart`). For one-shot processes only:
+/// a server creates on demand.
+pub fn about_to_create() {
+    if matches!(Kind::from_env(), Ok(Kind::Local)) {
+        local::prestart();
+    }
+}
+
 /// `SANDKEEP_HOME` as this process's configuration resolves it (absolute):
 /// the server keeps its own files there too (the generated HTTP token).
 pub fn home_from_env() -> std::io::Result<std::path::PathBuf> {

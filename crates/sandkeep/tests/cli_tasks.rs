@@ -650,3 +650,82 @@ fn logs_of_a_flood_print_the_saved_mebibyte_and_say_the_rest_was_dropped() {
         "{stderr}"
     );
 }
+
+/// Run by `nothing_a_cli_starts_outlives_it_for_long` in a child process
+/// that is the subreaper of everything its CLIs leave.
+#[test]
+#[ignore = "helper process of nothing_a_cli_starts_outlives_it_for_long"]
+fn nothing_outlives_inner() {
+    if std::env::var_os("SK_OUTLIVES").is_none() {
+        return;
+    }
+    rustix::process::set_child_subreaper(Some(rustix::process::getpid())).unwrap();
+    let home = Home::new();
+    // The CLI starts a keeper ahead of the create (a standby); the create
+    // is then refused and the standby never gets a sandbox.
+    let out = home.run(&["sandbox", "create", "--timeout", "0"]);
+    assert_eq!(out.status.code(), Some(2), "{}", describe(&out));
+    // A fresh sandbox through the standby, used and destroyed.
+    assert_eq!(home.ok(&["exec", "--", "echo", "works"]), "works\n");
+    // Whatever the two CLIs started is now this process's: it must end.
+    poll(
+        Duration::from_secs(10),
+        "every process the CLIs started to end",
+        || match rustix::process::wait(rustix::process::WaitOptions::NOHANG) {
+            Err(rustix::io::Errno::CHILD) => Some(()),
+            _ => None,
+        },
+    );
+    println!("NOTHING OUTLIVED");
+}
+
+#[test]
+fn nothing_a_cli_starts_outlives_it_for_long() {
+    let out = support::ignored_test("nothing_outlives_inner")
+        .env("SK_OUTLIVES", "1")
+        // Its own local provider: an e2b endpoint would be a child too.
+        .env_remove("SANDKEEP_TEST_PROVIDER")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("NOTHING OUTLIVED"),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A copy of sandkeep with a stale keeper beside it (one that refuses
+/// this build's arguments, as an older build would): the keeper the CLI
+/// starts ahead is refused, and sandkeep itself keeps the sandbox.
+#[test]
+fn a_stale_keeper_beside_the_cli_is_passed_over() {
+    use std::os::unix::fs::PermissionsExt;
+    let bin = tempfile::tempdir().unwrap();
+    let exe = bin.path().join("sandkeep");
+    std::fs::copy(support::bin(), &exe).unwrap();
+    let stale = bin.path().join("sandkeep-keeper");
+    std::fs::write(
+        &stale,
+        "#!/bin/sh\necho 'usage: an older keeper' >&2\nexit 2\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&stale, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let out = assert_cmd::Command::new(&exe)
+        .env("SANDKEEP_HOME", home.path())
+        .env_remove("SANDKEEP_PROVIDER")
+        .args(["exec", "--", "echo", "works"])
+        .timeout(support::cli::COMMAND_DEADLINE)
+        .output()
+        .unwrap();
+    assert_eq!(
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).as_ref()
+        ),
+        (Some(0), "works\n"),
+        "{}",
+        describe(&out)
+    );
+}

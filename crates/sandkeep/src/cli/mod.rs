@@ -73,9 +73,23 @@ pub enum Command {
     Completions(completions::CompletionsArgs),
 }
 
+impl Command {
+    /// Whether the command's first act is to create a sandbox.
+    fn creates_a_sandbox(&self) -> bool {
+        match self {
+            Self::Exec(args) => args.sandbox.is_none(),
+            Self::Sandbox(cmd) => matches!(cmd, sandbox::SandboxCommand::Create(_)),
+            _ => false,
+        }
+    }
+}
+
 /// Runs the CLI and returns the process exit code.
 pub fn main() -> i32 {
     let cli = Cli::parse();
+    if cli.command.creates_a_sandbox() {
+        crate::provider::about_to_create();
+    }
     let code = match cli.command {
         Command::Serve(args) => return serve::run(args),
         Command::Completions(args) => {
