@@ -121,6 +121,11 @@ pub fn main(args: Vec<String>) -> i32 {
 /// from stdin, then is that sandbox's keeper. The end of stdin first means
 /// it is not needed.
 fn standby() -> i32 {
+    // Detached first: a Ctrl-C meant for the CLI must not reach it once it
+    // has its sandbox.
+    if detach().is_err() {
+        return 1;
+    }
     let mut job = String::new();
     if !matches!(io::stdin().read_line(&mut job), Ok(n) if n > 0) {
         return 0;
@@ -151,6 +156,17 @@ fn standby() -> i32 {
     run(home, id)
 }
 
+/// A session of its own: no terminal's or server's process-group signal
+/// reaches the keeper. It stays the provider's child, which does not wait
+/// for it: when the provider exits it goes to the host's init (or
+/// subreaper), like any orphan.
+fn detach() -> rustix::io::Result<()> {
+    if rustix::process::getsid(None)? == rustix::process::getpid() {
+        return Ok(());
+    }
+    rustix::process::setsid().map(drop)
+}
+
 fn run(home: Home, id: SandboxId) -> i32 {
     let dir = home.sandbox(&id);
     // Our stdout is the provider's readiness pipe; keep it aside so that no
@@ -166,11 +182,7 @@ fn run(home: Home, id: SandboxId) -> i32 {
         let _ = rustix::stdio::dup2_stdin(&null);
         let _ = rustix::stdio::dup2_stdout(&null);
     }
-    // A session of its own: no terminal's or server's process-group
-    // signal reaches it. It stays the provider's child, which does not
-    // wait for it: when the provider exits it goes to the host's init
-    // (or subreaper), like any orphan.
-    if let Err(e) = rustix::process::setsid() {
+    if let Err(e) = detach() {
         report(ready, &Readiness::Failed(format!("setsid: {e}")));
         return 1;
     }
