@@ -2,7 +2,8 @@
 //! targets), each figure beside a baseline measured in the same run:
 //!
 //! - a fresh sandbox from the CLI (`sandkeep exec -- true`: create, run,
-//!   destroy) against `bwrap --unshare-all … /bin/sh -c true`;
+//!   destroy; installed copies of the executables) against
+//!   `bwrap --unshare-all … /bin/sh -c true`;
 //! - `create_sandbox` with 200 live sandboxes against none;
 //! - host memory per idle sandbox: the PSS of its keeper and every process
 //!   below it (init, fork server, egress proxy), from `smaps_rollup`.
@@ -21,10 +22,25 @@ use std::time::Instant;
 use common::{EXE, local_provider, median, ms, state_dir};
 use sandkeep::provider::{CreateSpec, Provider, SandboxId};
 
-const FRESH_RUNS: usize = 40;
+const FRESH_RUNS: usize = 200;
 const CREATES: usize = 30;
 const LIVE: usize = 200;
 const WARMUP: usize = 3;
+
+/// `sandkeep` and `sandkeep-keeper` copied side by side, as `cargo install`
+/// lays them out: what people run, and installed like `bwrap`. The
+/// linker's own output runs slower until the page cache settles (up to a
+/// millisecond a fresh exec, docs/benchmarks.md).
+fn installed_copy() -> (tempfile::TempDir, std::path::PathBuf) {
+    let bin = state_dir("sk-bench-bin-");
+    for name in ["sandkeep", "sandkeep-keeper"] {
+        let from = Path::new(EXE).with_file_name(name);
+        std::fs::copy(&from, bin.path().join(name))
+            .unwrap_or_else(|e| panic!("copy {}: {e}", from.display()));
+    }
+    let exe = bin.path().join("sandkeep");
+    (bin, exe)
+}
 
 fn main() {
     let bwrap = bwrap_argv();
@@ -41,7 +57,15 @@ fn main() {
         assert!(status.success(), "{argv:?} failed: {status}");
         t.elapsed()
     };
-    let cli: Vec<String> = [EXE, "exec", "--", "true"].map(String::from).to_vec();
+    let (_bin, installed) = installed_copy();
+    let cli: Vec<String> = [
+        installed.to_str().expect("a UTF-8 path"),
+        "exec",
+        "--",
+        "true",
+    ]
+    .map(String::from)
+    .to_vec();
     let cli_env = [("SANDKEEP_HOME", home.path())];
     // Interleaved, so a noisy neighbour weighs on both alike.
     let (mut fresh, mut bwrapped) = (Vec::new(), Vec::new());
