@@ -93,7 +93,13 @@ pub fn main(args: Vec<String>) -> i32 {
             REFUSED
         }
         ["run", home, id, _] => match SandboxId::parse(id) {
-            Ok(id) => run(Home::new(PathBuf::from(home)), id),
+            Ok(id) => match detach() {
+                Ok(()) => run(Home::new(PathBuf::from(home)), id),
+                Err(e) => {
+                    eprintln!("sandkeep keeper: setsid: {e}");
+                    1
+                }
+            },
             Err(e) => {
                 eprintln!("sandkeep keeper: {e}");
                 REFUSED
@@ -123,7 +129,8 @@ pub fn main(args: Vec<String>) -> i32 {
 fn standby() -> i32 {
     // Detached first: a Ctrl-C meant for the CLI must not reach it once it
     // has its sandbox.
-    if detach().is_err() {
+    if let Err(e) = detach() {
+        eprintln!("sandkeep keeper: setsid: {e}");
         return 1;
     }
     let mut job = String::new();
@@ -156,14 +163,11 @@ fn standby() -> i32 {
     run(home, id)
 }
 
-/// A session of its own: no terminal's or server's process-group signal
-/// reaches the keeper. It stays the provider's child, which does not wait
-/// for it: when the provider exits it goes to the host's init (or
-/// subreaper), like any orphan.
+/// A session of its own, before anything else: no terminal's or server's
+/// process-group signal reaches the keeper. It stays the provider's child,
+/// which does not wait for it: when the provider exits it goes to the
+/// host's init (or subreaper), like any orphan.
 fn detach() -> rustix::io::Result<()> {
-    if rustix::process::getsid(None)? == rustix::process::getpid() {
-        return Ok(());
-    }
     rustix::process::setsid().map(drop)
 }
 
@@ -181,10 +185,6 @@ fn run(home: Home, id: SandboxId) -> i32 {
     if let Ok(null) = fs::File::open("/dev/null") {
         let _ = rustix::stdio::dup2_stdin(&null);
         let _ = rustix::stdio::dup2_stdout(&null);
-    }
-    if let Err(e) = detach() {
-        report(ready, &Readiness::Failed(format!("setsid: {e}")));
-        return 1;
     }
     // Nothing of the server's process state that could pin or skew things:
     // not its working directory (a mount it keeps busy), not its umask.
