@@ -124,8 +124,9 @@ pub fn main(args: Vec<String>) -> i32 {
 }
 
 /// Started ahead of its sandbox (see `spawn::Standby`): reads `HOME<TAB>ID`
-/// from stdin, then is that sandbox's keeper. The end of stdin first means
-/// it is not needed.
+/// from stdin up to its end (HOME as the bytes of the path, whatever they
+/// are), then is that sandbox's keeper. Nothing before the end means it is
+/// not needed.
 fn standby() -> i32 {
     // Detached first: a Ctrl-C meant for the CLI must not reach it once it
     // has its sandbox.
@@ -133,22 +134,25 @@ fn standby() -> i32 {
         eprintln!("sandkeep keeper: setsid: {e}");
         return 1;
     }
-    let mut job = String::new();
-    if !matches!(io::stdin().read_line(&mut job), Ok(n) if n > 0) {
+    use std::io::Read;
+    use std::os::unix::ffi::OsStrExt;
+    let mut job = Vec::new();
+    if !matches!(io::stdin().read_to_end(&mut job), Ok(n) if n > 0) {
         return 0;
     }
-    let Some((home, id)) = job.trim_end_matches('\n').split_once('\t') else {
-        eprintln!("sandkeep keeper: a standby needs HOME<TAB>SANDBOX_ID, got {job:?}");
+    // The id has no tab; the path may.
+    let Some(tab) = job.iter().rposition(|&b| b == b'\t') else {
+        eprintln!("sandkeep keeper: a standby needs HOME<TAB>SANDBOX_ID");
         return REFUSED;
     };
-    let id = match SandboxId::parse(id) {
+    let id = match SandboxId::parse(&String::from_utf8_lossy(&job[tab + 1..])) {
         Ok(id) => id,
         Err(e) => {
             eprintln!("sandkeep keeper: {e}");
             return REFUSED;
         }
     };
-    let home = Home::new(PathBuf::from(home));
+    let home = Home::new(PathBuf::from(std::ffi::OsStr::from_bytes(&job[..tab])));
     // Until now stderr went nowhere: the sandbox's keeper log, as a
     // keeper started for it has.
     if let Ok(log) = fs::OpenOptions::new()

@@ -116,8 +116,8 @@ impl Keepers {
 /// A keeper started ahead of its sandbox, by a one-shot CLI that is about
 /// to create one ([`prestart`]): its exec and libc's start (≈ 1 ms here,
 /// most of it trapped `cpuid`) overlap the CLI's own work up to the create
-/// instead of following it. It waits for `HOME<TAB>ID` on its stdin; the
-/// end of its stdin without one (the CLI never got to create) ends it.
+/// instead of following it. It reads `HOME<TAB>ID` from its stdin, up to
+/// the end; an end without one (the CLI never got to create) ends it.
 struct Standby {
     exe: PathBuf,
     child: std::process::Child,
@@ -169,11 +169,19 @@ impl Standby {
             }
             slot.take()?
         };
-        let job = format!("{}\t{}\n", home.root().display(), id.as_str());
-        // One short line into an empty pipe: the write does not block,
-        // and fails only when the standby is gone.
+        use std::os::unix::ffi::OsStrExt;
+        let job = [
+            home.root().as_os_str().as_bytes(),
+            b"\t",
+            id.as_str().as_bytes(),
+        ]
+        .concat();
+        // A short message into an empty pipe, closed after it (the end
+        // tells the standby the message is whole): the write does not
+        // block, and fails only when the standby is gone.
         let mut stdin = standby.child.stdin.take().expect("piped");
-        stdin.write_all(job.as_bytes()).ok()?;
+        stdin.write_all(&job).ok()?;
+        drop(stdin);
         Some(standby)
     }
 

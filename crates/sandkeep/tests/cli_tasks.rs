@@ -729,3 +729,30 @@ fn a_stale_keeper_beside_the_cli_is_passed_over() {
         describe(&out)
     );
 }
+
+/// A state directory whose path has a tab (the standby keeper gets it over
+/// a pipe, not as an argument) and an environment with a variable that is
+/// not UTF-8: a fresh exec still works.
+#[test]
+fn odd_paths_and_environments_do_not_stop_a_fresh_exec() {
+    use std::os::unix::ffi::OsStrExt;
+    let base = tempfile::tempdir().unwrap();
+    let home = base.path().join("state\tdir");
+    let out = assert_cmd::Command::new(support::bin())
+        .env("SANDKEEP_HOME", &home)
+        .env_remove("SANDKEEP_PROVIDER")
+        .env("SK_NOT_UTF8", std::ffi::OsStr::from_bytes(b"caf\xe9"))
+        .args(["exec", "--", "echo", "works"])
+        .timeout(support::cli::COMMAND_DEADLINE)
+        .output()
+        .unwrap();
+    assert_eq!(
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).as_ref()
+        ),
+        (Some(0), "works\n"),
+        "{}",
+        describe(&out)
+    );
+}

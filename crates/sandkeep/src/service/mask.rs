@@ -10,12 +10,14 @@ use sandkeep_proto::limits::{REDACT_MIN_LEN, REDACTED};
 /// (KEY, TOKEN, SECRET, PASSWORD). Front ends pass these (plus any secret
 /// given on their command line) to [`super::Service::new`].
 pub fn configured_secrets() -> Vec<String> {
-    std::env::vars()
-        .filter(|(name, _)| {
-            (name.starts_with("SANDKEEP_") || name.starts_with("E2B_"))
-                && sandkeep_proto::limits::is_secret_name(name)
+    // Not `env::vars`, which panics on any variable that is not UTF-8.
+    std::env::vars_os()
+        .filter_map(|(name, value)| {
+            let name = name.to_str()?;
+            ((name.starts_with("SANDKEEP_") || name.starts_with("E2B_"))
+                && sandkeep_proto::limits::is_secret_name(name))
+            .then(|| value.to_string_lossy().into_owned())
         })
-        .map(|(_, value)| value)
         .collect()
 }
 
