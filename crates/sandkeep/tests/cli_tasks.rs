@@ -660,7 +660,11 @@ fn nothing_outlives_inner() {
         return;
     }
     rustix::process::set_child_subreaper(Some(rustix::process::getpid())).unwrap();
-    let home = Home::new();
+    // The local provider, and no e2b endpoint: that would be a child too.
+    let home = Home {
+        dir: tempfile::tempdir().unwrap(),
+        e2b: None,
+    };
     // The CLI starts a keeper ahead of the create (a standby); the create
     // is then refused and the standby never gets a sandbox.
     let out = home.run(&["sandbox", "create", "--timeout", "0"]);
@@ -681,17 +685,29 @@ fn nothing_outlives_inner() {
 
 #[test]
 fn nothing_a_cli_starts_outlives_it_for_long() {
-    let out = support::ignored_test("nothing_outlives_inner")
-        .env("SK_OUTLIVES", "1")
-        // Its own local provider: an e2b endpoint would be a child too.
-        .env_remove("SANDKEEP_TEST_PROVIDER")
+    let stdout = support::run_ignored_test("nothing_outlives_inner", "SK_OUTLIVES");
+    assert!(stdout.contains("NOTHING OUTLIVED"), "{stdout}");
+}
+
+/// Runs `sandkeep exec -- echo works` through `sandkeep` (set up by the
+/// caller) on the local provider in a fresh state directory `home`, and
+/// checks that it printed `works` and exited 0.
+fn fresh_exec_works(mut sandkeep: assert_cmd::Command, home: &std::path::Path) {
+    let out = sandkeep
+        .env("SANDKEEP_HOME", home)
+        .env_remove("SANDKEEP_PROVIDER")
+        .args(["exec", "--", "echo", "works"])
+        .timeout(support::cli::COMMAND_DEADLINE)
         .output()
         .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success() && stdout.contains("NOTHING OUTLIVED"),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
+    assert_eq!(
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).as_ref()
+        ),
+        (Some(0), "works\n"),
+        "{}",
+        describe(&out)
     );
 }
 
@@ -712,22 +728,7 @@ fn a_stale_keeper_beside_the_cli_is_passed_over() {
     .unwrap();
     std::fs::set_permissions(&stale, std::fs::Permissions::from_mode(0o755)).unwrap();
     let home = tempfile::tempdir().unwrap();
-    let out = assert_cmd::Command::new(&exe)
-        .env("SANDKEEP_HOME", home.path())
-        .env_remove("SANDKEEP_PROVIDER")
-        .args(["exec", "--", "echo", "works"])
-        .timeout(support::cli::COMMAND_DEADLINE)
-        .output()
-        .unwrap();
-    assert_eq!(
-        (
-            out.status.code(),
-            String::from_utf8_lossy(&out.stdout).as_ref()
-        ),
-        (Some(0), "works\n"),
-        "{}",
-        describe(&out)
-    );
+    fresh_exec_works(assert_cmd::Command::new(&exe), home.path());
 }
 
 /// A state directory whose path has a tab (the standby keeper gets it over
@@ -737,22 +738,7 @@ fn a_stale_keeper_beside_the_cli_is_passed_over() {
 fn odd_paths_and_environments_do_not_stop_a_fresh_exec() {
     use std::os::unix::ffi::OsStrExt;
     let base = tempfile::tempdir().unwrap();
-    let home = base.path().join("state\tdir");
-    let out = assert_cmd::Command::new(support::bin())
-        .env("SANDKEEP_HOME", &home)
-        .env_remove("SANDKEEP_PROVIDER")
-        .env("SK_NOT_UTF8", std::ffi::OsStr::from_bytes(b"caf\xe9"))
-        .args(["exec", "--", "echo", "works"])
-        .timeout(support::cli::COMMAND_DEADLINE)
-        .output()
-        .unwrap();
-    assert_eq!(
-        (
-            out.status.code(),
-            String::from_utf8_lossy(&out.stdout).as_ref()
-        ),
-        (Some(0), "works\n"),
-        "{}",
-        describe(&out)
-    );
+    let mut sandkeep = assert_cmd::Command::new(support::bin());
+    sandkeep.env("SK_NOT_UTF8", std::ffi::OsStr::from_bytes(b"caf\xe9"));
+    fresh_exec_works(sandkeep, &base.path().join("state\tdir"));
 }
