@@ -2,20 +2,20 @@
 //! that declares it gets a task from run_command; the server that made it
 //! is SIGKILLed; a new server answers tasks/get with exactly the result the
 //! blocking run_command gives, and tasks/cancel stops a running task within
-//! 3 s. Once with rmcp's client over stdio, once as raw 2026-07-28 JSON-RPC
-//! over HTTP. A client that does not declare it sees run_command unchanged.
+//! 3 s. Once with rmcp's 2026-07-28 client over stdio, once as raw
+//! 2026-07-28 JSON-RPC over HTTP. A client that does not declare it, or
+//! declares it on a 2025-era session, sees run_command unchanged.
 
 mod support;
 
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use rmcp::ServiceExt;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CancelTaskParams, ClientCapabilities, ClientConfig,
-    GetTaskParams, Implementation, TaskPayload, TaskStatus,
+    GetTaskParams, Implementation, ProtocolVersion, TaskPayload, TaskStatus,
 };
-use rmcp::service::RunningService;
+use rmcp::service::{ClientLifecycleMode, ClientServiceExt, RunningService};
 use rmcp::{RoleClient, ServiceError};
 use serde_json::{Value, json};
 use support::mcp::*;
@@ -24,8 +24,9 @@ use support::*;
 type TasksClient = RunningService<RoleClient, ClientConfig>;
 
 /// A `sandkeep serve` child with an rmcp client that declares the
-/// extension.
-async fn tasks_server(home: &Home) -> (tokio::process::Child, TasksClient) {
+/// extension, on protocol 2026-07-28 (`server/discover`, per-request
+/// `_meta`), or with the 2025-era `initialize` when `legacy`.
+async fn tasks_server(home: &Home, legacy: bool) -> (tokio::process::Child, TasksClient) {
     let mut child = home.spawn_serve(Stdio::null());
     let stdout = child.stdout.take().unwrap();
     let stdin = child.stdin.take().unwrap();
@@ -33,8 +34,15 @@ async fn tasks_server(home: &Home) -> (tokio::process::Child, TasksClient) {
         ClientCapabilities::builder().enable_tasks().build(),
         Implementation::new("tasks-test", "0"),
     );
+    let lifecycle = if legacy {
+        ClientLifecycleMode::Initialize
+    } else {
+        ClientLifecycleMode::Discover {
+            preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+        }
+    };
     let client = config
-        .serve((stdout, stdin))
+        .serve_with_lifecycle((stdout, stdin), lifecycle)
         .await
         .expect("MCP handshake declaring the tasks extension");
     (child, client)
@@ -91,7 +99,31 @@ async fn a_task_from_run_command_outlives_its_server() {
         .await;
     assert_eq!(blocking["exit_code"], 3, "{blocking}");
 
-    let (mut first, client) = tasks_server(&home).await;
+    // Declared at a 2025-era initialize, where the extension is not
+    // defined (the Inspector's CLI does this): the blocking result, and
+    // the extension is not offered.
+    let (mut legacy, client) = tasks_server(&home, true).await;
+    let info = client.peer_info().expect("server info");
+    assert!(
+        !info.capabilities.supports_tasks(),
+        "{:?}",
+        info.capabilities
+    );
+    match client
+        .call_tool_once(run_command(json!({"sandbox_id": sb, "command": command})))
+        .await
+        .unwrap()
+    {
+        CallToolResponse::Complete(r) => {
+            assert_eq!(r.structured_content.as_ref(), Some(&blocking), "{r:?}")
+        }
+        other => panic!("a legacy session gets no task: {other:?}"),
+    }
+    drop(client);
+    let _ = legacy.start_kill();
+    wait_exit(&mut legacy, Duration::from_secs(10)).await;
+
+    let (mut first, client) = tasks_server(&home, false).await;
     let info = client.peer_info().expect("server info");
     assert!(
         info.capabilities.supports_tasks(),
@@ -115,7 +147,7 @@ async fn a_task_from_run_command_outlives_its_server() {
     wait_exit(&mut first, Duration::from_secs(10)).await;
     drop(client);
 
-    let (mut second, client) = tasks_server(&home).await;
+    let (mut second, client) = tasks_server(&home, false).await;
     let done = settled(&client, &task_id, Duration::from_secs(15)).await;
     let TaskPayload::Completed { result } = &done.payload else {
         panic!("completed with a result: {done:?}");

@@ -232,10 +232,7 @@ impl SandkeepMcp {
     /// Whether the request has a session: only a 2026-07-28 request over
     /// HTTP has none.
     fn era(&self, context: &RequestContext<RoleServer>) -> Era {
-        let modern = context
-            .protocol_version()
-            .is_some_and(|v| !v.has_initialize());
-        if self.scope == SessionScope::HttpSession && modern {
+        if self.scope == SessionScope::HttpSession && tasks::modern(context) {
             Era::Sessionless
         } else {
             Era::Session
@@ -374,7 +371,7 @@ impl ServerHandler for SandkeepMcp {
             ender.register(&self.session.session);
         }
         context.peer.set_peer_info(request.clone());
-        self.negotiate_initialize(&request)
+        self.negotiate_initialize(&request).map(tasks::not_offered)
     }
 
     async fn call_tool(

@@ -1,8 +1,8 @@
 //! The MCP Tasks extension (`io.modelcontextprotocol/tasks`, SEP-2663,
 //! SPEC.md §4 "The MCP Tasks extension") over sandkeep's durable tasks.
 //!
-//! For a client that declares the extension, `run_command` starts the
-//! command as a task (its arguments checked as run_command checks them,
+//! For a 2026-07-28 client that declares the extension, `run_command`
+//! starts the command as a task (its arguments checked as run_command checks them,
 //! then started as `start_task` would, same sandbox) and answers a
 //! `CreateTaskResult`. The task's MCP id encodes the
 //! whole handle, `SANDBOX_ID/TASK_ID`, so `tasks/get` and `tasks/cancel`
@@ -17,7 +17,8 @@
 
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams, CreateTaskResult,
-    DetailedTask, GetTaskParams, GetTaskResult, JsonObject, Task, TaskPayload, TaskStatus,
+    DetailedTask, GetTaskParams, GetTaskResult, InitializeResult, JsonObject, TASKS_EXTENSION_ID,
+    Task, TaskPayload, TaskStatus,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData as McpError, RoleServer};
@@ -33,17 +34,40 @@ const TASK_TOOL: &str = "run_command";
 /// What a client is told to wait between two `tasks/get`.
 const POLL_INTERVAL_MS: u64 = 1_000;
 
-/// Whether this call should become a task: `run_command` from a client
-/// that declared the extension (at initialize, or in this request's
-/// `_meta` for a 2026-07-28 client).
+/// Whether this call should become a task: `run_command` on protocol
+/// 2026-07-28 from a client that declared the extension in this request's
+/// `_meta`. The extension is defined for that protocol only: a client that
+/// declares it at a 2025-era `initialize` (the Inspector's CLI does) may
+/// not expect a task, and gets the blocking result.
 pub(super) fn wanted(
     request: &CallToolRequestParams,
     context: &RequestContext<RoleServer>,
 ) -> bool {
     request.name == TASK_TOOL
+        && modern(context)
         && context
             .client_capabilities()
             .is_some_and(|caps| caps.supports_tasks())
+}
+
+/// Whether the request speaks a protocol without `initialize` (2026-07-28
+/// and later), where the extension is defined.
+pub(super) fn modern(context: &RequestContext<RoleServer>) -> bool {
+    context
+        .protocol_version()
+        .is_some_and(|v| !v.has_initialize())
+}
+
+/// A legacy `initialize` answer without the extension: it is not offered
+/// where it is not defined, so no client waits for a task that never comes.
+pub(super) fn not_offered(mut result: InitializeResult) -> InitializeResult {
+    if let Some(extensions) = result.capabilities.extensions.as_mut() {
+        extensions.remove(TASKS_EXTENSION_ID);
+        if extensions.is_empty() {
+            result.capabilities.extensions = None;
+        }
+    }
+    result
 }
 
 /// Starts `run_command`'s command as a durable task. Invalid arguments and
