@@ -142,3 +142,39 @@ async fn inspector_cli_default_mode_runs_run_command_over_stdio_and_http() {
     observer.cancel().await.unwrap();
     http.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inspector_strict_finds_no_schema_to_warn_about() {
+    let Some(clients) = clients() else { return };
+    let home = Home::new();
+    let mut args = server_env(&home);
+    args.extend(
+        [
+            bin(),
+            "serve",
+            "--format",
+            "json",
+            "--method",
+            "tools/list",
+            "--strict",
+        ]
+        .map(str::to_owned),
+    );
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = run(inspector(&clients, &args)).await;
+    let tools = printed(&out);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !stderr.contains("Warning") && !stderr.contains("Error:"),
+        "the Inspector's --strict found problems:\n{stderr}"
+    );
+    // A client that fills in defaults gets none it would have to send as
+    // null.
+    let text = tools.to_string();
+    assert!(!text.contains(r#""default":null"#), "{text}");
+    assert_eq!(
+        tools["result"]["tools"].as_array().map(Vec::len),
+        Some(13),
+        "{text}"
+    );
+}

@@ -305,11 +305,7 @@ impl SandkeepMcp {
     /// looks for sandboxes.
     fn explain(&self, e: &ToolError, era: Era) -> String {
         match e {
-            ToolError::NoDefaultSandbox if era == Era::Sessionless => format!(
-                "no default sandbox: {}; create_sandbox returns one, list_sandboxes lists the \
-                 live ones",
-                catalog::PASS_SANDBOX_ID
-            ),
+            ToolError::NoDefaultSandbox if era == Era::Sessionless => catalog::NO_SESSION.into(),
             ToolError::Provider(ProviderError::NoSuchSandbox(_)) => {
                 format!("{e} (this server: {})", self.whereabouts)
             }

@@ -21,7 +21,7 @@ pub(super) fn task_state_schema(_: &mut schemars::SchemaGenerator) -> schemars::
 #[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateSandboxArgs {
-    /// Template (base image) of the sandbox. Default "base".
+    /// Template (base image) of the sandbox.
     #[serde(default)]
     pub template: Option<String>,
     /// Seconds until the sandbox is destroyed. run_command and the file tools push the deadline to now + timeout;
@@ -35,8 +35,8 @@ pub struct CreateSandboxArgs {
     /// TOKEN, SECRET or PASSWORD are redacted from task logs.
     #[serde(default)]
     pub envs: Option<BTreeMap<String, String>>,
-    /// "internet" (default): outbound connections to public addresses
-    /// only; "none": loopback only.
+    /// "internet": outbound connections to public addresses only;
+    /// "none": loopback only.
     #[serde(default)]
     #[schemars(extend("enum" = ["internet", "none"]))]
     pub network: Option<String>,
@@ -45,20 +45,19 @@ pub struct CreateSandboxArgs {
     #[serde(default)]
     #[schemars(length(min = 1, max = ALLOW_HOSTS_MAX))]
     pub allow_hosts: Option<Vec<String>>,
-    /// Memory limit in MiB, up to the server's ceiling. Default 2048.
+    /// Memory limit.
     #[serde(default)]
     #[schemars(range(min = MEMORY_MIB_MIN))]
     pub memory_mib: Option<u64>,
-    /// CPUs (fractions allowed), up to the server's ceiling. Default 2.
+    /// CPUs (fractions allowed).
     #[serde(default)]
-    #[schemars(range(min = 0.1))]
+    #[schemars(range(min = super::validate::CPUS_MIN))]
     pub cpus: Option<f64>,
-    /// Most processes at once, up to the server's ceiling. Default 1024.
+    /// Most processes at once.
     #[serde(default)]
     #[schemars(range(min = PIDS_MIN))]
     pub pids: Option<u64>,
-    /// Most MiB the sandbox may write, up to the server's ceiling.
-    /// Default 4096.
+    /// Most the sandbox may write.
     #[serde(default)]
     #[schemars(range(min = DISK_MIB_MIN))]
     pub disk_mib: Option<u64>,
