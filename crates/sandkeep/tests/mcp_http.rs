@@ -524,3 +524,104 @@ async fn an_oversized_body_is_refused_and_the_server_serves_on() {
     assert_eq!(post(server.port(), &[("authorization", &auth)]).await, 200);
     server.stop().await;
 }
+
+/// A raw DELETE of the legacy session `id` (none: no header).
+async fn delete(server: &HttpServer, id: Option<&str>) -> (reqwest::StatusCode, String) {
+    let mut req = reqwest::Client::new()
+        .delete(&server.url)
+        .header("mcp-protocol-version", "2025-11-25")
+        .header(
+            "authorization",
+            format!("Bearer {}", server.token.as_deref().unwrap()),
+        );
+    if let Some(id) = id {
+        req = req.header("mcp-session-id", id);
+    }
+    let response = req.send().await.unwrap();
+    (response.status(), response.text().await.unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delete_ends_a_session_with_204_and_an_unknown_one_gets_404() {
+    let home = Home::new();
+    let server = HttpServer::start(&home, &["--http", "127.0.0.1:0"]).await;
+    let token = format!("Bearer {}", server.token.clone().unwrap());
+    let opened = raw_post(server.port(), &[("authorization", &token)]).await;
+    assert_eq!(opened.status(), 200);
+    let id = opened.headers()["mcp-session-id"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+
+    let (status, _) = delete(&server, Some(&id)).await;
+    assert_eq!(status, 204, "the session was ended");
+    let (status, body) = delete(&server, Some(&id)).await;
+    assert_eq!(status, 404, "already ended: {body}");
+    assert!(body.contains("no such session"), "{body}");
+    let (status, body) = delete(&server, Some("never-issued")).await;
+    assert_eq!(status, 404, "{body}");
+    server.stop().await;
+}
+
+/// A raw POST of `body` as JSON, with the token.
+async fn post_body(server: &HttpServer, body: &str) -> (reqwest::StatusCode, String, String) {
+    let response = reqwest::Client::new()
+        .post(&server.url)
+        .header("accept", "application/json, text/event-stream")
+        .header("content-type", "application/json")
+        .header(
+            "authorization",
+            format!("Bearer {}", server.token.as_deref().unwrap()),
+        )
+        .body(body.to_owned())
+        .send()
+        .await
+        .unwrap();
+    let status = response.status();
+    let kind = response
+        .headers()
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_owned();
+    (status, kind, response.text().await.unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_malformed_body_gets_400_with_a_json_rpc_error() {
+    let home = Home::new();
+    let server = HttpServer::start(&home, &["--http", "127.0.0.1:0"]).await;
+    for (body, code) in [
+        (r#"{"jsonrpc": "2.0", "id": 1, "method": "#, -32700),
+        ("not json at all", -32700),
+        (r#"{"hello": "world"}"#, -32600),
+    ] {
+        let (status, kind, text) = post_body(&server, body).await;
+        assert_eq!(status, 400, "{body}: {text}");
+        assert!(kind.starts_with("application/json"), "{body}: {kind}");
+        let v: serde_json::Value =
+            serde_json::from_str(&text).unwrap_or_else(|e| panic!("{body}: {e}: {text}"));
+        assert_eq!(v["jsonrpc"], "2.0", "{v}");
+        assert_eq!(v["id"], serde_json::Value::Null, "{v}");
+        assert_eq!(v["error"]["code"], code, "{body}: {v}");
+        assert!(
+            v["error"]["message"]
+                .as_str()
+                .is_some_and(|m| !m.is_empty()),
+            "{v}"
+        );
+    }
+    // The server serves on.
+    assert_eq!(
+        post(
+            server.port(),
+            &[(
+                "authorization",
+                &format!("Bearer {}", server.token.clone().unwrap())
+            )]
+        )
+        .await,
+        200
+    );
+    server.stop().await;
+}

@@ -5,7 +5,8 @@
 //! address goes without), bearer-token checks (401), same-origin checks
 //! (403), the cap on legacy sessions (503 and `Retry-After`; the header
 //! read timeout and the connection cap are [`crate::edge`]'s), and
-//! session-end cleanup. A legacy (initialize) session ends on DELETE or
+//! session-end cleanup; [`super::http_answers`] corrects what rmcp answers
+//! to a DELETE and to a malformed body. A legacy (initialize) session ends on DELETE or
 //! after the idle timeout; its handler's drop then ends the service session
 //! in the background. On SIGTERM/SIGINT every live session is ended before
 //! the process exits.
@@ -29,7 +30,7 @@ use crate::service::{Service, Session};
 
 /// Largest accepted request body: the same bound as a stdio line, so
 /// write_file accepts the same content on both transports.
-const MAX_BODY_BYTES: usize = 16 * 1024 * 1024;
+pub(super) const MAX_BODY_BYTES: usize = 16 * 1024 * 1024;
 
 /// Who may call the server.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -218,6 +219,7 @@ pub async fn serve(
     }
     let mut sessions = LocalSessionManager::default();
     sessions.session_config.keep_alive = Some(options.session_idle);
+    let sessions = Arc::new(sessions);
     let factory_ender = ender.clone();
     let allowed_origins = options.allowed_origins.clone();
     let whereabouts = options.whereabouts.clone();
@@ -229,7 +231,7 @@ pub async fn serve(
                 whereabouts.clone(),
             ))
         },
-        Arc::new(sessions),
+        sessions.clone(),
         config,
     );
     let guard = Arc::new(Guard {
@@ -240,6 +242,10 @@ pub async fn serve(
     });
     let app = axum::Router::new()
         .nest_service("/mcp", mcp)
+        .layer(middleware::from_fn_with_state(
+            sessions,
+            super::http_answers::answer,
+        ))
         .layer(middleware::from_fn_with_state(guard, check_request));
 
     tracing::info!("listening on http://{local}/mcp");

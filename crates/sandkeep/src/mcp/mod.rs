@@ -17,6 +17,7 @@
 //! command's process group).
 
 pub mod http;
+mod http_answers;
 pub mod stdio;
 mod tasks;
 
