@@ -178,3 +178,165 @@ async fn inspector_strict_finds_no_schema_to_warn_about() {
         "{text}"
     );
 }
+
+/// `line`, as a user pastes it into bash, with the pinned clients first on
+/// PATH (and `npx` finding them in their own directory), `HOME` and
+/// `CODEX_HOME` private to the test.
+fn pasted(
+    clients: &std::path::Path,
+    user_home: &std::path::Path,
+    line: &str,
+) -> tokio::process::Command {
+    let mut c = tokio::process::Command::new("bash");
+    let path = format!(
+        "{}:{}",
+        clients.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    c.arg("-c")
+        .arg(line)
+        .current_dir(clients.parent().and_then(std::path::Path::parent).unwrap())
+        .env("PATH", path)
+        .env("HOME", user_home)
+        .env("CODEX_HOME", user_home.join(".codex"))
+        .env("DISABLE_AUTOUPDATER", "1")
+        .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1");
+    c
+}
+
+/// A port free on loopback now, for a server that must come back on the
+/// same address.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// `claude mcp get sandkeep` (it connects to the server to say whether it
+/// works): must show the user scope and a working connection.
+async fn assert_claude_connected(
+    clients: &std::path::Path,
+    user_home: &std::path::Path,
+    when: &str,
+) {
+    let out = run(pasted(clients, user_home, "claude mcp get sandkeep")).await;
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{when}: {}", describe(&out));
+    assert!(text.contains("Scope: User config"), "{when}: {text}");
+    assert!(text.contains("Connected"), "{when}: {text}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claude_code_takes_the_printed_lines_and_its_http_registration_survives_a_restart() {
+    let Some(clients) = clients() else { return };
+    let home = Home::new();
+    let user = tempfile::tempdir().unwrap();
+    let addr = format!("127.0.0.1:{}", free_port());
+    let server = HttpServer::start(&home, &["--http", &addr]).await;
+    let stderr = server.stderr.lock().unwrap().clone();
+    let line = stderr
+        .lines()
+        .find_map(|l| l.strip_prefix("sandkeep: Claude Code: "))
+        .unwrap_or_else(|| panic!("no Claude Code line: {stderr}"));
+    let added = run(pasted(&clients, user.path(), line)).await;
+    assert!(added.status.success(), "{}", describe(&added));
+    assert_claude_connected(&clients, user.path(), "registered").await;
+    server.stop().await;
+
+    // The same address after a restart: the registered token still works.
+    let again = HttpServer::start(&home, &["--http", &addr]).await;
+    assert_claude_connected(&clients, user.path(), "after a restart").await;
+    again.stop().await;
+
+    // The stdio registration, as `mcp-config claude-code` prints it.
+    let user = tempfile::tempdir().unwrap();
+    let line = home.ok(&["mcp-config", "claude-code"]);
+    let added = run(pasted(&clients, user.path(), line.trim())).await;
+    assert!(added.status.success(), "{}", describe(&added));
+    assert_claude_connected(&clients, user.path(), "stdio").await;
+}
+
+/// Writes `config` as Codex's config.toml and reads it back through
+/// `codex mcp get sandkeep --json`, which refuses a value it does not know.
+async fn codex_reads(clients: &std::path::Path, config: &str) -> Value {
+    let user = tempfile::tempdir().unwrap();
+    std::fs::create_dir(user.path().join(".codex")).unwrap();
+    std::fs::write(user.path().join(".codex/config.toml"), config).unwrap();
+    let out = run(pasted(
+        clients,
+        user.path(),
+        "codex mcp get sandkeep --json",
+    ))
+    .await;
+    assert!(out.status.success(), "{config}\n{}", describe(&out));
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", describe(&out)))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn codex_reads_both_printed_configurations() {
+    let Some(clients) = clients() else { return };
+    let home = Home::new();
+    let stdio = home.ok(&["mcp-config", "codex"]);
+    assert!(
+        stdio.contains("\ndefault_tools_approval_mode = \"approve\"\n"),
+        "{stdio}"
+    );
+    let got = codex_reads(&clients, &stdio).await;
+    assert_eq!(got["transport"]["type"], "stdio", "{got}");
+    assert_eq!(got["transport"]["command"], bin(), "{got}");
+    assert_eq!(
+        got["transport"]["env"]["SANDKEEP_HOME"],
+        home.path().display().to_string(),
+        "{got}"
+    );
+    assert_eq!(got["tool_timeout_sec"], 3600.0, "{got}");
+
+    let server = HttpServer::start(&home, &["--http", "127.0.0.1:0"]).await;
+    let http = home.ok(&["mcp-config", "codex", "--http", &server.url]);
+    assert!(
+        http.contains("\ndefault_tools_approval_mode = \"approve\"\n"),
+        "{http}"
+    );
+    let got = codex_reads(&clients, &http).await;
+    assert_eq!(got["transport"]["type"], "streamable_http", "{got}");
+    assert_eq!(got["transport"]["url"], server.url, "{got}");
+    let bearer = format!("Bearer {}", server.token.as_deref().unwrap());
+    assert_eq!(
+        got["transport"]["http_headers"]["Authorization"], bearer,
+        "{got}"
+    );
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_printed_inspector_lines_work_with_cli_added() {
+    let Some(clients) = clients() else { return };
+    let home = Home::new();
+    let server = HttpServer::start(&home, &["--http", "127.0.0.1:0"]).await;
+    let user = tempfile::tempdir().unwrap();
+    for line in [
+        home.ok(&["mcp-config", "inspector"]),
+        home.ok(&["mcp-config", "inspector", "--http", &server.url]),
+    ] {
+        let line = line.trim().replacen(
+            "npx @modelcontextprotocol/inspector ",
+            "npx @modelcontextprotocol/inspector --cli ",
+            1,
+        );
+        let out = run(pasted(
+            &clients,
+            user.path(),
+            &format!("{line} --format json --method tools/list"),
+        ))
+        .await;
+        let listed = printed(&out);
+        assert_eq!(
+            listed["result"]["tools"].as_array().map(Vec::len),
+            Some(13),
+            "{line}: {listed}"
+        );
+    }
+    server.stop().await;
+}

@@ -35,23 +35,20 @@ pub(super) const MAX_BODY_BYTES: usize = 16 * 1024 * 1024;
 /// Who may call the server.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Auth {
-    /// Every request carries `Authorization: Bearer TOKEN`. `file` is set
-    /// when the server generated the token (and wrote it there): only then
-    /// is the token itself printed for clients.
-    Token {
-        value: String,
-        file: Option<std::path::PathBuf>,
-    },
+    /// Every request carries `Authorization: Bearer TOKEN`.
+    Token { value: String },
     /// No token (`--insecure-no-auth`): accepted on a loopback address only.
     InsecureNoAuth,
 }
 
 /// Settings of the HTTP server.
-#[derive(Debug, Clone)]
 pub struct HttpOptions {
     /// Where to listen; port 0 picks a free port (printed on stderr).
     pub addr: SocketAddr,
     pub auth: Auth,
+    /// What to print on stderr once the server listens, given its URL: how
+    /// clients authenticate and register it (empty: nothing).
+    pub banner: Box<dyn Fn(&str) -> String + Send>,
     /// A legacy session idle this long is ended (and cleaned up).
     pub session_idle: Duration,
     /// Open connections at once; one more is answered 503.
@@ -248,23 +245,12 @@ pub async fn serve(
         ))
         .layer(middleware::from_fn_with_state(guard, check_request));
 
-    tracing::info!("listening on http://{local}/mcp");
-    eprintln!("sandkeep: serving MCP at http://{local}/mcp");
-    match &options.auth {
-        Auth::Token {
-            value,
-            file: Some(file),
-        } => eprintln!(
-            "sandkeep: every request needs the header `Authorization: Bearer {value}` (token in {}).\n\
-             sandkeep: Claude Code: claude mcp add --transport http sandkeep http://{local}/mcp \
-             --header \"Authorization: Bearer {value}\"",
-            file.display()
-        ),
-        Auth::Token { file: None, .. } => eprintln!(
-            "sandkeep: every request needs the header `Authorization: Bearer TOKEN` with the \
-             configured token (--auth-token / SANDKEEP_AUTH_TOKEN)"
-        ),
-        Auth::InsecureNoAuth => {}
+    let url = format!("http://{local}/mcp");
+    tracing::info!("listening on {url}");
+    eprintln!("sandkeep: serving MCP at {url}");
+    let banner = (options.banner)(&url);
+    if !banner.is_empty() {
+        eprintln!("{banner}");
     }
     crate::edge::serve(listener, app, options.max_connections, shutdown.clone()).await;
     ender.end_all_live().await;
