@@ -86,9 +86,9 @@ fn printed(out: &Output) -> Value {
         .unwrap_or_else(|e| panic!("not one JSON object ({e}): {}", describe(out)))
 }
 
-/// The blocking run_command result the Inspector printed: its structured
-/// content, which must say `hi` and exit 0.
-fn assert_blocking_hi(out: &Output) {
+/// The run_command result the Inspector printed: its structured content,
+/// which must say `hi` and exit 0.
+fn assert_ran_hi(out: &Output) {
     let printed = printed(out);
     let result = &printed["result"];
     let content = &result["structuredContent"];
@@ -128,13 +128,13 @@ async fn inspector_cli_default_mode_runs_run_command_over_stdio_and_http() {
     stdio.extend([bin().to_owned(), "serve".to_owned()]);
     stdio.extend(call.iter().map(|s| s.to_string()));
     let stdio: Vec<&str> = stdio.iter().map(String::as_str).collect();
-    assert_blocking_hi(&run(inspector(&clients, &stdio)).await);
+    assert_ran_hi(&run(inspector(&clients, &stdio)).await);
 
     // Streamable HTTP, with the server's token.
     let header = format!("Authorization: Bearer {}", http.token.as_deref().unwrap());
     let mut remote = vec![http.url.as_str(), "--header", &header];
     remote.extend(call);
-    assert_blocking_hi(&run(inspector(&clients, &remote)).await);
+    assert_ran_hi(&run(inspector(&clients, &remote)).await);
 
     // Both ran blocking: no durable task was made behind the client's back.
     assert_eq!(task_count(&observer, &sandbox).await, 0);
@@ -339,4 +339,38 @@ async fn the_printed_inspector_lines_work_with_cli_added() {
         );
     }
     server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inspector_cli_modern_mode_gets_run_commands_result_through_a_task() {
+    let Some(clients) = clients() else { return };
+    let home = Home::new();
+    let http = HttpServer::start(&home, &["--http", "127.0.0.1:0"]).await;
+    let observer = http.modern().await;
+    let sandbox = sid(&ok(&observer, "create_sandbox", json!({"timeout": 600})).await);
+    let args = json!({"sandbox_id": sandbox, "command": "sleep 0.2; echo hi"}).to_string();
+    let mut stdio = server_env(&home);
+    stdio.extend([bin().to_owned(), "serve".to_owned()]);
+    stdio.extend(
+        [
+            "--protocol-era",
+            "modern",
+            "--format",
+            "json",
+            "--method",
+            "tools/call",
+            "--tool-name",
+            "run_command",
+            "--tool-args-json",
+            &args,
+        ]
+        .map(str::to_owned),
+    );
+    let stdio: Vec<&str> = stdio.iter().map(String::as_str).collect();
+    assert_ran_hi(&run(inspector(&clients, &stdio)).await);
+    // It came through the extension: the command ran as a durable task.
+    assert_eq!(task_count(&observer, &sandbox).await, 1);
+    ok(&observer, "kill_sandbox", json!({"sandbox_id": sandbox})).await;
+    observer.cancel().await.unwrap();
+    http.stop().await;
 }
