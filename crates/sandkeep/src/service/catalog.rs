@@ -133,7 +133,7 @@ impl ToolSpec {
 ///
 /// Panics on a name it does not know; the catalogue's tests expand every
 /// description, so that cannot ship.
-fn prose(text: &str) -> String {
+pub(super) fn prose(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     let mut rest = text;
     while let Some(open) = rest.find('{') {

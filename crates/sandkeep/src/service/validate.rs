@@ -1,4 +1,4 @@
-//! Range and format checks of SPEC.md §3–§4, run before anything touches a
+//! Range and format checks of docs/tools.md, run before anything touches a
 //! sandbox. Every message names the parameter and what is allowed.
 
 use sandkeep_proto::TaskId;
