@@ -124,6 +124,7 @@ impl SessionEnder {
                 tracing::info!(
                     destroyed = %super::id_list(&end.destroyed),
                     kept = %super::id_list(&end.kept),
+                    retained = %super::id_list(&session.retained()),
                     "HTTP session ended"
                 );
             },

@@ -40,8 +40,9 @@ use crate::service::{Service, Session, ToolError};
 
 /// What the server tells a model about itself at the handshake (true with
 /// and without a session).
-const INSTRUCTIONS: &str = "sandkeep gives you Linux sandboxes and durable background tasks in \
-them. Typical flow: create_sandbox (timeout long enough for your work) and pass its sandbox_id to \
+const INSTRUCTIONS: &str = "sandkeep gives you isolated Linux sandboxes to run commands in, and \
+durable background tasks in them for long-running work (builds, test suites, servers) that \
+survive disconnects. Typical flow: create_sandbox (timeout long enough for your work) and pass its sandbox_id to \
 every call, run_command for quick commands, start_task for long ones, then wait_task with the \
 returned handle (sandbox_id + task_id): it answers when the task ends or prints, without polling; \
 page logs with the *_next_offset values (get_task reads any page). Tasks survive \
@@ -409,5 +410,27 @@ impl ServerHandler for SandkeepMcp {
 
     fn get_tool(&self, name: &str) -> Option<Tool> {
         SESSION_TOOLS.iter().find(|t| t.name == name).cloned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Claude Code defers MCP tools behind its tool search: the words an
+    /// agent searches for must find sandkeep.
+    #[test]
+    fn instructions_and_titles_carry_the_words_agents_search_for() {
+        for word in ["sandbox", "background", "run", "long-running", "command"] {
+            assert!(INSTRUCTIONS.contains(word), "{word}");
+        }
+        for t in catalog::TOOLS {
+            assert!(
+                t.title.contains("sandbox") || t.title.contains("task"),
+                "{}: {}",
+                t.name,
+                t.title
+            );
+        }
     }
 }

@@ -371,7 +371,7 @@ they are retained by a task.",
     },
     ToolSpec {
         name: "run_command",
-        title: "Run a command and wait",
+        title: "Run a command in a sandbox and wait",
         about: "Run a short shell command (bash -c) in a sandbox and wait for it; returns exit_code \
 and the last {RUN_OUTPUT_MAX} of stdout and stderr. At the timeout (default {RUN_TIMEOUT_DEFAULT} s) the command is killed and \
 timed_out is true; if the client cancels the call, the command is killed too. For anything that \
@@ -385,7 +385,7 @@ test suites, servers, downloads), use start_task instead. Renews the sandbox's d
     },
     ToolSpec {
         name: "read_file",
-        title: "Read a file",
+        title: "Read a file in a sandbox",
         about: "Read a text file from a sandbox (at most {READ_FILE_MAX}; invalid UTF-8 shows as U+FFFD). A \
 relative path is taken from the sandbox user's home. Renews the sandbox's deadline.",
         session_note: DEFAULT_SANDBOX,
@@ -396,7 +396,7 @@ relative path is taken from the sandbox user's home. Renews the sandbox's deadli
     },
     ToolSpec {
         name: "write_file",
-        title: "Write a file",
+        title: "Write a file in a sandbox",
         about: "Write a text file in a sandbox, replacing it atomically and creating missing parent \
 directories. A relative path is taken from the sandbox user's home. Handy for scripts: write the \
 script, then run it with run_command or start_task. Renews the sandbox's deadline.",
@@ -408,7 +408,7 @@ script, then run it with run_command or start_task. Renews the sandbox's deadlin
     },
     ToolSpec {
         name: "list_files",
-        title: "List a directory",
+        title: "List a directory in a sandbox",
         about: "List a directory in a sandbox: name, type (file, dir, symlink, other), size and \
 modification time of each entry. A relative path is taken from the sandbox user's home. Renews the \
 sandbox's deadline.",
@@ -420,7 +420,7 @@ sandbox's deadline.",
     },
     ToolSpec {
         name: "start_task",
-        title: "Start a background task",
+        title: "Start a long-running background task in a sandbox",
         about: "Start a shell command (bash -c) as a durable background task in a sandbox and return \
 at once with its handle: sandbox_id + task_id. Use it instead of run_command for anything \
 long-running or with much output. The task keeps running after this call's connection ends or \
