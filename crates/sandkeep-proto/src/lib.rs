@@ -2,7 +2,7 @@
 //! in-sandbox helper (`sandkeep-task`).
 //!
 //! This crate owns the wire format of the helper (its requests and JSON
-//! replies), the task state record (`state.json`), the limits of SPEC.md §8,
+//! replies), the task state record (`state.json`), the limits docs/tools.md states,
 //! the pure logic of paging logs, and the rules both sides apply the same
 //! way: process liveness ([`procfs`]), which shell runs a command
 //! ([`shell`]), where a user's state lives ([`shell::state_base`]), 128+N

@@ -1,4 +1,4 @@
-//! The limits of SPEC.md §8, in one place.
+//! The limits docs/tools.md states, in one place.
 
 /// Longest accepted command, in characters.
 pub const COMMAND_MAX_CHARS: usize = 65_536;
@@ -16,7 +16,7 @@ pub const SANDBOX_TIMEOUT_DEFAULT: u64 = 300;
 pub const RUN_TIMEOUT_MIN: u64 = 1;
 pub const RUN_TIMEOUT_MAX: u64 = 3_600;
 pub const RUN_TIMEOUT_DEFAULT: u64 = 30;
-/// Sandbox resource requests (SPEC.md §4): the least a sandbox may ask
+/// Sandbox resource requests (docs/tools.md): the least a sandbox may ask
 /// for, and the local provider's defaults (§8). The most is the server's
 /// ceiling, a server option.
 pub const MEMORY_MIB_MIN: u64 = 64;
@@ -42,7 +42,7 @@ pub const PAGE_LIMIT_DEFAULT: u64 = 16_384;
 pub const MAX_TASK_DIRS: usize = 128;
 /// How long cancel waits for the terminal record, milliseconds.
 pub const CANCEL_WAIT_MS: u64 = 3_000;
-/// wait_task's timeout in seconds (SPEC.md §4 wait_task).
+/// wait_task's timeout in seconds (docs/tools.md, wait_task).
 pub const WAIT_TIMEOUT_MIN: u64 = 1;
 pub const WAIT_TIMEOUT_MAX: u64 = 300;
 pub const WAIT_TIMEOUT_DEFAULT: u64 = 30;

@@ -107,7 +107,7 @@ impl StateRecord {
     }
 }
 
-/// The exit code SPEC.md §4 reports for a wait status: the exit status, or
+/// The exit code docs/tools.md reports for a wait status: the exit status, or
 /// 128+N for a process ended by signal N.
 pub fn exit_code_of(exit_status: Option<i32>, signal: Option<i32>) -> Option<i32> {
     match (exit_status, signal) {

@@ -5,7 +5,7 @@ use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 
 /// The shells that run a command as `SHELL -c COMMAND`, in order of
-/// preference: bash, or sh where bash is missing (SPEC.md §4, §5). Tasks
+/// preference: bash, or sh where bash is missing (docs/tools.md, run_command). Tasks
 /// and `run_command` run the same way, so `[[ … ]]` works in both.
 pub const SHELLS: [&str; 2] = ["/bin/bash", "/bin/sh"];
 

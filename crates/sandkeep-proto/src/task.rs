@@ -91,7 +91,7 @@ impl From<TaskId> for String {
     }
 }
 
-/// The state of a task as SPEC.md §4 "States" defines it.
+/// The state of a task, as docs/tools.md (get_task) defines it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum TaskState {

@@ -37,7 +37,7 @@ pub struct StartRequest {
     /// Working directory; `None` means the user's home.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cwd: Option<String>,
-    /// Seconds, within the task timeout range of SPEC.md §8.
+    /// Seconds, within the task timeout range of docs/tools.md.
     pub timeout: u64,
 }
 
@@ -58,7 +58,7 @@ fn default_limit() -> u64 {
     limits::PAGE_LIMIT_DEFAULT
 }
 
-/// A request value outside what SPEC.md §8 allows: names the parameter and
+/// A request value outside what docs/tools.md allows: names the parameter and
 /// the allowed range, so the caller knows what to change.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RequestError {
@@ -91,7 +91,7 @@ fn check_range(
 }
 
 impl StartRequest {
-    /// Checks every value against SPEC.md §8; the helper creates nothing
+    /// Checks every value against docs/tools.md; the helper creates nothing
     /// for a request that fails this.
     pub fn validate(&self) -> Result<(), RequestError> {
         let chars = self.command.chars().count();
@@ -128,7 +128,7 @@ impl StartRequest {
 }
 
 impl StatusRequest {
-    /// Checks offsets and page limit against SPEC.md §8.
+    /// Checks offsets and page limit against docs/tools.md.
     pub fn validate(&self) -> Result<(), RequestError> {
         check_range("stdout_offset", self.stdout_offset, 0, limits::OFFSET_MAX)?;
         check_range("stderr_offset", self.stderr_offset, 0, limits::OFFSET_MAX)?;
@@ -186,7 +186,7 @@ impl WaitRequest {
         }
     }
 
-    /// Checks offsets, page limit and timeout against SPEC.md §4/§8.
+    /// Checks offsets, page limit and timeout against docs/tools.md.
     pub fn validate(&self) -> Result<(), RequestError> {
         self.status_request().validate()?;
         check_range(
@@ -391,7 +391,7 @@ pub fn helper_command_line<T: Serialize>(helper: &str, verb: &str, request: &T) 
     format!("{} {} {}", shell_quote(helper), verb, shell_quote(&json))
 }
 
-/// The size SPEC.md §4 start_task rule 2 limits: the request encoded as JSON
+/// The size start_task limits (docs/tools.md): the request encoded as JSON
 /// and then shell-quoted.
 pub fn encoded_request_len<T: Serialize>(request: &T) -> usize {
     let json = serde_json::to_string(request).expect("helper requests always encode");

@@ -1,4 +1,4 @@
-//! The `cancel` verb (SPEC.md §4 cancel_task): asks the task's supervisor
+//! The `cancel` verb (docs/tools.md, cancel_task): asks the task's supervisor
 //! to stop it and waits at most 3 s for the terminal record.
 //!
 //! It never signals a process itself: it only writes to the task's control

@@ -1,4 +1,4 @@
-//! The `delete` verb (SPEC.md §4 delete_task): removes a settled task's
+//! The `delete` verb (docs/tools.md, delete_task): removes a settled task's
 //! directory with its logs, freeing one of the user's task places.
 //!
 //! A running task is refused and left untouched. Runs under the root's

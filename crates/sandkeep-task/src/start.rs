@@ -67,7 +67,7 @@ pub fn start(req: StartRequest) -> Result<TaskSummary, HelperError> {
 }
 
 /// The first characters of the command as `list` shows them, redacted
-/// like the logs (SPEC.md §4 list_tasks).
+/// like the logs (docs/tools.md, list_tasks).
 fn listed_command(command: &str) -> String {
     // Redacted in full before cutting, so a secret crossing the cut is
     // still recognised.

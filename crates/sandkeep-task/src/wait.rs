@@ -1,4 +1,4 @@
-//! The `wait` verb (SPEC.md §4 wait_task): a long-poll on one task.
+//! The `wait` verb (docs/tools.md, wait_task): a long-poll on one task.
 //!
 //! It answers as soon as the task is settled (terminal or `unknown`),
 //! either log has saved bytes past the caller's offset, or the timeout

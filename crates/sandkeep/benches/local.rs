@@ -43,7 +43,7 @@ fn main() {
         spawn(&["/bin/true"]);
     }
     let baseline = median((0..EXECS).map(|_| spawn(&["/bin/true"])).collect());
-    // What an exec in a sandbox runs: `bash -c COMMAND` (SPEC.md §4).
+    // What an exec in a sandbox runs: `bash -c COMMAND` (docs/tools.md).
     let bash_baseline = median(
         (0..EXECS)
             .map(|_| spawn(&["/bin/bash", "-c", "true"]))

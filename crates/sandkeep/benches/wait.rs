@@ -1,4 +1,4 @@
-//! wait_task benchmark (SPEC.md §4 wait_task), through real servers:
+//! wait_task benchmark (docs/tools.md, wait_task), through real servers:
 //!
 //! 1. Exit → answer: a task writes the time (ns) just before it exits; the
 //!    bench notes the time wait_task answers. Median and max over samples.

@@ -2,7 +2,7 @@
 //!
 //! - [`provider`]: where sandboxes live (the `Provider` trait and the
 //!   embedded `local` provider). Knows nothing of MCP or sessions.
-//! - [`service`]: one handler per tool of SPEC.md §4, sessions, validation,
+//! - [`service`]: one handler per tool of docs/tools.md, sessions, validation,
 //!   masking. Shared by every front end; never touches `/proc` or a socket.
 //! - [`mcp`]: rmcp glue for stdio and Streamable HTTP. Decides no policy.
 //! - [`cli`]: the command line for people, on the same service.

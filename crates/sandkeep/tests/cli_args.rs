@@ -135,6 +135,21 @@ fn failures_exit_1_or_125_with_a_next_step() {
         "the next step is a command: {stderr}"
     );
 
+    // An HTTP registration before any server made a token says how to get one.
+    let out = home.run(&[
+        "mcp-config",
+        "cursor",
+        "--http",
+        "http://127.0.0.1:8765/mcp",
+    ]);
+    assert_eq!(out.status.code(), Some(1), "{}", describe(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("http-token") && stderr.contains("sandkeep serve --http"),
+        "{stderr}"
+    );
+    assert!(out.stdout.is_empty(), "{}", describe(&out));
+
     // Commands that forward a task's status use 125 for their own failure.
     for args in [
         &["task", "wait", "sb-gone", TASK][..],

@@ -1,4 +1,4 @@
-//! cancel_task when the cancellation cannot be confirmed (SPEC.md §4): the
+//! cancel_task when the cancellation cannot be confirmed (docs/tools.md): the
 //! task's supervisor is frozen with SIGSTOP, so the terminal record cannot
 //! appear within 3 s. The call must be a tool error that still carries the
 //! observed state; once the supervisor runs again the cancel completes.

@@ -173,12 +173,6 @@ async fn loopback_needs_the_generated_token_which_is_written_0600() {
     assert_eq!(std::fs::read_to_string(&file).unwrap(), token);
     let mode = std::fs::metadata(&file).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode, 0o600, "mode of {}", file.display());
-    let stderr = server.stderr.lock().unwrap().clone();
-    assert!(
-        stderr.contains("claude mcp add --transport http")
-            && stderr.contains(&format!("Bearer {token}")),
-        "{stderr}"
-    );
 
     let port = server.port();
     let response = raw_post(port, &[]).await;
@@ -193,20 +187,108 @@ async fn loopback_needs_the_generated_token_which_is_written_0600() {
     ok(&client, "list_sandboxes", json!({})).await;
     client.cancel().await.unwrap();
     server.stop().await;
+}
 
-    // A new server generates a new token: the old one no longer works.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_generated_token_survives_restarts_is_shared_and_rotates_on_request() {
+    let home = Home::new();
+    let first = HttpServer::start(&home, &["--http", "127.0.0.1:0"]).await;
+    let token = first.token.clone().expect("a generated token");
+    let bearer = format!("Bearer {token}");
+
+    // A second server on the same state directory uses the same token: the
+    // first one's clients are not broken by it.
+    let second = HttpServer::start(&home, &["--http", "127.0.0.1:0"]).await;
+    assert_eq!(second.token.as_deref(), Some(token.as_str()));
+    for server in [&first, &second] {
+        assert_eq!(
+            post(server.port(), &[("authorization", &bearer)]).await,
+            200
+        );
+    }
+    first.stop().await;
+    second.stop().await;
+
+    // A raw client registered with the token survives a restart.
     let again = HttpServer::start(&home, &["--http", "127.0.0.1:0"]).await;
-    let second = again.token.clone().unwrap();
-    assert_ne!(second, token);
+    assert_eq!(again.token.as_deref(), Some(token.as_str()));
+    assert_eq!(post(again.port(), &[("authorization", &bearer)]).await, 200);
+    again.stop().await;
+
+    // --rotate-token makes a new one; the old one is refused from then on.
+    let rotated = HttpServer::start(&home, &["--http", "127.0.0.1:0", "--rotate-token"]).await;
+    let fresh = rotated.token.clone().expect("a new token");
+    assert_ne!(fresh, token);
     assert_eq!(
-        post(
-            again.port(),
-            &[("authorization", &format!("Bearer {token}"))]
-        )
-        .await,
+        std::fs::read_to_string(home.path().join("http-token")).unwrap(),
+        fresh
+    );
+    assert_eq!(
+        post(rotated.port(), &[("authorization", &bearer)]).await,
         401
     );
-    again.stop().await;
+    assert_eq!(
+        post(
+            rotated.port(),
+            &[("authorization", &format!("Bearer {fresh}"))]
+        )
+        .await,
+        200
+    );
+    rotated.stop().await;
+}
+
+#[tokio::test]
+async fn a_token_file_others_could_read_or_plant_is_refused() {
+    use std::os::unix::fs::PermissionsExt;
+    let home = Home::new();
+    let file = home.path().join("http-token");
+    let refused = |why: &'static str| {
+        let home = &home;
+        async move {
+            let out = home
+                .async_command()
+                .args(["serve", "--http", "127.0.0.1:0"])
+                .env_remove("SANDKEEP_AUTH_TOKEN")
+                .stdin(std::process::Stdio::null())
+                .output()
+                .await
+                .unwrap();
+            let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+            assert_eq!(out.status.code(), Some(1), "{why}: {stderr}");
+            assert!(
+                stderr.contains(&file_name(home)) && stderr.contains(why),
+                "{why}: {stderr}"
+            );
+            assert!(stderr.contains("--rotate-token"), "{stderr}");
+        }
+    };
+    std::fs::write(&file, "0123456789abcdef0123456789abcdef").unwrap();
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
+    refused("open to group or others (mode 644)").await;
+    std::fs::remove_file(&file).unwrap();
+    let elsewhere = home.path().join("planted");
+    std::fs::write(&elsewhere, "0123456789abcdef0123456789abcdef").unwrap();
+    std::fs::set_permissions(&elsewhere, std::fs::Permissions::from_mode(0o600)).unwrap();
+    std::os::unix::fs::symlink(&elsewhere, &file).unwrap();
+    refused("is a symbolic link").await;
+    std::fs::remove_file(&file).unwrap();
+    if rustix::process::geteuid().is_root() {
+        std::fs::write(&file, "0123456789abcdef0123456789abcdef").unwrap();
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
+        std::os::unix::fs::chown(&file, Some(65534), Some(65534)).unwrap();
+        refused("is owned by uid 65534").await;
+    }
+    // --rotate-token replaces the refused file with a private one of ours.
+    let rotated = HttpServer::start(&home, &["--http", "127.0.0.1:0", "--rotate-token"]).await;
+    let meta = std::fs::symlink_metadata(&file).unwrap();
+    assert!(meta.is_file());
+    assert_eq!(meta.permissions().mode() & 0o777, 0o600);
+    rotated.stop().await;
+}
+
+fn file_name(home: &Home) -> String {
+    home.path().join("http-token").display().to_string()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -522,5 +604,161 @@ async fn an_oversized_body_is_refused_and_the_server_serves_on() {
     // 413, or the connection closed while the rest was still being sent.
     assert!(matches!(status, Ok(413) | Err(_)), "{status:?}");
     assert_eq!(post(server.port(), &[("authorization", &auth)]).await, 200);
+    server.stop().await;
+}
+
+/// A raw DELETE of the legacy session `id` (none: no header).
+async fn delete(server: &HttpServer, id: Option<&str>) -> (reqwest::StatusCode, String) {
+    let mut req = reqwest::Client::new()
+        .delete(&server.url)
+        .header("mcp-protocol-version", "2025-11-25")
+        .header(
+            "authorization",
+            format!("Bearer {}", server.token.as_deref().unwrap()),
+        );
+    if let Some(id) = id {
+        req = req.header("mcp-session-id", id);
+    }
+    let response = req.send().await.unwrap();
+    (response.status(), response.text().await.unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delete_ends_a_session_with_204_and_an_unknown_one_gets_404() {
+    let home = Home::new();
+    let server = HttpServer::start(&home, &["--http", "127.0.0.1:0"]).await;
+    let token = format!("Bearer {}", server.token.clone().unwrap());
+    let opened = raw_post(server.port(), &[("authorization", &token)]).await;
+    assert_eq!(opened.status(), 200);
+    let id = opened.headers()["mcp-session-id"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+
+    let (status, _) = delete(&server, Some(&id)).await;
+    assert_eq!(status, 204, "the session was ended");
+    let (status, body) = delete(&server, Some(&id)).await;
+    assert_eq!(status, 404, "already ended: {body}");
+    assert!(body.contains("no such session"), "{body}");
+    let (status, body) = delete(&server, Some("never-issued")).await;
+    assert_eq!(status, 404, "{body}");
+    server.stop().await;
+}
+
+/// A raw POST of `body` as JSON, with the token.
+async fn post_body(server: &HttpServer, body: &str) -> (reqwest::StatusCode, String, String) {
+    let response = reqwest::Client::new()
+        .post(&server.url)
+        .header("accept", "application/json, text/event-stream")
+        .header("content-type", "application/json")
+        .header(
+            "authorization",
+            format!("Bearer {}", server.token.as_deref().unwrap()),
+        )
+        .body(body.to_owned())
+        .send()
+        .await
+        .unwrap();
+    let status = response.status();
+    let kind = response
+        .headers()
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_owned();
+    (status, kind, response.text().await.unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_malformed_body_gets_400_with_a_json_rpc_error() {
+    let home = Home::new();
+    let server = HttpServer::start(&home, &["--http", "127.0.0.1:0"]).await;
+    for (body, code) in [
+        (r#"{"jsonrpc": "2.0", "id": 1, "method": "#, -32700),
+        ("not json at all", -32700),
+        (r#"{"hello": "world"}"#, -32600),
+    ] {
+        let (status, kind, text) = post_body(&server, body).await;
+        assert_eq!(status, 400, "{body}: {text}");
+        assert!(kind.starts_with("application/json"), "{body}: {kind}");
+        let v: serde_json::Value =
+            serde_json::from_str(&text).unwrap_or_else(|e| panic!("{body}: {e}: {text}"));
+        assert_eq!(v["jsonrpc"], "2.0", "{v}");
+        assert_eq!(v["id"], serde_json::Value::Null, "{v}");
+        assert_eq!(v["error"]["code"], code, "{body}: {v}");
+        assert!(
+            v["error"]["message"]
+                .as_str()
+                .is_some_and(|m| !m.is_empty()),
+            "{v}"
+        );
+    }
+    // The server serves on.
+    assert_eq!(
+        post(
+            server.port(),
+            &[(
+                "authorization",
+                &format!("Bearer {}", server.token.clone().unwrap())
+            )]
+        )
+        .await,
+        200
+    );
+    server.stop().await;
+}
+
+/// The words a POSIX shell makes of `line` when `claude` is a function
+/// printing its arguments: what Claude Code would be given.
+fn claude_words(line: &str) -> Vec<String> {
+    let out = std::process::Command::new("bash")
+        .arg("-c")
+        .arg(format!("claude() {{ printf '%s\\0' \"$@\"; }}; {line}"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{line}: {out:?}");
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .split_terminator('\0')
+        .map(str::to_owned)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_printed_claude_code_lines_register_for_every_project() {
+    let home = Home::new();
+    let server = HttpServer::start(&home, &["--http", "127.0.0.1:0"]).await;
+    let token = server.token.clone().unwrap();
+    let stderr = server.stderr.lock().unwrap().clone();
+    let line = stderr
+        .lines()
+        .find_map(|l| l.strip_prefix("sandkeep: Claude Code: "))
+        .unwrap_or_else(|| panic!("no Claude Code line: {stderr}"));
+    let words = claude_words(line);
+    let header = format!("Authorization: Bearer {token}");
+    let expected = [
+        "mcp",
+        "add",
+        "--transport",
+        "http",
+        "--scope",
+        "user",
+        "sandkeep",
+        &server.url,
+        "--header",
+        &header,
+    ];
+    assert_eq!(words, expected, "{line}");
+    // mcp-config prints the same line for the running server, and the
+    // stdio one with the same scope.
+    let printed = home.ok(&["mcp-config", "claude-code", "--http", &server.url]);
+    assert_eq!(printed.trim(), line);
+    let stdio = home.ok(&["mcp-config", "claude-code"]);
+    let words = claude_words(stdio.trim());
+    assert_eq!(
+        words[..5],
+        ["mcp", "add", "--scope", "user", "sandkeep"],
+        "{stdio}"
+    );
     server.stop().await;
 }

@@ -122,8 +122,14 @@ async fn sessionless_requests_are_told_to_pass_sandbox_id() {
     let refused = tool(port, &token, "run_command", json!({"command": "true"})).await;
     assert_eq!(refused["isError"], true, "{refused}");
     let m = texts(&refused);
+    // The request carried no sandbox_id: the error says where one comes
+    // from, and speaks of no "this sandbox_id" it never had.
     assert!(
-        m.contains("no default sandbox") && m.contains("pass this sandbox_id to every call"),
+        m.contains("no default sandbox")
+            && m.contains("pass sandbox_id to every call")
+            && m.contains("create_sandbox's result")
+            && m.contains("list_sandboxes")
+            && !m.contains("this sandbox_id"),
         "{m}"
     );
 

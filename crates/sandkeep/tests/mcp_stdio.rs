@@ -172,11 +172,23 @@ async fn session_end_destroys_unretained_keeps_retained_and_queried() {
     assert_eq!(task["sandbox_id"], worker.as_str());
     let task_id = tid(&task);
     let t = Instant::now();
+    let log = a.stderr.clone();
     assert!(a.close().await.success(), "stdin EOF is a clean exit");
     assert!(
         t.elapsed() < Duration::from_secs(10),
         "exit took {:?}",
         t.elapsed()
+    );
+    // The log says what the session kept alive, and why.
+    let log = log.lock().unwrap().clone();
+    let ended = log
+        .lines()
+        .find(|l| l.contains("session ended"))
+        .unwrap_or_else(|| panic!("no session end in the log: {log}"));
+    assert!(
+        ended.contains(&format!("destroyed={scratch}"))
+            && ended.contains(&format!("retained={worker}")),
+        "{ended}"
     );
 
     let b = StdioServer::start(&home).await;

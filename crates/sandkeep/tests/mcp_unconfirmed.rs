@@ -1,4 +1,4 @@
-//! start_task when the submission cannot be confirmed (SPEC.md §4 rule 5).
+//! start_task when the submission cannot be confirmed (docs/tools.md, start_task).
 //!
 //! The provider here wraps the real local provider and spoils the helper's
 //! `start` exec *after* forwarding it: as a connection lost after sending,

@@ -1,4 +1,4 @@
-//! Every validation rule of SPEC.md §3–§4 through a real rmcp client: each
+//! Every validation rule of docs/tools.md through a real rmcp client: each
 //! bad call is a tool error (`isError: true`) whose message names the
 //! parameter and what is allowed, and the provider sees no call at all
 //! (nothing ran). The server runs in-process over a pipe with a provider

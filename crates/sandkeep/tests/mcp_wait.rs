@@ -1,4 +1,4 @@
-//! wait_task, list_tasks and delete_task end to end (SPEC.md §4): rmcp
+//! wait_task, list_tasks and delete_task end to end (docs/tools.md): rmcp
 //! clients, `sandkeep serve` children, real local sandboxes.
 //!
 //! The long-poll answers on exit, on output past each offset and at its

@@ -1,6 +1,8 @@
-//! `sandkeep mcp-config CLIENT`: prints the configuration that registers
-//! this very binary as a stdio MCP server in CLIENT, with `SANDKEEP_HOME`
-//! set explicitly.
+//! `sandkeep mcp-config CLIENT [--http URL]`: prints the configuration
+//! that registers this very binary as a stdio MCP server in CLIENT, with
+//! `SANDKEEP_HOME` set explicitly; with `--http`, the registration of a
+//! running `sandkeep serve --http` at URL, with the bearer token read from
+//! `$SANDKEEP_HOME/http-token`.
 //!
 //! The `env` entry is the point: several clients (the Inspector, the
 //! TypeScript SDK's defaults, Codex) pass a server only a short allow-list
@@ -12,7 +14,9 @@ use std::path::{Path, PathBuf};
 
 use serde_json::json;
 
-use super::exit;
+use sandkeep_proto::limits::{RUN_TIMEOUT_DEFAULT, RUN_TIMEOUT_MAX};
+
+use super::{exit, secret_file};
 use crate::provider;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -39,12 +43,21 @@ pub struct McpConfigArgs {
     pub client: Client,
     /// The state directory to configure [default: this process's
     /// SANDKEEP_HOME, resolved].
-    #[arg(long, value_name = "DIR")]
+    #[arg(long, value_name = "DIR", conflicts_with = "http")]
     pub home: Option<PathBuf>,
+    /// Register the running `sandkeep serve --http` at URL (e.g.
+    /// http://127.0.0.1:8765/mcp) instead of a stdio server, with the token
+    /// that server uses: SANDKEEP_AUTH_TOKEN if set, else the one kept in
+    /// $SANDKEEP_HOME/http-token.
+    #[arg(long, value_name = "URL")]
+    pub http: Option<String>,
 }
 
 /// Prints the configuration; returns the exit code.
 pub fn run(args: &McpConfigArgs) -> u8 {
+    if let Some(url) = &args.http {
+        return run_http(args.client, url);
+    }
     let binary = match std::env::current_exe().and_then(std::fs::canonicalize) {
         Ok(b) => b,
         Err(e) => {
@@ -71,6 +84,136 @@ pub fn run(args: &McpConfigArgs) -> u8 {
     }
 }
 
+/// `--http URL`: the token the server uses, then the registration; where
+/// the token lives goes to stderr, so stdout is the configuration only.
+fn run_http(client: Client, url: &str) -> u8 {
+    if !(url.starts_with("http://") || url.starts_with("https://")) {
+        eprintln!(
+            "sandkeep mcp-config: --http {url:?} is not a URL: give the one `sandkeep serve \
+             --http ADDR` prints, e.g. http://127.0.0.1:8765/mcp"
+        );
+        return exit::USAGE;
+    }
+    let token = match http_token() {
+        Ok(t) => t,
+        Err(message) => {
+            eprintln!("sandkeep mcp-config: {message}");
+            return exit::OWN_FAILURE;
+        }
+    };
+    match render_http(client, url, &token.value) {
+        Ok(text) => {
+            println!("{text}");
+            eprintln!("sandkeep mcp-config: {}", token.source);
+            exit::OK
+        }
+        Err(message) => {
+            eprintln!("sandkeep mcp-config: {message}");
+            exit::USAGE
+        }
+    }
+}
+
+/// The token an HTTP server of this configuration uses, and where it came
+/// from.
+struct Token {
+    value: String,
+    source: String,
+}
+
+fn http_token() -> Result<Token, String> {
+    if let Some(value) = std::env::var("SANDKEEP_AUTH_TOKEN")
+        .ok()
+        .filter(|v| !v.is_empty())
+    {
+        return Ok(Token {
+            value,
+            source: "the token is SANDKEEP_AUTH_TOKEN's: a server started with another \
+                     --auth-token refuses it"
+                .into(),
+        });
+    }
+    let file = secret_file::path(secret_file::HTTP_TOKEN)?;
+    match secret_file::read(&file)? {
+        Some(value) => Ok(Token {
+            value,
+            source: format!(
+                "the token is read from {}, where `sandkeep serve --http` keeps it across \
+                 restarts; after `sandkeep serve --rotate-token` run this again",
+                file.display()
+            ),
+        }),
+        None => Err(format!(
+            "no HTTP token in {} yet: start `sandkeep serve --http ADDR` once with this \
+             SANDKEEP_HOME (it writes one there), or set SANDKEEP_AUTH_TOKEN to the server's own",
+            file.display()
+        )),
+    }
+}
+
+/// Codex asks before each call of a tool its annotations call destructive,
+/// and `codex exec` has no one to ask: with `approval_policy` "on-request"
+/// or "never" it refuses run_command, start_task and kill_sandbox
+/// ("requires approval"), and "untrusted" keeps it from starting. sandkeep's
+/// tools act inside sandboxes only, so approving them is the setting that
+/// works.
+const CODEX_APPROVAL: &str = "# sandkeep's tools act only inside its sandboxes; without this, Codex \
+asks before each\n# run_command, start_task and kill_sandbox, and `codex exec` refuses them\n\
+default_tools_approval_mode = \"approve\"";
+
+/// Codex's per-call deadline: run_command waits up to its timeout.
+fn codex_timeout() -> String {
+    format!(
+        "# run_command may take up to its timeout (default {RUN_TIMEOUT_DEFAULT} s, at most \
+         {RUN_TIMEOUT_MAX})\ntool_timeout_sec = {RUN_TIMEOUT_MAX}"
+    )
+}
+
+/// The registration of the HTTP server at `url` with bearer `token`, for
+/// the clients whose configuration takes one.
+pub fn render_http(client: Client, url: &str, token: &str) -> Result<String, String> {
+    let header = format!("Authorization: Bearer {token}");
+    let bearer = format!("Bearer {token}");
+    Ok(match client {
+        Client::ClaudeCode => format!(
+            "claude mcp add --transport http --scope user sandkeep {} --header {}",
+            shell_quote(url),
+            shell_quote(&header)
+        ),
+        Client::Inspector => format!(
+            "npx @modelcontextprotocol/inspector --transport http --server-url {} --header {}",
+            shell_quote(url),
+            shell_quote(&header)
+        ),
+        Client::Codex => format!(
+            "[mcp_servers.sandkeep]\nurl = {}\nhttp_headers = {{ Authorization = {} }}\n{}\n{CODEX_APPROVAL}",
+            toml_string(url),
+            toml_string(&bearer),
+            codex_timeout()
+        ),
+        Client::Cursor => pretty(json!({
+            "mcpServers": {"sandkeep": {"url": url, "headers": {"Authorization": bearer}}}
+        })),
+        Client::Json => pretty(json!({
+            "mcpServers": {
+                "sandkeep": {"type": "http", "url": url, "headers": {"Authorization": bearer}}
+            }
+        })),
+        Client::ClaudeDesktop => {
+            return Err(
+                "Claude Desktop's configuration file registers stdio servers only (remote ones \
+                 are added as connectors in its settings, which send no bearer token): run \
+                 `sandkeep mcp-config claude-desktop` without --http"
+                    .into(),
+            );
+        }
+    })
+}
+
+fn pretty(config: serde_json::Value) -> String {
+    serde_json::to_string_pretty(&config).expect("a JSON literal encodes")
+}
+
 /// The configuration text for `client`.
 pub fn render(client: Client, binary: &Path, home: &Path) -> String {
     let bin = binary.display().to_string();
@@ -87,10 +230,10 @@ pub fn render(client: Client, binary: &Path, home: &Path) -> String {
             shell_quote(&bin)
         ),
         Client::Codex => format!(
-            "[mcp_servers.sandkeep]\ncommand = {}\nargs = [\"serve\"]\nenv = {{ SANDKEEP_HOME = {} }}\n\
-             # run_command may take up to its timeout (default 30 s, at most 3600)\ntool_timeout_sec = 3600",
+            "[mcp_servers.sandkeep]\ncommand = {}\nargs = [\"serve\"]\nenv = {{ SANDKEEP_HOME = {} }}\n{}\n{CODEX_APPROVAL}",
             toml_string(&bin),
-            toml_string(&home)
+            toml_string(&home),
+            codex_timeout()
         ),
         Client::ClaudeDesktop | Client::Cursor | Client::Json => {
             let config = json!({
@@ -102,7 +245,7 @@ pub fn render(client: Client, binary: &Path, home: &Path) -> String {
                     }
                 }
             });
-            serde_json::to_string_pretty(&config).expect("a JSON literal encodes")
+            pretty(config)
         }
     }
 }
@@ -158,5 +301,30 @@ mod tests {
             "/srv/sandkeep"
         );
         assert!(render(Client::ClaudeCode, bin, home).contains("'/opt/my tools/sandkeep' serve"));
+        assert!(
+            render(Client::Codex, bin, home)
+                .contains("\ndefault_tools_approval_mode = \"approve\"")
+        );
+    }
+
+    #[test]
+    fn http_registrations_carry_the_url_and_the_header() {
+        let url = "http://127.0.0.1:8765/mcp";
+        for client in [
+            Client::ClaudeCode,
+            Client::Cursor,
+            Client::Codex,
+            Client::Inspector,
+            Client::Json,
+        ] {
+            let text = render_http(client, url, "t0ken").unwrap();
+            assert!(text.contains(url), "{client:?}: {text}");
+            assert!(text.contains("Bearer t0ken"), "{client:?}: {text}");
+        }
+        let json: serde_json::Value =
+            serde_json::from_str(&render_http(Client::Json, url, "t0ken").unwrap()).unwrap();
+        assert_eq!(json["mcpServers"]["sandkeep"]["type"], "http");
+        let e = render_http(Client::ClaudeDesktop, url, "t0ken").unwrap_err();
+        assert!(e.contains("without --http"), "{e}");
     }
 }

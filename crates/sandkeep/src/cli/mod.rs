@@ -17,6 +17,7 @@ mod exit;
 mod mcp_config;
 mod output;
 mod sandbox;
+mod secret_file;
 pub(crate) mod serve;
 mod status_line;
 mod task;

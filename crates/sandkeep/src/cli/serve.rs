@@ -6,6 +6,7 @@ use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::secret_file;
 use crate::mcp;
 use crate::provider;
 use crate::service::{Ceilings, Service};
@@ -37,8 +38,10 @@ pub struct ServeArgs {
     )]
     pub api_key: Option<String>,
     /// Bearer token HTTP clients must send (`Authorization: Bearer T`).
-    /// Without it the server generates one, writes it to
-    /// $SANDKEEP_HOME/http-token (mode 0600) and prints it on stderr.
+    /// Without it the server uses the one kept in $SANDKEEP_HOME/http-token
+    /// (mode 0600), generating it at the first start, and prints it on
+    /// stderr: the same across restarts and for every server on this state
+    /// directory.
     #[arg(
         long,
         value_name = "T",
@@ -50,6 +53,11 @@ pub struct ServeArgs {
     /// local user and process can then use the server.
     #[arg(long, conflicts_with = "auth_token")]
     pub insecure_no_auth: bool,
+    /// With --http: replace the token in $SANDKEEP_HOME/http-token with a
+    /// new one before serving. Clients registered with the old one get 401
+    /// from now on (servers already running keep the token they read).
+    #[arg(long, requires = "http", conflicts_with_all = ["auth_token", "insecure_no_auth"])]
+    pub rotate_token: bool,
     /// Open HTTP connections at once; one more is answered 503.
     #[arg(long, value_name = "N", default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..=65_536))]
     pub max_connections: u32,
@@ -115,8 +123,9 @@ pub fn run(args: ServeArgs) -> i32 {
             return 1;
         }
     };
-    let auth = match addr.map(|_| http_auth(&args)).transpose() {
-        Ok(auth) => auth,
+    let (auth, token_file) = match addr.map(|_| http_auth(&args)).transpose() {
+        Ok(Some((auth, file))) => (Some(auth), file),
+        Ok(None) => (None, None),
         Err(message) => {
             eprintln!("sandkeep serve: {message}");
             return 1;
@@ -140,10 +149,12 @@ pub fn run(args: ServeArgs) -> i32 {
     let (Some(addr), Some(auth)) = (addr, auth) else {
         return mcp::stdio::run(service, whereabouts);
     };
+    let banner_auth = auth.clone();
     mcp::http::run(
         service,
         mcp::http::HttpOptions {
             addr,
+            banner: Box::new(move |url| banner(&banner_auth, token_file.as_deref(), url)),
             auth,
             session_idle: Duration::from_secs(args.session_idle_timeout),
             max_connections: args.max_connections as usize,
@@ -187,13 +198,13 @@ fn serve_e2b(
             );
             return 2;
         }
-        _ => match generated_secret("e2b-api-key") {
-            Ok((key, file)) => {
+        _ => match secret_file::replace(secret_file::E2B_API_KEY) {
+            Ok(secret_file::Secret { value, file }) => {
                 eprintln!(
-                    "sandkeep serve: E2B API key written to {} (E2B_API_KEY={key})",
+                    "sandkeep serve: E2B API key written to {} (E2B_API_KEY={value})",
                     file.display()
                 );
-                key
+                value
             }
             Err(message) => {
                 eprintln!("sandkeep serve: {message}");
@@ -211,57 +222,51 @@ fn serve_e2b(
     )
 }
 
-/// A new secret (128 bits from the OS) written to `$SANDKEEP_HOME/NAME`.
-fn generated_secret(name: &str) -> Result<(String, std::path::PathBuf), String> {
-    let mut bytes = [0u8; 16];
-    getrandom::fill(&mut bytes).map_err(|e| format!("cannot generate a secret: {e}"))?;
-    let value: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
-    let file = provider::home_from_env()
-        .map_err(|e| format!("cannot locate SANDKEEP_HOME for {name}: {e}"))?
-        .join(name);
-    write_private(&file, value.as_bytes())
-        .map_err(|e| format!("cannot write {}: {e}", file.display()))?;
-    Ok((value, file))
-}
-
-/// The configured token, none with `--insecure-no-auth`, else a new one
-/// (128 bits from the OS) written to `$SANDKEEP_HOME/http-token`.
-fn http_auth(args: &ServeArgs) -> Result<mcp::http::Auth, String> {
+/// The configured token, none with `--insecure-no-auth`, else the one kept
+/// in `$SANDKEEP_HOME/http-token` (new with `--rotate-token`, or when there
+/// is none yet).
+fn http_auth(args: &ServeArgs) -> Result<(mcp::http::Auth, Option<std::path::PathBuf>), String> {
     if args.insecure_no_auth {
-        return Ok(mcp::http::Auth::InsecureNoAuth);
+        return Ok((mcp::http::Auth::InsecureNoAuth, None));
     }
     if let Some(value) = &args.auth_token {
-        return Ok(mcp::http::Auth::Token {
-            value: value.clone(),
-            file: None,
-        });
+        let value = value.clone();
+        return Ok((mcp::http::Auth::Token { value }, None));
     }
-    let (value, file) = generated_secret("http-token")?;
-    Ok(mcp::http::Auth::Token {
-        value,
-        file: Some(file),
-    })
+    let secret = if args.rotate_token {
+        secret_file::replace(secret_file::HTTP_TOKEN)?
+    } else {
+        secret_file::reuse_or_create(secret_file::HTTP_TOKEN)?
+    };
+    Ok((
+        mcp::http::Auth::Token {
+            value: secret.value,
+        },
+        Some(secret.file),
+    ))
 }
 
-/// Replaces `path` atomically with a file of mode 0600: a reader sees the
-/// old token or the new one, and never a moment of wider permissions.
-pub(crate) fn write_private(path: &std::path::Path, content: &[u8]) -> std::io::Result<()> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    let temp = path.with_extension(format!("tmp.{}", std::process::id()));
-    let written = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(&temp)
-        .and_then(|mut f| f.write_all(content).and_then(|()| f.sync_all()));
-    match written.and_then(|()| std::fs::rename(&temp, path)) {
-        Ok(()) => Ok(()),
-        Err(e) => {
-            let _ = std::fs::remove_file(&temp);
-            Err(e)
-        }
-    }
+/// What the server prints once it listens at `url`: the header every
+/// request needs and how to register the server in a client.
+fn banner(auth: &mcp::http::Auth, file: Option<&std::path::Path>, url: &str) -> String {
+    let mcp::http::Auth::Token { value } = auth else {
+        return String::new();
+    };
+    let Some(file) = file else {
+        return "sandkeep: every request needs the header `Authorization: Bearer TOKEN` with the \
+                configured token (--auth-token / SANDKEEP_AUTH_TOKEN)"
+            .to_owned();
+    };
+    let claude = super::mcp_config::render_http(super::mcp_config::Client::ClaudeCode, url, value)
+        .unwrap_or_default();
+    format!(
+        "sandkeep: every request needs the header `Authorization: Bearer {value}` (token kept in \
+         {}: the same after a restart and for every server on this state directory; \
+         --rotate-token replaces it).\n\
+         sandkeep: Claude Code: {claude}\n\
+         sandkeep: other clients: sandkeep mcp-config CLIENT --http {url}",
+        file.display()
+    )
 }
 
 fn resolve(text: &str) -> Result<SocketAddr, String> {

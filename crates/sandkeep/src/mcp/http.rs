@@ -5,7 +5,8 @@
 //! address goes without), bearer-token checks (401), same-origin checks
 //! (403), the cap on legacy sessions (503 and `Retry-After`; the header
 //! read timeout and the connection cap are [`crate::edge`]'s), and
-//! session-end cleanup. A legacy (initialize) session ends on DELETE or
+//! session-end cleanup; [`super::http_answers`] corrects what rmcp answers
+//! to a DELETE and to a malformed body. A legacy (initialize) session ends on DELETE or
 //! after the idle timeout; its handler's drop then ends the service session
 //! in the background. On SIGTERM/SIGINT every live session is ended before
 //! the process exits.
@@ -29,28 +30,25 @@ use crate::service::{Service, Session};
 
 /// Largest accepted request body: the same bound as a stdio line, so
 /// write_file accepts the same content on both transports.
-const MAX_BODY_BYTES: usize = 16 * 1024 * 1024;
+pub(super) const MAX_BODY_BYTES: usize = 16 * 1024 * 1024;
 
 /// Who may call the server.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Auth {
-    /// Every request carries `Authorization: Bearer TOKEN`. `file` is set
-    /// when the server generated the token (and wrote it there): only then
-    /// is the token itself printed for clients.
-    Token {
-        value: String,
-        file: Option<std::path::PathBuf>,
-    },
+    /// Every request carries `Authorization: Bearer TOKEN`.
+    Token { value: String },
     /// No token (`--insecure-no-auth`): accepted on a loopback address only.
     InsecureNoAuth,
 }
 
 /// Settings of the HTTP server.
-#[derive(Debug, Clone)]
 pub struct HttpOptions {
     /// Where to listen; port 0 picks a free port (printed on stderr).
     pub addr: SocketAddr,
     pub auth: Auth,
+    /// What to print on stderr once the server listens, given its URL: how
+    /// clients authenticate and register it (empty: nothing).
+    pub banner: Box<dyn Fn(&str) -> String + Send>,
     /// A legacy session idle this long is ended (and cleaned up).
     pub session_idle: Duration,
     /// Open connections at once; one more is answered 503.
@@ -126,6 +124,7 @@ impl SessionEnder {
                 tracing::info!(
                     destroyed = %super::id_list(&end.destroyed),
                     kept = %super::id_list(&end.kept),
+                    retained = %super::id_list(&session.retained()),
                     "HTTP session ended"
                 );
             },
@@ -218,6 +217,7 @@ pub async fn serve(
     }
     let mut sessions = LocalSessionManager::default();
     sessions.session_config.keep_alive = Some(options.session_idle);
+    let sessions = Arc::new(sessions);
     let factory_ender = ender.clone();
     let allowed_origins = options.allowed_origins.clone();
     let whereabouts = options.whereabouts.clone();
@@ -229,7 +229,7 @@ pub async fn serve(
                 whereabouts.clone(),
             ))
         },
-        Arc::new(sessions),
+        sessions.clone(),
         config,
     );
     let guard = Arc::new(Guard {
@@ -240,25 +240,18 @@ pub async fn serve(
     });
     let app = axum::Router::new()
         .nest_service("/mcp", mcp)
+        .layer(middleware::from_fn_with_state(
+            sessions,
+            super::http_answers::answer,
+        ))
         .layer(middleware::from_fn_with_state(guard, check_request));
 
-    tracing::info!("listening on http://{local}/mcp");
-    eprintln!("sandkeep: serving MCP at http://{local}/mcp");
-    match &options.auth {
-        Auth::Token {
-            value,
-            file: Some(file),
-        } => eprintln!(
-            "sandkeep: every request needs the header `Authorization: Bearer {value}` (token in {}).\n\
-             sandkeep: Claude Code: claude mcp add --transport http sandkeep http://{local}/mcp \
-             --header \"Authorization: Bearer {value}\"",
-            file.display()
-        ),
-        Auth::Token { file: None, .. } => eprintln!(
-            "sandkeep: every request needs the header `Authorization: Bearer TOKEN` with the \
-             configured token (--auth-token / SANDKEEP_AUTH_TOKEN)"
-        ),
-        Auth::InsecureNoAuth => {}
+    let url = format!("http://{local}/mcp");
+    tracing::info!("listening on {url}");
+    eprintln!("sandkeep: serving MCP at {url}");
+    let banner = (options.banner)(&url);
+    if !banner.is_empty() {
+        eprintln!("{banner}");
     }
     crate::edge::serve(listener, app, options.max_connections, shutdown.clone()).await;
     ender.end_all_live().await;

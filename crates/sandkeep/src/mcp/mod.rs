@@ -17,6 +17,7 @@
 //! command's process group).
 
 pub mod http;
+mod http_answers;
 pub mod stdio;
 mod tasks;
 
@@ -39,8 +40,9 @@ use crate::service::{Service, Session, ToolError};
 
 /// What the server tells a model about itself at the handshake (true with
 /// and without a session).
-const INSTRUCTIONS: &str = "sandkeep gives you Linux sandboxes and durable background tasks in \
-them. Typical flow: create_sandbox (timeout long enough for your work) and pass its sandbox_id to \
+const INSTRUCTIONS: &str = "sandkeep gives you isolated Linux sandboxes to run commands in, and \
+durable background tasks in them for long-running work (builds, test suites, servers) that \
+survive disconnects. Typical flow: create_sandbox (timeout long enough for your work) and pass its sandbox_id to \
 every call, run_command for quick commands, start_task for long ones, then wait_task with the \
 returned handle (sandbox_id + task_id): it answers when the task ends or prints, without polling; \
 page logs with the *_next_offset values (get_task reads any page). Tasks survive \
@@ -232,10 +234,7 @@ impl SandkeepMcp {
     /// Whether the request has a session: only a 2026-07-28 request over
     /// HTTP has none.
     fn era(&self, context: &RequestContext<RoleServer>) -> Era {
-        let modern = context
-            .protocol_version()
-            .is_some_and(|v| !v.has_initialize());
-        if self.scope == SessionScope::HttpSession && modern {
+        if self.scope == SessionScope::HttpSession && tasks::modern(context) {
             Era::Sessionless
         } else {
             Era::Session
@@ -308,11 +307,7 @@ impl SandkeepMcp {
     /// looks for sandboxes.
     fn explain(&self, e: &ToolError, era: Era) -> String {
         match e {
-            ToolError::NoDefaultSandbox if era == Era::Sessionless => format!(
-                "no default sandbox: {}; create_sandbox returns one, list_sandboxes lists the \
-                 live ones",
-                catalog::PASS_SANDBOX_ID
-            ),
+            ToolError::NoDefaultSandbox if era == Era::Sessionless => catalog::NO_SESSION.into(),
             ToolError::Provider(ProviderError::NoSuchSandbox(_)) => {
                 format!("{e} (this server: {})", self.whereabouts)
             }
@@ -374,7 +369,7 @@ impl ServerHandler for SandkeepMcp {
             ender.register(&self.session.session);
         }
         context.peer.set_peer_info(request.clone());
-        self.negotiate_initialize(&request)
+        self.negotiate_initialize(&request).map(tasks::not_offered)
     }
 
     async fn call_tool(
@@ -415,5 +410,27 @@ impl ServerHandler for SandkeepMcp {
 
     fn get_tool(&self, name: &str) -> Option<Tool> {
         SESSION_TOOLS.iter().find(|t| t.name == name).cloned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Claude Code defers MCP tools behind its tool search: the words an
+    /// agent searches for must find sandkeep.
+    #[test]
+    fn instructions_and_titles_carry_the_words_agents_search_for() {
+        for word in ["sandbox", "background", "run", "long-running", "command"] {
+            assert!(INSTRUCTIONS.contains(word), "{word}");
+        }
+        for t in catalog::TOOLS {
+            assert!(
+                t.title.contains("sandbox") || t.title.contains("task"),
+                "{}: {}",
+                t.name,
+                t.title
+            );
+        }
     }
 }

@@ -75,6 +75,7 @@ async fn serve(service: Arc<Service>, whereabouts: Whereabouts) -> i32 {
     tracing::info!(
         destroyed = %super::id_list(&end.destroyed),
         kept = %super::id_list(&end.kept),
+        retained = %super::id_list(&session.retained()),
         "session ended"
     );
     for (id, why) in &end.failed {

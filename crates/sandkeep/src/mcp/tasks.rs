@@ -1,8 +1,8 @@
 //! The MCP Tasks extension (`io.modelcontextprotocol/tasks`, SEP-2663,
-//! SPEC.md §4 "The MCP Tasks extension") over sandkeep's durable tasks.
+//! docs/tools.md, "The MCP Tasks extension") over sandkeep's durable tasks.
 //!
-//! For a client that declares the extension, `run_command` starts the
-//! command as a task (its arguments checked as run_command checks them,
+//! For a 2026-07-28 client that declares the extension, `run_command`
+//! starts the command as a task (its arguments checked as run_command checks them,
 //! then started as `start_task` would, same sandbox) and answers a
 //! `CreateTaskResult`. The task's MCP id encodes the
 //! whole handle, `SANDBOX_ID/TASK_ID`, so `tasks/get` and `tasks/cancel`
@@ -13,37 +13,74 @@
 //!
 //! A completed task's result is exactly what the blocking `run_command`
 //! returns: exit code, the last 64 KiB of each stream, the truncation
-//! flags and `timed_out`.
+//! flags and `timed_out`. `tasks/get` on a running task is a long-poll
+//! (as wait_task): it answers when the task ends, or "working" after a
+//! hold, and the advertised poll interval is short.
 
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams, CreateTaskResult,
-    DetailedTask, GetTaskParams, GetTaskResult, JsonObject, Task, TaskPayload, TaskStatus,
+    DetailedTask, GetTaskParams, GetTaskResult, InitializeResult, JsonObject, TASKS_EXTENSION_ID,
+    Task, TaskPayload, TaskStatus,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData as McpError, RoleServer};
 use sandkeep_proto::TaskState;
-use sandkeep_proto::limits::RUN_OUTPUT_MAX_BYTES;
+use sandkeep_proto::limits::{OFFSET_MAX, RUN_OUTPUT_MAX_BYTES};
 use serde_json::Value;
 
-use crate::service::{RunCommandResult, Service, Session, TaskQueryArgs, TaskResult, ToolError};
+use crate::service::{
+    RunCommandResult, Service, Session, TaskQueryArgs, TaskResult, ToolError, WaitTaskArgs,
+};
 
 /// The tool that becomes a task for clients that declare the extension.
 const TASK_TOOL: &str = "run_command";
 
-/// What a client is told to wait between two `tasks/get`.
-const POLL_INTERVAL_MS: u64 = 1_000;
+/// What a client is told to wait between two `tasks/get`: short, because
+/// `tasks/get` itself waits for a running task to end (up to
+/// [`GET_HOLD_SECS`]), so a client that follows the interval gets a short
+/// command's result about as soon as the blocking call would (with the
+/// 1 s interval this once was, never under a second).
+const POLL_INTERVAL_MS: u64 = 100;
 
-/// Whether this call should become a task: `run_command` from a client
-/// that declared the extension (at initialize, or in this request's
-/// `_meta` for a 2026-07-28 client).
+/// How long `tasks/get` on a running task waits for it to end before it
+/// answers "working": a long-poll like wait_task's, well inside the 60 s
+/// after which clients commonly give up on a request.
+const GET_HOLD_SECS: u64 = 10;
+
+/// Whether this call should become a task: `run_command` on protocol
+/// 2026-07-28 from a client that declared the extension in this request's
+/// `_meta`. The extension is defined for that protocol only: a client that
+/// declares it at a 2025-era `initialize` (the Inspector's CLI does) may
+/// not expect a task, and gets the blocking result.
 pub(super) fn wanted(
     request: &CallToolRequestParams,
     context: &RequestContext<RoleServer>,
 ) -> bool {
     request.name == TASK_TOOL
+        && modern(context)
         && context
             .client_capabilities()
             .is_some_and(|caps| caps.supports_tasks())
+}
+
+/// Whether the request speaks a protocol without `initialize` (2026-07-28
+/// and later), where the extension is defined.
+pub(super) fn modern(context: &RequestContext<RoleServer>) -> bool {
+    context
+        .protocol_version()
+        .is_some_and(|v| !v.has_initialize())
+}
+
+/// A legacy `initialize` answer without the extension: it is not offered
+/// where it is not defined, so no client waits for a task that never comes.
+pub(super) fn not_offered(mut result: InitializeResult) -> InitializeResult {
+    if let Some(extensions) = result.capabilities.extensions.as_mut() {
+        extensions.remove(TASKS_EXTENSION_ID);
+        if extensions.is_empty() {
+            result.capabilities.extensions = None;
+        }
+    }
+    result
 }
 
 /// Starts `run_command`'s command as a durable task. Invalid arguments and
@@ -71,16 +108,18 @@ pub(super) async fn start(
     Ok(CallToolResponse::Task(CreateTaskResult::new(task)))
 }
 
-/// `tasks/get`: the task's state read from its sandbox.
+/// `tasks/get`: the task's state read from its sandbox, once it has ended
+/// or [`GET_HOLD_SECS`] have passed.
 pub(super) async fn get(
     service: &Service,
     params: GetTaskParams,
 ) -> Result<GetTaskResult, McpError> {
     let (sandbox_id, task_id) = decode_id(&params.task_id)?;
     let first = service
-        .get_task(query(&sandbox_id, &task_id, None))
+        .wait_task(until_ended(&sandbox_id, &task_id))
         .await
-        .map_err(|e| lookup_error(&params.task_id, e))?;
+        .map_err(|e| lookup_error(&params.task_id, e))?
+        .task;
     let detailed = match first.state {
         TaskState::Running => {
             DetailedTask::new(base(&params.task_id, &first), TaskPayload::Working)
@@ -147,6 +186,20 @@ fn decode_id(id: &str) -> Result<(String, String), McpError> {
                 None,
             )
         })
+}
+
+/// A wait_task that returns when the task ends (or after the hold): the
+/// offsets are the highest there are (a log's cap), so output does not end
+/// the wait.
+fn until_ended(sandbox_id: &str, task_id: &str) -> WaitTaskArgs {
+    WaitTaskArgs {
+        sandbox_id: sandbox_id.to_owned(),
+        task_id: task_id.to_owned(),
+        stdout_offset: Some(OFFSET_MAX),
+        stderr_offset: Some(OFFSET_MAX),
+        limit: Some(1),
+        timeout: Some(GET_HOLD_SECS),
+    }
 }
 
 fn query(sandbox_id: &str, task_id: &str, stdout_offset: Option<u64>) -> TaskQueryArgs {

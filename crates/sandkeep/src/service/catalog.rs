@@ -59,6 +59,12 @@ pub enum Era {
 pub const PASS_SANDBOX_ID: &str = "pass this sandbox_id to every call: requests on this \
 connection have no session, so there is no default sandbox";
 
+/// The error of a sessionless call without `sandbox_id`: where an id comes
+/// from, since the request carried none.
+pub const NO_SESSION: &str = "no default sandbox: requests on this connection have no session, \
+so pass sandbox_id to every call: the sandbox_id of create_sandbox's result, or one that \
+list_sandboxes lists";
+
 impl ToolSpec {
     /// The description a model reads in `era`.
     pub fn description(&self, era: Era) -> String {
@@ -66,15 +72,20 @@ impl ToolSpec {
             Era::Session => self.session_note,
             Era::Sessionless => self.sessionless_note,
         };
-        if note.is_empty() {
+        let text = if note.is_empty() {
             self.about.to_owned()
         } else {
             format!("{} {note}", self.about)
-        }
+        };
+        prose(&text)
     }
 
     /// The input schema in `era`: without a session an optional
-    /// `sandbox_id` becomes required, its description saying why.
+    /// `sandbox_id` becomes required, its description saying why. Every
+    /// parameter's description ends with what it accepts, its range and
+    /// default ([`ToolSpec::allowed`]): some clients (Codex) strip
+    /// `minimum`, `maximum` and `default` from the schema, and a model
+    /// should not learn a range from a failed call.
     pub fn input_schema(&self, era: Era) -> Map<String, Value> {
         let mut schema = (self.input_schema)();
         if era == Era::Sessionless
@@ -97,7 +108,76 @@ impl ToolSpec {
                 r.push("sandbox_id".into());
             }
         }
+        if let Some(Value::Object(properties)) = schema.get_mut("properties") {
+            for (name, property) in properties.iter_mut() {
+                let Some(allowed) = self.allowed(name) else {
+                    continue;
+                };
+                let text = property["description"].as_str().unwrap_or_default();
+                let text = format!("{text} Allowed: {allowed}.");
+                property["description"] = text.trim_start().into();
+            }
+        }
         schema
+    }
+
+    /// What parameter `param` accepts, with its range and default: the
+    /// same phrase the call's error names when a value is refused.
+    pub fn allowed(&self, param: &str) -> Option<String> {
+        super::validate::allowed(self.name, param)
+    }
+}
+
+/// `text` with each `{NAME}` replaced by the limit of that name: tool
+/// descriptions quote the limits from their constants, never by hand.
+///
+/// Panics on a name it does not know; the catalogue's tests expand every
+/// description, so that cannot ship.
+pub(super) fn prose(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(open) = rest.find('{') {
+        out.push_str(&rest[..open]);
+        let close = rest[open..]
+            .find('}')
+            .unwrap_or_else(|| panic!("an unclosed {{ in a tool description: {text}"));
+        let name = &rest[open + 1..open + close];
+        out.push_str(
+            &limit(name).unwrap_or_else(|| panic!("no limit {name:?} for a tool description")),
+        );
+        rest = &rest[open + close + 1..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// The limits tool descriptions quote, as they read in prose.
+fn limit(name: &str) -> Option<String> {
+    use sandkeep_proto::limits::*;
+    Some(match name {
+        "RUN_TIMEOUT_DEFAULT" => RUN_TIMEOUT_DEFAULT.to_string(),
+        "RUN_OUTPUT_MAX" => bytes(RUN_OUTPUT_MAX_BYTES as u64),
+        "READ_FILE_MAX" => bytes(super::handlers::READ_FILE_MAX_BYTES),
+        "LOG_CAP" => bytes(LOG_CAP_BYTES),
+        "WAIT_TIMEOUT_DEFAULT" => WAIT_TIMEOUT_DEFAULT.to_string(),
+        "WAIT_TIMEOUT_MAX" => WAIT_TIMEOUT_MAX.to_string(),
+        "CANCEL_WAIT" => (CANCEL_WAIT_MS / 1000).to_string(),
+        "LISTED_COMMAND_MAX" => LISTED_COMMAND_MAX_CHARS.to_string(),
+        "MAX_TASKS" => MAX_TASK_DIRS.to_string(),
+        _ => return None,
+    })
+}
+
+/// A whole number of KiB or MiB, as prose says sizes ("64 KiB", "1 MiB").
+fn bytes(n: u64) -> String {
+    const KIB: u64 = 1024;
+    const MIB: u64 = 1024 * 1024;
+    if n.is_multiple_of(MIB) {
+        format!("{} MiB", n / MIB)
+    } else if n.is_multiple_of(KIB) {
+        format!("{} KiB", n / KIB)
+    } else {
+        format!("{n} bytes")
     }
 }
 
@@ -112,7 +192,11 @@ fn input<T: JsonSchema>() -> Map<String, Value> {
 }
 
 fn output<T: JsonSchema>() -> Map<String, Value> {
-    schema::<T>(SchemaSettings::draft2020_12().for_serialize())
+    let mut map = schema::<T>(SchemaSettings::draft2020_12().for_serialize());
+    if let Some(Value::Object(props)) = map.get_mut("properties") {
+        props.values_mut().for_each(nullable_as_any_of);
+    }
+    map
 }
 
 fn schema<T: JsonSchema>(mut settings: SchemaSettings) -> Map<String, Value> {
@@ -161,7 +245,10 @@ fn portable(value: &mut Value) {
 
 /// An optional parameter is simply left out; it is published as its plain
 /// type, not `["T", "null"]`, which form-building clients (the Inspector)
-/// warn about. The service still accepts an explicit null.
+/// warn about, and without schemars' `"default": null`, which a client
+/// that fills in defaults (Ajv's `useDefaults`, form UIs) would send and
+/// then fail its own validation of. The service still accepts an explicit
+/// null.
 fn not_null(property: &mut Value) {
     if let Some(Value::Array(types)) = property.get_mut("type") {
         types.retain(|t| t != "null");
@@ -170,6 +257,49 @@ fn not_null(property: &mut Value) {
             property["type"] = single;
         }
     }
+    if let Value::Object(map) = property
+        && map.get("default") == Some(&Value::Null)
+    {
+        map.remove("default");
+    }
+}
+
+/// A result field that may be null, `{"type": ["T", "null"], ...}`, as
+/// `{"anyOf": [{"type": "T", ...}, {"type": "null"}]}`: the same values,
+/// in the form clients that map schemas onto a single-`type` dialect
+/// (Gemini's function declarations) accept, and that the Inspector's
+/// `--strict` does not warn about. Nested objects are rewritten too.
+fn nullable_as_any_of(property: &mut Value) {
+    let Value::Object(map) = property else {
+        return;
+    };
+    if let Some(Value::Object(props)) = map.get_mut("properties") {
+        props.values_mut().for_each(nullable_as_any_of);
+    }
+    if let Some(items) = map.get_mut("items") {
+        nullable_as_any_of(items);
+    }
+    let Some(Value::Array(types)) = map.get("type") else {
+        return;
+    };
+    let others: Vec<Value> = types.iter().filter(|t| *t != "null").cloned().collect();
+    let [single] = others.as_slice() else {
+        return;
+    };
+    if others.len() == types.len() {
+        return;
+    }
+    let mut branch = std::mem::take(map);
+    branch.insert("type".into(), single.clone());
+    for keep in ["description", "title"] {
+        if let Some(v) = branch.remove(keep) {
+            map.insert(keep.into(), v);
+        }
+    }
+    map.insert(
+        "anyOf".into(),
+        serde_json::json!([Value::Object(branch), {"type": "null"}]),
+    );
 }
 
 const fn annotations(
@@ -241,9 +371,9 @@ they are retained by a task.",
     },
     ToolSpec {
         name: "run_command",
-        title: "Run a command and wait",
+        title: "Run a command in a sandbox and wait",
         about: "Run a short shell command (bash -c) in a sandbox and wait for it; returns exit_code \
-and the last 64 KiB of stdout and stderr. At the timeout (default 30 s) the command is killed and \
+and the last {RUN_OUTPUT_MAX} of stdout and stderr. At the timeout (default {RUN_TIMEOUT_DEFAULT} s) the command is killed and \
 timed_out is true; if the client cancels the call, the command is killed too. For anything that \
 may take longer than a minute, must survive a disconnect, or produces a lot of output (builds, \
 test suites, servers, downloads), use start_task instead. Renews the sandbox's deadline.",
@@ -255,8 +385,8 @@ test suites, servers, downloads), use start_task instead. Renews the sandbox's d
     },
     ToolSpec {
         name: "read_file",
-        title: "Read a file",
-        about: "Read a text file from a sandbox (at most 1 MiB; invalid UTF-8 shows as U+FFFD). A \
+        title: "Read a file in a sandbox",
+        about: "Read a text file from a sandbox (at most {READ_FILE_MAX}; invalid UTF-8 shows as U+FFFD). A \
 relative path is taken from the sandbox user's home. Renews the sandbox's deadline.",
         session_note: DEFAULT_SANDBOX,
         sessionless_note: SANDBOX_ID_REQUIRED,
@@ -266,7 +396,7 @@ relative path is taken from the sandbox user's home. Renews the sandbox's deadli
     },
     ToolSpec {
         name: "write_file",
-        title: "Write a file",
+        title: "Write a file in a sandbox",
         about: "Write a text file in a sandbox, replacing it atomically and creating missing parent \
 directories. A relative path is taken from the sandbox user's home. Handy for scripts: write the \
 script, then run it with run_command or start_task. Renews the sandbox's deadline.",
@@ -278,7 +408,7 @@ script, then run it with run_command or start_task. Renews the sandbox's deadlin
     },
     ToolSpec {
         name: "list_files",
-        title: "List a directory",
+        title: "List a directory in a sandbox",
         about: "List a directory in a sandbox: name, type (file, dir, symlink, other), size and \
 modification time of each entry. A relative path is taken from the sandbox user's home. Renews the \
 sandbox's deadline.",
@@ -290,14 +420,14 @@ sandbox's deadline.",
     },
     ToolSpec {
         name: "start_task",
-        title: "Start a background task",
+        title: "Start a long-running background task in a sandbox",
         about: "Start a shell command (bash -c) as a durable background task in a sandbox and return \
 at once with its handle: sandbox_id + task_id. Use it instead of run_command for anything \
 long-running or with much output. The task keeps running after this call's connection ends or \
 the server restarts; KEEP THE HANDLE: get_task and cancel_task need both parts, from this or any \
 later session. The sandbox is retained (no session end destroys it) until its own deadline or \
 kill_sandbox; the deadline is not extended, so create the sandbox with a timeout long enough for \
-the task. No sandbox is ever created implicitly. Each stream's first 1 MiB is saved. If state is \
+the task. No sandbox is ever created implicitly. Each stream's first {LOG_CAP} is saved. If state is \
 \"unknown\" with an error, the submission could not be confirmed: do NOT call start_task again \
 with the same command (it may be running); query the handle with get_task, or kill_sandbox.",
         session_note: DEFAULT_SANDBOX,
@@ -324,9 +454,9 @@ vanished without a result: never treat it as success. Does not renew the sandbox
     ToolSpec {
         name: "cancel_task",
         title: "Cancel a task",
-        about: "Stop a running task: TERM, then KILL, to the task's process group, waiting at most 3 \
-s for the state cancelled; returns the same fields as get_task. A task already finished is \
-returned unchanged. If cancellation is not confirmed in 3 s the call fails and reports the \
+        about: "Stop a running task: TERM, then KILL, to the task's process group, waiting at most \
+{CANCEL_WAIT} s for the state cancelled; returns the same fields as get_task. A task already finished is \
+returned unchanged. If cancellation is not confirmed in {CANCEL_WAIT} s the call fails and reports the \
 observed state; check again with get_task, or kill_sandbox to stop everything. Processes the task \
 moved out of its process group (setsid, daemons) survive; only kill_sandbox stops them.",
         session_note: "",
@@ -340,7 +470,7 @@ moved out of its process group (setsid, daemons) survive; only kill_sandbox stop
         title: "Wait for a task",
         about: "Wait until a task finishes or writes new output, then return what get_task would, \
 plus waited_ms. Returns as soon as the task is in a final state, or stdout / stderr has saved bytes \
-beyond stdout_offset / stderr_offset, or after timeout seconds (default 30, at most 300) with the \
+beyond stdout_offset / stderr_offset, or after timeout seconds (default {WAIT_TIMEOUT_DEFAULT}, at most {WAIT_TIMEOUT_MAX}) with the \
 task still running. Use it instead of calling get_task in a loop: pass the returned *_next_offset \
 values back to follow the logs, and call again while the state is running. Does not renew the \
 sandbox's deadline.",
@@ -354,8 +484,8 @@ sandbox's deadline.",
         name: "list_tasks",
         title: "List a sandbox's tasks",
         about: "List every task in a sandbox, newest first: task_id, state, exit_code, times, the \
-first 256 characters of the command (secrets redacted) and the bytes of output saved. Use it to \
-find a handle you lost. A sandbox holds at most 128 tasks; delete_task frees a place.",
+first {LISTED_COMMAND_MAX} characters of the command (secrets redacted) and the bytes of output saved. Use it to \
+find a handle you lost. A sandbox holds at most {MAX_TASKS} tasks; delete_task frees a place.",
         session_note: "",
         sessionless_note: "",
         annotations: READS,
@@ -366,7 +496,7 @@ find a handle you lost. A sandbox holds at most 128 tasks; delete_task frees a p
         name: "delete_task",
         title: "Delete a finished task",
         about: "Delete a finished task (any state but running) with its saved logs, freeing one of the \
-sandbox's 128 task places. A running task is refused: cancel it first with cancel_task. The handle \
+sandbox's {MAX_TASKS} task places. A running task is refused: cancel it first with cancel_task. The handle \
 is unknown afterwards.",
         session_note: "",
         sessionless_note: "",
@@ -412,12 +542,224 @@ mod tests {
             assert!(!input.contains("\"null\""), "{} input: {input}", t.name);
             assert!(!t.about.contains('\n'), "{}", t.name);
         }
-        // Outputs keep null where a value may be absent.
+        // Outputs keep null where a value may be absent, as an `anyOf`.
         let o = output::<TaskResult>();
         assert_eq!(
-            o["properties"]["exit_code"]["type"],
-            serde_json::json!(["integer", "null"])
+            o["properties"]["exit_code"]["anyOf"],
+            serde_json::json!([{"type": "integer"}, {"type": "null"}])
         );
+    }
+
+    /// Every published schema, input and output, in both eras.
+    fn published() -> Vec<(String, Value)> {
+        let mut all = Vec::new();
+        for t in TOOLS {
+            for era in [Era::Session, Era::Sessionless] {
+                all.push((
+                    format!("{} input ({era:?})", t.name),
+                    Value::Object(t.input_schema(era)),
+                ));
+            }
+            all.push((
+                format!("{} output", t.name),
+                Value::Object((t.output_schema)()),
+            ));
+        }
+        all
+    }
+
+    /// Calls `f` on every subschema of `value` with its path.
+    fn walk(path: &str, value: &Value, f: &mut impl FnMut(&str, &Map<String, Value>)) {
+        match value {
+            Value::Object(map) => {
+                f(path, map);
+                for (k, v) in map {
+                    walk(&format!("{path}.{k}"), v, f);
+                }
+            }
+            Value::Array(items) => {
+                for (i, v) in items.iter().enumerate() {
+                    walk(&format!("{path}[{i}]"), v, f);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    #[test]
+    fn no_null_defaults_and_no_type_arrays_anywhere() {
+        for (what, schema) in published() {
+            walk(&what, &schema, &mut |path, map| {
+                assert_ne!(map.get("default"), Some(&Value::Null), "{path}");
+                assert!(
+                    !map.get("type").is_some_and(Value::is_array),
+                    "{path}: {map:?}"
+                );
+            });
+        }
+    }
+
+    /// The published description of `param` of `tool` (with a session).
+    fn param_description(tool: &str, param: &str) -> String {
+        let t = TOOLS.iter().find(|t| t.name == tool).unwrap();
+        t.input_schema(Era::Session)["properties"][param]["description"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{tool}.{param} has no description"))
+            .to_owned()
+    }
+
+    #[test]
+    fn descriptions_state_each_range_and_default_from_the_limits() {
+        use sandkeep_proto::limits::*;
+        let ranged = [
+            (
+                "create_sandbox",
+                "timeout",
+                SANDBOX_TIMEOUT_MIN,
+                SANDBOX_TIMEOUT_MAX,
+                SANDBOX_TIMEOUT_DEFAULT,
+            ),
+            (
+                "run_command",
+                "timeout",
+                RUN_TIMEOUT_MIN,
+                RUN_TIMEOUT_MAX,
+                RUN_TIMEOUT_DEFAULT,
+            ),
+            (
+                "start_task",
+                "timeout",
+                TASK_TIMEOUT_MIN,
+                TASK_TIMEOUT_MAX,
+                TASK_TIMEOUT_DEFAULT,
+            ),
+            (
+                "wait_task",
+                "timeout",
+                WAIT_TIMEOUT_MIN,
+                WAIT_TIMEOUT_MAX,
+                WAIT_TIMEOUT_DEFAULT,
+            ),
+            (
+                "get_task",
+                "limit",
+                PAGE_LIMIT_MIN,
+                PAGE_LIMIT_MAX,
+                PAGE_LIMIT_DEFAULT,
+            ),
+            (
+                "cancel_task",
+                "limit",
+                PAGE_LIMIT_MIN,
+                PAGE_LIMIT_MAX,
+                PAGE_LIMIT_DEFAULT,
+            ),
+            (
+                "wait_task",
+                "limit",
+                PAGE_LIMIT_MIN,
+                PAGE_LIMIT_MAX,
+                PAGE_LIMIT_DEFAULT,
+            ),
+            ("get_task", "stdout_offset", 0, OFFSET_MAX, 0),
+            ("wait_task", "stderr_offset", 0, OFFSET_MAX, 0),
+        ];
+        for (tool, param, min, max, default) in ranged {
+            let d = param_description(tool, param);
+            assert!(
+                d.contains(&format!("from {min} to {max}")),
+                "{tool}.{param}: {d}"
+            );
+            assert!(
+                d.contains(&format!("default {default}")),
+                "{tool}.{param}: {d}"
+            );
+        }
+        let resources = [
+            ("memory_mib", MEMORY_MIB_MIN, MEMORY_MIB_DEFAULT.to_string()),
+            ("pids", PIDS_MIN, PIDS_DEFAULT.to_string()),
+            ("disk_mib", DISK_MIB_MIN, DISK_MIB_DEFAULT.to_string()),
+        ];
+        for (param, min, default) in resources {
+            let d = param_description("create_sandbox", param);
+            assert!(d.contains(&format!("at least {min}")), "{param}: {d}");
+            assert!(
+                d.contains(&format!("default {default} on the local provider")),
+                "{param}: {d}"
+            );
+        }
+        let cpus = param_description("create_sandbox", "cpus");
+        let least = f64::from(MILLI_CPUS_MIN) / 1000.0;
+        let default = f64::from(MILLI_CPUS_DEFAULT) / 1000.0;
+        assert!(cpus.contains(&format!("at least {least}")), "{cpus}");
+        assert!(cpus.contains(&format!("default {default} ")), "{cpus}");
+        let command = param_description("run_command", "command");
+        assert!(
+            command.contains(&format!("1 to {COMMAND_MAX_CHARS} characters")),
+            "{command}"
+        );
+        let hosts = param_description("create_sandbox", "allow_hosts");
+        assert!(
+            hosts.contains(&format!("1 to {ALLOW_HOSTS_MAX}")),
+            "{hosts}"
+        );
+    }
+
+    #[test]
+    fn every_schema_bound_is_in_its_description() {
+        for t in TOOLS {
+            let schema = t.input_schema(Era::Session);
+            let Some(Value::Object(props)) = schema.get("properties") else {
+                continue;
+            };
+            for (name, p) in props {
+                let d = p["description"].as_str().unwrap_or_default();
+                for key in [
+                    "minimum",
+                    "maximum",
+                    "minLength",
+                    "maxLength",
+                    "minItems",
+                    "maxItems",
+                    "default",
+                ] {
+                    if let Some(v) = p.get(key) {
+                        let v = v.as_str().map_or_else(|| v.to_string(), str::to_owned);
+                        assert!(
+                            d.contains(&v),
+                            "{}.{name}: {key} {v} is not in {d:?}",
+                            t.name
+                        );
+                    }
+                }
+                assert!(d.contains("Allowed: "), "{}.{name}: {d:?}", t.name);
+            }
+        }
+    }
+
+    #[test]
+    fn tool_descriptions_quote_the_limits() {
+        use sandkeep_proto::limits::*;
+        for t in TOOLS {
+            for era in [Era::Session, Era::Sessionless] {
+                let d = t.description(era);
+                assert!(!d.contains('{') && !d.contains('}'), "{}: {d}", t.name);
+            }
+        }
+        let of = |name: &str| {
+            TOOLS
+                .iter()
+                .find(|t| t.name == name)
+                .unwrap()
+                .description(Era::Session)
+        };
+        assert!(of("run_command").contains(&format!("(default {RUN_TIMEOUT_DEFAULT} s)")));
+        assert!(of("run_command").contains("the last 64 KiB"));
+        assert!(of("wait_task").contains(&format!("at most {WAIT_TIMEOUT_MAX})")));
+        assert!(of("list_tasks").contains(&format!("at most {MAX_TASK_DIRS} tasks")));
+        assert_eq!(bytes(RUN_OUTPUT_MAX_BYTES as u64), "64 KiB");
+        assert_eq!(bytes(LOG_CAP_BYTES), "1 MiB");
+        assert_eq!(bytes(1000), "1000 bytes");
     }
 
     #[test]

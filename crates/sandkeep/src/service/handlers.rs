@@ -1,4 +1,4 @@
-//! The typed handlers, one per tool of SPEC.md §4. Each validates first (so
+//! The typed handlers, one per tool of docs/tools.md. Each validates first (so
 //! a rejected call runs nothing), then asks the provider or the in-sandbox
 //! helper, then shapes the result.
 
@@ -14,7 +14,7 @@ use super::helper::{self, HelperError};
 use super::*;
 use crate::provider::{CreateSpec, ExecRequest, FileKind, ProviderError, SandboxInfo};
 
-/// read_file refuses files larger than this (SPEC.md §4).
+/// read_file refuses files larger than this (docs/tools.md).
 pub const READ_FILE_MAX_BYTES: u64 = 1_048_576;
 
 const DO_NOT_RESUBMIT: &str = "The task may or may not be running. Do NOT call start_task again for this command: \
@@ -274,12 +274,7 @@ impl Service {
         };
         let encoded = wire::encoded_request_len(&request);
         if encoded > START_REQUEST_MAX_BYTES {
-            return Err(ToolError::InvalidArgument(format!(
-                "invalid parameter `command`: the start request, JSON-encoded and shell-quoted, is {encoded} bytes, \
-                 over the {START_REQUEST_MAX_BYTES}-byte limit (quotes, backslashes and control characters count \
-                 several times); shorten the command, or write the script with write_file and start it by path; \
-                 nothing was run"
-            )));
+            return Err(start_request_too_large(encoded));
         }
         // Retain before submitting: once the helper may have the task, no
         // session end may destroy its sandbox.
@@ -396,6 +391,16 @@ fn new_task_id() -> Result<TaskId, ToolError> {
         )))
     })?;
     Ok(TaskId::from_bytes(bytes))
+}
+
+/// A start request of `encoded` bytes, over what travels to the helper.
+pub(super) fn start_request_too_large(encoded: usize) -> ToolError {
+    ToolError::InvalidArgument(format!(
+        "invalid parameter `command`: the start request, JSON-encoded and shell-quoted, is {encoded} bytes, \
+         over the {START_REQUEST_MAX_BYTES}-byte limit (quotes, backslashes and control characters count \
+         several times); shorten the command, or write the script with write_file and start it by path; \
+         nothing was run"
+    ))
 }
 
 pub(super) fn helper_error(e: HelperError, id: &SandboxId, task_id: &TaskId) -> ToolError {

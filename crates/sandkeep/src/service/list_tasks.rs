@@ -19,10 +19,13 @@ pub struct ListTasksArgs {
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct TaskEntry {
+    /// The task_id of the task's handle.
     pub task_id: String,
     /// running, succeeded, failed, cancelled, timed_out or unknown.
     #[schemars(schema_with = "super::types::task_state_schema")]
     pub state: sandkeep_proto::TaskState,
+    /// Exit status, or 128+N when ended by signal N; null while running or
+    /// unknown.
     pub exit_code: Option<i32>,
     /// Unix seconds.
     pub started_at: Option<u64>,
@@ -39,7 +42,9 @@ pub struct TaskEntry {
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct ListTasksResult {
+    /// The sandbox asked for.
     pub sandbox_id: String,
+    /// Its tasks, newest first.
     pub tasks: Vec<TaskEntry>,
 }
 

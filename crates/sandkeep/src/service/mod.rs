@@ -1,4 +1,4 @@
-//! The service: one handler per tool of SPEC.md §4, shared by every front end.
+//! The service: one handler per tool of docs/tools.md, shared by every front end.
 //!
 //! It owns policy: argument validation (§3), session state (default sandbox,
 //! destruction set, retention; §2, §6), the start_task protocol with the
@@ -38,6 +38,8 @@ mod helper;
 mod json;
 mod list_tasks;
 mod mask;
+#[cfg(test)]
+mod reference;
 mod session;
 mod types;
 mod validate;

@@ -10,6 +10,9 @@ use crate::provider::SandboxId;
 struct State {
     default: Option<SandboxId>,
     destruction: BTreeSet<SandboxId>,
+    /// Sandboxes a task was started in from this session: no session end
+    /// destroys them (reported when the session ends).
+    retained: BTreeSet<SandboxId>,
     /// The destruction set was taken: the session is over.
     ended: bool,
 }
@@ -80,13 +83,23 @@ impl Session {
     /// A task was started in the sandbox: it leaves the destruction set (it
     /// stays the default).
     pub(super) fn release(&self, id: &SandboxId) {
-        self.with(|s| s.destruction.remove(id));
+        self.with(|s| {
+            s.destruction.remove(id);
+            s.retained.insert(id.clone());
+        });
+    }
+
+    /// The sandboxes this session retained by starting a task in them.
+    pub fn retained(&self) -> Vec<SandboxId> {
+        self.with(|s| s.retained.iter().cloned().collect())
+            .unwrap_or_default()
     }
 
     /// The sandbox is gone: it leaves every set, and the default if it was.
     pub(super) fn forget(&self, id: &SandboxId) {
         self.with(|s| {
             s.destruction.remove(id);
+            s.retained.remove(id);
             if s.default.as_ref() == Some(id) {
                 s.default = None;
             }

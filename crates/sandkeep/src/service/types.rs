@@ -21,7 +21,7 @@ pub(super) fn task_state_schema(_: &mut schemars::SchemaGenerator) -> schemars::
 #[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateSandboxArgs {
-    /// Template (base image) of the sandbox. Default "base".
+    /// Template (base image) of the sandbox.
     #[serde(default)]
     pub template: Option<String>,
     /// Seconds until the sandbox is destroyed. run_command and the file tools push the deadline to now + timeout;
@@ -35,8 +35,8 @@ pub struct CreateSandboxArgs {
     /// TOKEN, SECRET or PASSWORD are redacted from task logs.
     #[serde(default)]
     pub envs: Option<BTreeMap<String, String>>,
-    /// "internet" (default): outbound connections to public addresses
-    /// only; "none": loopback only.
+    /// "internet": outbound connections to public addresses only;
+    /// "none": loopback only.
     #[serde(default)]
     #[schemars(extend("enum" = ["internet", "none"]))]
     pub network: Option<String>,
@@ -45,20 +45,19 @@ pub struct CreateSandboxArgs {
     #[serde(default)]
     #[schemars(length(min = 1, max = ALLOW_HOSTS_MAX))]
     pub allow_hosts: Option<Vec<String>>,
-    /// Memory limit in MiB, up to the server's ceiling. Default 2048.
+    /// Memory limit.
     #[serde(default)]
     #[schemars(range(min = MEMORY_MIB_MIN))]
     pub memory_mib: Option<u64>,
-    /// CPUs (fractions allowed), up to the server's ceiling. Default 2.
+    /// CPUs (fractions allowed).
     #[serde(default)]
-    #[schemars(range(min = 0.1))]
+    #[schemars(range(min = super::validate::CPUS_MIN))]
     pub cpus: Option<f64>,
-    /// Most processes at once, up to the server's ceiling. Default 1024.
+    /// Most processes at once.
     #[serde(default)]
     #[schemars(range(min = PIDS_MIN))]
     pub pids: Option<u64>,
-    /// Most MiB the sandbox may write, up to the server's ceiling.
-    /// Default 4096.
+    /// Most the sandbox may write.
     #[serde(default)]
     #[schemars(range(min = DISK_MIB_MIN))]
     pub disk_mib: Option<u64>,
@@ -67,9 +66,13 @@ pub struct CreateSandboxArgs {
 /// The limits in force; null where the host cannot enforce one.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct LimitsResult {
+    /// Memory limit in MiB.
     pub memory_mib: Option<u64>,
+    /// CPUs the sandbox may use at once.
     pub cpus: Option<f64>,
+    /// Most processes at once.
     pub pids: Option<u64>,
+    /// Most MiB the sandbox may write.
     pub disk_mib: Option<u64>,
 }
 
@@ -93,6 +96,7 @@ pub struct CreateSandboxResult {
     /// there is no default sandbox, so pass sandbox_id to every call.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub next: Option<String>,
+    /// The template (base image) it was made from.
     pub template: String,
     /// Unix seconds.
     pub created_at: u64,
@@ -105,6 +109,7 @@ pub struct CreateSandboxResult {
     pub network: Option<String>,
     /// The names connections are narrowed to (empty: none).
     pub allow_hosts: Vec<String>,
+    /// The limits in force; null where the host cannot enforce one.
     pub limits: LimitsResult,
 }
 
@@ -117,6 +122,7 @@ pub struct KillSandboxArgs {
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct KillSandboxResult {
+    /// The sandbox asked for.
     pub sandbox_id: String,
     /// False when the sandbox was already gone.
     pub killed: bool,
@@ -128,7 +134,9 @@ pub struct ListSandboxesArgs {}
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct SandboxEntry {
+    /// The sandbox's id.
     pub sandbox_id: String,
+    /// The template (base image) it was made from.
     pub template: String,
     /// Unix seconds.
     pub created_at: u64,
@@ -137,14 +145,20 @@ pub struct SandboxEntry {
     /// True once a task was started in it: no session end destroys it; it
     /// lives until expires_at or kill_sandbox.
     pub retained: bool,
+    /// The isolation level the sandbox got.
     pub isolation: String,
+    /// The network mode in force ("internet" or "none"); null when the
+    /// sandbox shares the host's network.
     pub network: Option<String>,
+    /// The names connections are narrowed to (empty: none).
     pub allow_hosts: Vec<String>,
+    /// The limits in force; null where the host cannot enforce one.
     pub limits: LimitsResult,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct ListSandboxesResult {
+    /// The live sandboxes.
     pub sandboxes: Vec<SandboxEntry>,
 }
 
@@ -183,7 +197,9 @@ pub struct RunCommandResult {
     pub timed_out: bool,
     /// True when earlier stdout bytes were dropped.
     pub stdout_truncated: bool,
+    /// True when earlier stderr bytes were dropped.
     pub stderr_truncated: bool,
+    /// The sandbox it ran in.
     pub sandbox_id: String,
     /// The last bytes of stdout (at most 64 KiB).
     pub stdout: String,
@@ -205,6 +221,7 @@ pub struct ReadFileArgs {
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct ReadFileResult {
+    /// The path as given.
     pub path: String,
     /// The file as text (invalid UTF-8 shown as U+FFFD).
     pub content: String,
@@ -229,7 +246,9 @@ pub struct WriteFileArgs {
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct WriteFileResult {
+    /// The path as given.
     pub path: String,
+    /// Bytes of the file as written (the content as UTF-8).
     pub bytes_written: u64,
 }
 
@@ -256,7 +275,9 @@ pub enum EntryType {
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct DirEntry {
+    /// The entry's name in the directory.
     pub name: String,
+    /// What it is (a symbolic link is not followed).
     #[serde(rename = "type")]
     pub entry_type: EntryType,
     /// Bytes.
@@ -267,7 +288,9 @@ pub struct DirEntry {
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct ListFilesResult {
+    /// The path as given.
     pub path: String,
+    /// The directory's entries.
     pub entries: Vec<DirEntry>,
 }
 
@@ -304,8 +327,11 @@ pub struct StartTaskResult {
     /// the submission could not be confirmed.
     #[schemars(schema_with = "task_state_schema")]
     pub state: sandkeep_proto::TaskState,
+    /// Exit status when the task already ended; null while running.
     pub exit_code: Option<i32>,
+    /// Unix seconds; null when unknown.
     pub started_at: Option<u64>,
+    /// Unix seconds; null until a terminal state is recorded.
     pub finished_at: Option<u64>,
     /// Present only with state unknown: why the start is unconfirmed and
     /// what to do (query the handle with get_task; do not submit again).
@@ -360,16 +386,20 @@ pub struct TaskResult {
     pub stderr_next_offset: u64,
     /// Bytes of stdout saved so far (at most 1 MiB).
     pub stdout_bytes: u64,
+    /// Bytes of stderr saved so far (at most 1 MiB).
     pub stderr_bytes: u64,
     /// True once stdout passed 1 MiB: later bytes were not saved.
     pub stdout_truncated: bool,
+    /// True once stderr passed 1 MiB: later bytes were not saved.
     pub stderr_truncated: bool,
     /// Why a terminal task failed, when known beyond its exit code: "out
     /// of memory (limit N MiB)" when the sandbox's memory limit killed it.
     /// Absent otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// The sandbox_id of the task's handle.
     pub sandbox_id: String,
+    /// The task_id of the task's handle.
     pub task_id: String,
     /// Unix seconds.
     pub started_at: Option<u64>,

@@ -1,4 +1,4 @@
-//! Range and format checks of SPEC.md §3–§4, run before anything touches a
+//! Range and format checks of docs/tools.md, run before anything touches a
 //! sandbox. Every message names the parameter and what is allowed.
 
 use sandkeep_proto::TaskId;
@@ -14,7 +14,19 @@ pub(super) const PATH_MAX_BYTES: usize = 4096;
 /// The rule of a parameter, as a phrase for error messages. Used for type
 /// errors too, so a wrong type names the allowed values.
 pub(super) fn rule(tool: &str, param: &str) -> String {
-    match (tool, param) {
+    match allowed(tool, param) {
+        Some(values) => format!("must be {values}"),
+        None => "is not accepted".into(),
+    }
+}
+
+/// What `param` of `tool` accepts, with its range and default, as a
+/// phrase ("an integer from 1 to 3600 (seconds), default 30"): the one
+/// statement of each rule, which error messages, the published parameter
+/// descriptions and docs/tools.md all quote. `None` for a parameter no
+/// tool takes.
+pub(crate) fn allowed(tool: &str, param: &str) -> Option<String> {
+    Some(match (tool, param) {
         ("create_sandbox", "timeout") => integer_rule(
             SANDBOX_TIMEOUT_MIN,
             SANDBOX_TIMEOUT_MAX,
@@ -39,18 +51,12 @@ pub(super) fn rule(tool: &str, param: &str) -> String {
             " (seconds)",
             WAIT_TIMEOUT_DEFAULT,
         ),
-        (_, "command") => format!("must be a string of 1 to {COMMAND_MAX_CHARS} characters"),
-        (_, "template") => "must be a non-empty string naming a template, default \"base\"".into(),
-        (_, "envs") => {
-            "must be an object mapping variable names (no '=' or NUL) to string values".into()
-        }
-        (_, "sandbox_id") => {
-            "must be a sandbox id string of 1-64 characters a-z, 0-9 and '-'".into()
-        }
-        (_, "task_id") => {
-            "must be a string of 32 lowercase hexadecimal characters (^[0-9a-f]{32}$)".into()
-        }
-        (_, "stdout_offset" | "stderr_offset") => integer_rule(0, OFFSET_MAX, "", 0),
+        (_, "command") => format!("a string of 1 to {COMMAND_MAX_CHARS} characters"),
+        (_, "template") => "a non-empty string naming a template, default \"base\"".into(),
+        (_, "envs") => "an object mapping variable names (no '=' or NUL) to string values".into(),
+        (_, "sandbox_id") => "a sandbox id string of 1-64 characters a-z, 0-9 and '-'".into(),
+        (_, "task_id") => "a string of 32 lowercase hexadecimal characters (^[0-9a-f]{32}$)".into(),
+        (_, "stdout_offset" | "stderr_offset") => integer_rule(0, OFFSET_MAX, " (bytes)", 0),
         (_, "limit") => integer_rule(
             PAGE_LIMIT_MIN,
             PAGE_LIMIT_MAX,
@@ -58,34 +64,41 @@ pub(super) fn rule(tool: &str, param: &str) -> String {
             PAGE_LIMIT_DEFAULT,
         ),
         (_, "path" | "cwd") => {
-            format!("must be a non-empty path string of at most {PATH_MAX_BYTES} bytes without NUL")
+            format!("a non-empty path string (1 to {PATH_MAX_BYTES} bytes, no NUL)")
         }
-        (_, "content") => "must be a string".into(),
-        (_, "network") => "must be \"internet\" or \"none\"".into(),
+        (_, "content") => "a string".into(),
+        (_, "network") => "\"internet\" or \"none\", default \"internet\"".into(),
         (_, "allow_hosts") => format!(
-            "must be an array of 1 to {ALLOW_HOSTS_MAX} host names or \"*.suffix\" patterns \
-             (no scheme, port, path or IP address)"
+            "an array of 1 to {ALLOW_HOSTS_MAX} host names or \"*.suffix\" patterns (no \
+             scheme, port, path or IP address)"
         ),
-        (_, "memory_mib") => {
-            format!(
-                "must be an integer of at least {MEMORY_MIB_MIN} (MiB), at most the server's ceiling"
-            )
-        }
-        (_, "cpus") => "must be a number of at least 0.1, at most the server's ceiling".into(),
-        (_, "pids") => {
-            format!("must be an integer of at least {PIDS_MIN}, at most the server's ceiling")
-        }
-        (_, "disk_mib") => {
-            format!(
-                "must be an integer of at least {DISK_MIB_MIN} (MiB), at most the server's ceiling"
-            )
-        }
-        _ => "is not accepted".into(),
-    }
+        (_, "memory_mib") => resource_rule(MEMORY_MIB_MIN, " (MiB)", MEMORY_MIB_DEFAULT),
+        (_, "cpus") => format!(
+            "a number of at least {CPUS_MIN}, at most the server's ceiling; default {} on the \
+             local provider",
+            f64::from(MILLI_CPUS_DEFAULT) / 1000.0
+        ),
+        (_, "pids") => resource_rule(PIDS_MIN, "", PIDS_DEFAULT),
+        (_, "disk_mib") => resource_rule(DISK_MIB_MIN, " (MiB)", DISK_MIB_DEFAULT),
+        _ => return None,
+    })
 }
 
+/// The least `cpus` a sandbox may ask for.
+pub(super) const CPUS_MIN: f64 = MILLI_CPUS_MIN as f64 / 1000.0;
+
 fn integer_rule(min: u64, max: u64, unit: &str, default: u64) -> String {
-    format!("must be an integer from {min} to {max}{unit}, default {default}")
+    format!("an integer from {min} to {max}{unit}, default {default}")
+}
+
+/// A resource request: its least, the server's ceiling as its most, and
+/// the local provider's default (other providers may refuse the request
+/// altogether, so the schema declares no default a client would fill in).
+fn resource_rule(min: u64, unit: &str, default: u64) -> String {
+    format!(
+        "an integer of at least {min}{unit}, at most the server's ceiling; default {default} on \
+         the local provider"
+    )
 }
 
 fn range(
@@ -346,11 +359,13 @@ pub(super) fn limits(
         None => None,
         Some(c) => {
             let max = f64::from(ceilings.milli_cpus) / 1000.0;
-            if !(0.1..=max).contains(&c) {
+            if !(CPUS_MIN..=max).contains(&c) {
                 return Err(ToolError::invalid(
                     "cpus",
                     &rule("", "cpus"),
-                    format_args!("got {c}; this server allows 0.1 to {max}; nothing was created"),
+                    format_args!(
+                        "got {c}; this server allows {CPUS_MIN} to {max}; nothing was created"
+                    ),
                 ));
             }
             Some((c * 1000.0).round() as u32)

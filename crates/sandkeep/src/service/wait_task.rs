@@ -1,4 +1,4 @@
-//! wait_task and delete_task (SPEC.md §4, beyond the seed's three task
+//! wait_task and delete_task (docs/tools.md, beyond the seed's three task
 //! tools): the long-poll on a task, and the removal of a settled one.
 //!
 //! Like get_task they neither renew the deadline nor touch the session.
@@ -77,7 +77,9 @@ pub struct DeleteTaskArgs {
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct DeleteTaskResult {
+    /// The sandbox_id of the task's handle.
     pub sandbox_id: String,
+    /// The task_id of the task's handle.
     pub task_id: String,
     /// True: the task, its state and its logs are gone.
     pub deleted: bool,
@@ -225,7 +227,7 @@ impl SharedReads {
 impl Service {
     /// run_command's arguments, checked as run_command checks them (the
     /// same messages), started as a durable task like start_task: the MCP
-    /// Tasks extension's way to run a command (SPEC.md §4).
+    /// Tasks extension's way to run a command (docs/tools.md).
     pub async fn start_run_command_task(
         &self,
         session: &super::Session,

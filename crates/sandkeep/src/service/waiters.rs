@@ -1,4 +1,4 @@
-//! The shared in-sandbox watcher behind wait_task (SPEC.md §4): one
+//! The shared in-sandbox watcher behind wait_task (docs/tools.md): one
 //! `sandkeep-task wait --stream` per sandbox that has waiters, however many
 //! wait there, its reports fanned out to them through `watch` channels.
 //!

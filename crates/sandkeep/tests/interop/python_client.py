@@ -6,11 +6,13 @@ with SANDKEEP_HOME also set in the environment. It walks the acceptance
 path of SPEC.md section 9 with an independent client implementation:
 phase 1 over stdio with the legacy initialize handshake, phase 2 over stdio
 with the SDK's default negotiation (2026-07-28 discover when offered), and
-a short phase over Streamable HTTP. Any failed check raises, which makes
+two short phases over Streamable HTTP: the default negotiation, and a legacy
+session whose disconnect (a DELETE) must not make the SDK warn. Any failed check raises, which makes
 the interpreter exit non-zero with the reason on stderr.
 """
 
 import asyncio
+import logging
 import sys
 import time
 
@@ -103,13 +105,41 @@ async def phase_http(url, token):
         return c.protocol_version
 
 
+class Warnings(logging.Handler):
+    """Collects the SDK's warnings (a legacy disconnect the server answers
+    wrongly logs "Session termination failed")."""
+
+    def __init__(self):
+        super().__init__(logging.WARNING)
+        self.seen = []
+
+    def emit(self, record):
+        self.seen.append(record.getMessage())
+
+
+async def phase_http_legacy(url, token):
+    # A legacy (initialize) session over HTTP ends with a DELETE when the
+    # client closes: the server must answer it as the transport says.
+    warnings = Warnings()
+    logging.getLogger("mcp").addHandler(warnings)
+    http = create_mcp_http_client(headers={"Authorization": f"Bearer {token}"})
+    async with Client(streamable_http_client(url, http_client=http), mode="legacy") as c:
+        sb = await ok(c, "create_sandbox", {"timeout": 60})
+        await ok(c, "kill_sandbox", {"sandbox_id": sb["sandbox_id"]})
+        version = c.protocol_version
+    logging.getLogger("mcp").removeHandler(warnings)
+    check(not warnings.seen, f"the SDK warned at the legacy disconnect: {warnings.seen}")
+    return version
+
+
 async def main():
     binary, home, url, token = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
     server = StdioServerParameters(command=binary, args=["serve"], env={"SANDKEEP_HOME": home})
     sandbox_id, task_id = await phase_one(server)
     stdio_version = await phase_two(server, sandbox_id, task_id)
     http_version = await phase_http(url, token)
-    print(f"interop ok: stdio {stdio_version}, http {http_version}")
+    legacy_version = await phase_http_legacy(url, token)
+    print(f"interop ok: stdio {stdio_version}, http {http_version}, legacy http {legacy_version}")
 
 
 asyncio.run(main())
