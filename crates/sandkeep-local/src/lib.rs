@@ -52,6 +52,7 @@ use async_trait::async_trait;
 pub use config::LocalConfig;
 pub use doctor::{Check, DoctorReport};
 pub use spawn::prestart;
+pub use state::trusted_path;
 
 use self::client::{CallError, Outcome};
 use self::presence::{Presence, Until, inspect, lock_sandbox, terminate};
@@ -136,10 +137,11 @@ pub(crate) async fn pool<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'stat
 }
 
 impl LocalProvider {
-    /// Makes the state directory absolute (keepers and masks need absolute
-    /// paths) and creates it.
+    /// Resolves the state directory to the real, absolute path it names
+    /// (keepers and masks need absolute paths; a parent link changed later
+    /// must not move it), checks its parents, and creates it.
     pub fn new(config: LocalConfig) -> Result<Self> {
-        let abs = std::path::absolute(&config.home).map_err(io_err("resolve SANDKEEP_HOME"))?;
+        let abs = state::trusted_path(&config.home).map_err(io_err("check SANDKEEP_HOME"))?;
         let home = Home::new(abs.clone());
         home.ensure().map_err(io_err(format!(
             "create the state directory {}",

@@ -67,10 +67,11 @@ pub fn about_to_create() {
     }
 }
 
-/// `SANDKEEP_HOME` as this process's configuration resolves it (absolute):
-/// the server keeps its own files there too (the generated HTTP token).
+/// `SANDKEEP_HOME` as this process's configuration resolves it (the real
+/// absolute path, its parents checked): the server keeps its own files
+/// there too (the generated HTTP token).
 pub fn home_from_env() -> std::io::Result<std::path::PathBuf> {
-    std::path::absolute(local::LocalConfig::from_env()?.home)
+    local::trusted_path(&local::LocalConfig::from_env()?.home)
 }
 
 /// Where the sandboxes of `kind` live, as "no such sandbox" errors and the
