@@ -21,7 +21,7 @@ use support::*;
 
 /// A `sandkeep serve --e2b 127.0.0.1:0` child.
 struct E2bServer {
-    _child: tokio::process::Child,
+    child: tokio::process::Child,
     url: String,
     key: String,
     stderr: Arc<Mutex<String>>,
@@ -63,11 +63,16 @@ impl E2bServer {
         )
         .await;
         Self {
-            _child: child,
+            child,
             url,
             key,
             stderr,
         }
+    }
+
+    /// The server's pid.
+    fn pid(&self) -> u32 {
+        self.child.id().expect("the server runs")
     }
 
     /// `host:port` of the listener.
@@ -701,4 +706,185 @@ async fn a_broken_upload_leaves_no_file() {
         )
         .await;
     }
+}
+
+/// The most resident memory the process ever had (VmHWM), in KiB.
+fn peak_rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmHWM in /proc/PID/status")
+}
+
+/// How much one test may raise the server's peak memory: its buffers (a
+/// 4 MiB message cap, a connection's read buffers), never a body.
+const BODY_PEAK_KIB: u64 = 32 * 1024;
+
+/// A raw request head and the whole answer (the server closes the
+/// connection, or the answer is complete within 10 s).
+async fn answer(addr: &str, head: String) -> String {
+    use tokio::io::AsyncReadExt;
+    let mut stream = http::send(addr, head.as_bytes()).await;
+    let mut out = Vec::new();
+    let mut buf = [0u8; 4096];
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        match tokio::time::timeout(left, stream.read(&mut buf)).await {
+            Ok(Ok(n)) if n > 0 => out.extend_from_slice(&buf[..n]),
+            _ => break,
+        }
+        let text = String::from_utf8_lossy(&out);
+        if let Some((head, body)) = text.split_once("\r\n\r\n")
+            && let Some(len) = head.lines().find_map(|l| {
+                l.to_ascii_lowercase()
+                    .strip_prefix("content-length:")
+                    .and_then(|v| v.trim().parse::<usize>().ok())
+            })
+            && body.len() >= len
+        {
+            break;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Sends `total` bytes of `byte` as a chunked body after `head`, ignoring a
+/// server that stops reading (it refused the body), then waits for it to
+/// close the connection or answer.
+async fn send_chunked(addr: &str, head: &str, total: usize) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = http::send(addr, head.as_bytes()).await;
+    let chunk = vec![b'x'; 1 << 20];
+    let mut sent = 0;
+    while sent < total {
+        let framed = [format!("{:x}\r\n", chunk.len()).as_bytes(), &chunk, b"\r\n"].concat();
+        if stream.write_all(&framed).await.is_err() {
+            return;
+        }
+        sent += chunk.len();
+    }
+    let _ = stream.write_all(b"0\r\n\r\n").await;
+    let mut rest = [0u8; 4096];
+    let _ = tokio::time::timeout(Duration::from_secs(10), stream.read(&mut rest)).await;
+}
+
+/// What the endpoint must hold whole (a Connect message, a REST JSON body)
+/// is capped at a few MiB: a body announced larger is refused before any of
+/// it is read, with an error naming the limit; one sent without a length is
+/// cut at the limit. Uploads stream into the sandbox instead. The server's
+/// peak memory stays within a few buffers of where it was, through 256 MiB
+/// of refused bodies and 512 MiB of uploads.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bodies_are_capped_and_uploads_stream_in_bounded_memory() {
+    let home = Home::new();
+    let server = E2bServer::start(&home).await;
+    let http = reqwest::Client::new();
+    let sandbox = server.sandbox(&http).await;
+    let addr = server.addr().to_owned();
+    let envd = format!(
+        "Host: 127.0.0.1\r\ne2b-sandbox-id: {}\r\nx-access-token: {}\r\n",
+        sandbox.id, sandbox.token
+    );
+    let before = peak_rss_kib(server.pid());
+
+    let rpc = answer(
+        &addr,
+        format!(
+            "POST /process.Process/Start HTTP/1.1\r\n{envd}content-type: application/connect+json\r\n\
+             content-length: 400000000\r\nexpect: 100-continue\r\n\r\n"
+        ),
+    )
+    .await;
+    // Start is a server stream: its error is the end-stream message.
+    assert!(
+        !rpc.contains("100 Continue") && rpc.contains("invalid_argument") && rpc.contains("limit"),
+        "{rpc}"
+    );
+    let rest = answer(
+        &addr,
+        format!(
+            "POST /v2/sandboxes HTTP/1.1\r\nHost: 127.0.0.1\r\nx-api-key: {}\r\n\
+             content-type: application/json\r\ncontent-length: 400000000\r\n\
+             expect: 100-continue\r\n\r\n",
+            server.key
+        ),
+    )
+    .await;
+    assert!(
+        rest.starts_with("HTTP/1.1 413") && rest.contains("\"code\":413") && rest.contains("limit"),
+        "{rest}"
+    );
+    for path in ["/process.Process/Start", "/filesystem.Filesystem/ListDir"] {
+        send_chunked(
+            &addr,
+            &format!(
+                "POST {path} HTTP/1.1\r\n{envd}content-type: application/json\r\n\
+                 transfer-encoding: chunked\r\n\r\n"
+            ),
+            128 << 20,
+        )
+        .await;
+    }
+
+    let size: usize = 256 << 20;
+    send_chunked(
+        &addr,
+        &format!(
+            "POST /files?path=up/stream.bin HTTP/1.1\r\n{envd}\
+             content-type: application/octet-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+        ),
+        size,
+    )
+    .await;
+    let mut multipart = b"--b\r\ncontent-disposition: form-data; name=\"file\"; filename=\"x\"\r\n\
+        content-type: application/octet-stream\r\n\r\n"
+        .to_vec();
+    multipart.resize(multipart.len() + size, b'y');
+    multipart.extend_from_slice(b"\r\n--b--\r\n");
+    let r = sandbox
+        .envd(http.post(format!("{}/files?path=up/part.bin", server.url)))
+        .header("content-type", "multipart/form-data; boundary=b")
+        .body(multipart)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200, "{:?}", r.text().await);
+    let sizes = home
+        .command(&[
+            "exec",
+            "--sandbox",
+            &sandbox.id,
+            "--",
+            "stat -c %s up/stream.bin up/part.bin",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&sizes.stdout),
+        format!("{size}\n{size}\n"),
+        "{sizes:?}"
+    );
+
+    let after = peak_rss_kib(server.pid());
+    eprintln!("server peak RSS: {before} KiB before, {after} KiB after");
+    assert!(
+        after < before + BODY_PEAK_KIB,
+        "the server's peak memory rose from {before} to {after} KiB"
+    );
+    let r = sandbox
+        .envd(http.post(format!("{}/filesystem.Filesystem/Stat", server.url)))
+        .header("content-type", "application/json")
+        .body(r#"{"path": "up/part.bin"}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        r.status(),
+        200,
+        "the server serves on: {:?}",
+        r.text().await
+    );
 }
