@@ -513,11 +513,49 @@ async fn the_generated_api_key_file_is_private() {
     );
 }
 
-/// The E2B listener holds clients as the MCP edge does: a client that
-/// never finishes its request head is cut off at the header read timeout
-/// (10 s), and past `--max-connections` a connection is told 503.
+/// The E2B listener holds clients as the MCP edge does: connections
+/// without a key that hold no request (three times as many as there are
+/// places, from other peers and the clients' own address) keep no client
+/// with the key out and are cut within 20 s; a client that never finishes
+/// its request head is cut at the header read timeout (10 s).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_e2b_listener_cuts_slow_clients_and_caps_connections() {
+async fn idle_connections_without_a_key_cannot_lock_a_client_out() {
+    let home = Home::new();
+    let key = "test-key".to_owned();
+    let server = E2bServer::launch(
+        &home,
+        &["--api-key", &key, "--max-connections", "8"],
+        key.clone(),
+    )
+    .await;
+    // From a peer of its own, the least crowded: not the one to make room.
+    let slow = (
+        http::send_from(
+            "127.0.0.4",
+            server.addr(),
+            b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ",
+        )
+        .await,
+        std::time::Instant::now(),
+    );
+    let held = http::hold_idle(server.addr(), 8).await;
+    for _ in 0..3 {
+        let r = reqwest::Client::new()
+            .get(format!("{}/v2/sandboxes", server.url))
+            .header("x-api-key", &key)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+    }
+    tokio::join!(http::assert_cut_off(slow), http::assert_all_cut(held));
+}
+
+/// Past `--max-connections`, with every place taken by a request in flight
+/// (an upload whose body is still on its way), a connection is told 503;
+/// once the upload is gone its place is free again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn past_the_connection_cap_every_place_busy_gets_503() {
     let home = Home::new();
     let key = "test-key".to_owned();
     let server = E2bServer::launch(
@@ -526,11 +564,19 @@ async fn the_e2b_listener_cuts_slow_clients_and_caps_connections() {
         key.clone(),
     )
     .await;
-    // The only place, held by a client that never finishes its headers.
-    let slow = http::slow_client(server.addr(), "GET", "/health").await;
+    let sandbox = server.sandbox(&reqwest::Client::new()).await;
+    let holder = http::request_in_flight(
+        server.addr(),
+        &format!(
+            "POST /files?path=up/held.bin HTTP/1.1\r\nHost: 127.0.0.1\r\n\
+             e2b-sandbox-id: {}\r\nx-access-token: {}\r\n\
+             content-type: application/octet-stream\r\ncontent-length: 1000\r\n",
+            sandbox.id, sandbox.token
+        ),
+    )
+    .await;
     http::assert_busy(server.addr(), "/health").await;
-    http::assert_cut_off(slow).await;
-    // Its place is free again.
+    drop(holder);
     until(
         Duration::from_secs(10),
         "a freed connection place",
@@ -722,36 +768,12 @@ fn peak_rss_kib(pid: u32) -> u64 {
 /// 4 MiB message cap, a connection's read buffers), never a body.
 const BODY_PEAK_KIB: u64 = 32 * 1024;
 
-/// A raw request head and the whole answer (the server closes the
-/// connection, or the answer is complete within 10 s).
+/// A raw request head and the whole answer.
 async fn answer(addr: &str, head: String) -> String {
-    use tokio::io::AsyncReadExt;
-    let mut stream = http::send(addr, head.as_bytes()).await;
-    let mut out = Vec::new();
-    let mut buf = [0u8; 4096];
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        let left = deadline.saturating_duration_since(std::time::Instant::now());
-        match tokio::time::timeout(left, stream.read(&mut buf)).await {
-            Ok(Ok(n)) if n > 0 => out.extend_from_slice(&buf[..n]),
-            _ => break,
-        }
-        let text = String::from_utf8_lossy(&out);
-        if let Some((head, body)) = text.split_once("\r\n\r\n")
-            && let Some(len) = head.lines().find_map(|l| {
-                l.to_ascii_lowercase()
-                    .strip_prefix("content-length:")
-                    .and_then(|v| v.trim().parse::<usize>().ok())
-            })
-            && body.len() >= len
-        {
-            break;
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
+    http::read_answer(&mut http::send(addr, head.as_bytes()).await).await
 }
 
-/// Sends `total` bytes of `byte` as a chunked body after `head`, ignoring a
+/// Sends `total` bytes as a chunked body after `head`, ignoring a
 /// server that stops reading (it refused the body), then waits for it to
 /// close the connection or answer.
 async fn send_chunked(addr: &str, head: &str, total: usize) {

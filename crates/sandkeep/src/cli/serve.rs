@@ -50,9 +50,18 @@ pub struct ServeArgs {
     /// local user and process can then use the server.
     #[arg(long, conflicts_with = "auth_token")]
     pub insecure_no_auth: bool,
-    /// Open HTTP connections at once; one more is answered 503.
+    /// Open HTTP connections at once. A connection with no request in
+    /// flight for 10 s is closed, and gives its place up at once to a new
+    /// one when the server is full; only when every place has a request in
+    /// flight is one more answered 503.
     #[arg(long, value_name = "N", default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..=65_536))]
     pub max_connections: u32,
+    /// Open HTTP connections from one peer (an IPv4 address, an IPv6 /64);
+    /// past it the peer's own idle connections make room [default: half of
+    /// --max-connections]. Behind a reverse proxy every client is the
+    /// proxy: set it to --max-connections.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=65_536))]
+    pub max_connections_per_peer: Option<u32>,
     /// Live HTTP (legacy) sessions at once; one more is answered 503 while
     /// the existing ones keep working.
     #[arg(long, value_name = "N", default_value_t = 128, value_parser = clap::value_parser!(u32).range(1..=65_536))]
@@ -95,7 +104,7 @@ pub fn run(args: ServeArgs) -> i32 {
             e2b,
             args.api_key.clone(),
             args.provider,
-            args.max_connections as usize,
+            connection_caps(&args),
         );
     }
     let addr = match args.http.as_deref().map(resolve).transpose() {
@@ -146,7 +155,7 @@ pub fn run(args: ServeArgs) -> i32 {
             addr,
             auth,
             session_idle: Duration::from_secs(args.session_idle_timeout),
-            max_connections: args.max_connections as usize,
+            connections: connection_caps(&args),
             max_sessions: args.max_sessions as usize,
             allowed_origins: args.allow_origin.clone(),
             whereabouts,
@@ -160,7 +169,7 @@ fn serve_e2b(
     text: &str,
     configured: Option<String>,
     kind: provider::Kind,
-    max_connections: usize,
+    connections: crate::edge::Caps,
 ) -> i32 {
     let addr = match resolve(text) {
         Ok(a) => a,
@@ -206,8 +215,15 @@ fn serve_e2b(
         crate::e2b::E2bOptions {
             addr,
             api_key,
-            max_connections,
+            connections,
         },
+    )
+}
+
+fn connection_caps(args: &ServeArgs) -> crate::edge::Caps {
+    crate::edge::Caps::new(
+        args.max_connections as usize,
+        args.max_connections_per_peer.map(|n| n as usize),
     )
 }
 

@@ -110,8 +110,8 @@ impl<S: Send + Sync> axum::extract::FromRequest<S> for SmallBody {
 pub struct E2bOptions {
     pub addr: SocketAddr,
     pub api_key: String,
-    /// Open connections at once; one more is answered 503.
-    pub max_connections: usize,
+    /// Open connections at once, in all and per peer.
+    pub connections: crate::edge::Caps,
 }
 
 /// The server's shared state.
@@ -378,7 +378,7 @@ pub fn run(provider: Arc<dyn Provider>, options: E2bOptions) -> i32 {
                 return 1;
             }
         };
-        crate::edge::serve(listener, router(e2b), options.max_connections, shutdown).await;
+        crate::edge::serve(listener, router(e2b), options.connections, shutdown).await;
         0
     })
 }
