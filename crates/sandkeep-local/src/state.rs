@@ -52,6 +52,12 @@ impl Home {
         }
     }
 
+    /// Held by a create while it counts the sandboxes and writes its
+    /// own record ([`crate::bounds`]).
+    pub fn create_lock(&self) -> PathBuf {
+        self.root.join("create.lock")
+    }
+
     /// Root filesystems usable as templates, one directory each.
     pub fn templates(&self) -> PathBuf {
         self.root.join("templates")

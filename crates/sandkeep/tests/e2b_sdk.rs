@@ -140,9 +140,17 @@ fn python() -> Option<std::ffi::OsString> {
 
 /// Runs one check of tests/e2b/sdk.py against a fresh server.
 async fn sdk_check(name: &str) {
+    sdk_check_on(name, &[]).await;
+}
+
+/// Runs one check of tests/e2b/sdk.py against a fresh server started
+/// with `args` too.
+async fn sdk_check_on(name: &str, args: &[&str]) {
     let Some(python) = python() else { return };
     let home = Home::new();
-    let server = E2bServer::start(&home).await;
+    let key = format!("test-key-{}", std::process::id());
+    let server =
+        E2bServer::launch(&home, &[&["--api-key", &key], args].concat(), key.clone()).await;
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/e2b/sdk.py");
     let run = tokio::process::Command::new(&python)
         .arg(script)
@@ -909,4 +917,75 @@ async fn bodies_are_capped_and_uploads_stream_in_bounded_memory() {
         "the server serves on: {:?}",
         r.text().await
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sdk_host_bound_is_a_rate_limit_error() {
+    sdk_check_on("host_bound", &["--max-sandboxes", "2"]).await;
+}
+
+/// The host-wide bounds over REST: past them a create is 429 (E2B's
+/// rate limit answer, marked not to be retried) naming the bound and the
+/// flag that raises it; the memory ceiling counts every live sandbox's
+/// memory, the CLI's too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn creates_past_a_host_bound_are_told_429() {
+    let home = Home::new();
+    let key = "test-key".to_owned();
+    let server = E2bServer::launch(
+        &home,
+        &["--api-key", &key, "--max-sandboxes", "1"],
+        key.clone(),
+    )
+    .await;
+    let http = reqwest::Client::new();
+    let first = server.sandbox(&http).await;
+    let create = || {
+        http.post(format!("{}/v2/sandboxes", server.url))
+            .header("x-api-key", &key)
+            .json(&serde_json::json!({ "templateID": "base", "timeout": 60 }))
+            .send()
+    };
+    let r = create().await.unwrap();
+    assert_eq!(r.status(), 429);
+    assert_eq!(r.headers()["should-retry"], "false");
+    let body: serde_json::Value = r.json().await.unwrap();
+    let message = body["message"].as_str().unwrap_or_default();
+    assert!(
+        body["code"] == 429 && message.contains("--max-sandboxes") && message.contains('1'),
+        "{body}"
+    );
+    let r = http
+        .delete(format!("{}/sandboxes/{}", server.url, first.id))
+        .header("x-api-key", &key)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 204);
+    drop(server);
+
+    // A default sandbox commits 2048 MiB: a ceiling of 3000 holds one.
+    let cli = home.json(&["sandbox", "create", "--json", "--memory-mib", "1024"]);
+    let server = E2bServer::launch(
+        &home,
+        &["--api-key", &key, "--max-total-memory-mib", "3000"],
+        key.clone(),
+    )
+    .await;
+    let r = reqwest::Client::new()
+        .post(format!("{}/v2/sandboxes", server.url))
+        .header("x-api-key", &key)
+        .json(&serde_json::json!({ "templateID": "base", "timeout": 60 }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 429);
+    let message = r.text().await.unwrap();
+    assert!(
+        message.contains("--max-total-memory-mib") && message.contains("3000"),
+        "{message}"
+    );
+    // Room again once the CLI's sandbox is gone.
+    home.ok(&["sandbox", "kill", cli["sandbox_id"].as_str().unwrap()]);
+    server.sandbox(&http).await;
 }

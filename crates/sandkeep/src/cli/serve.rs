@@ -66,6 +66,18 @@ pub struct ServeArgs {
     /// the existing ones keep working.
     #[arg(long, value_name = "N", default_value_t = 128, value_parser = clap::value_parser!(u32).range(1..=65_536))]
     pub max_sessions: u32,
+    /// Sandboxes of this state directory alive at once, whoever made them
+    /// (servers, the CLI); one more create_sandbox is a tool error, and the
+    /// E2B endpoint answers 429 [env: SANDKEEP_MAX_SANDBOXES; default: 16
+    /// per CPU of this host]. Local provider only.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_sandboxes: Option<u32>,
+    /// The memory_mib all live sandboxes of this state directory may
+    /// commit together (2048 for one that asked for none) [env:
+    /// SANDKEEP_MAX_TOTAL_MEMORY_MIB; default: 80% of this host's RAM].
+    /// Local provider only.
+    #[arg(long, value_name = "MIB", value_parser = clap::value_parser!(u64).range(64..))]
+    pub max_total_memory_mib: Option<u64>,
     /// The most memory_mib a create_sandbox may ask for [default: 16384].
     #[arg(long, value_name = "MIB", value_parser = clap::value_parser!(u64).range(64..))]
     pub max_memory_mib: Option<u64>,
@@ -99,11 +111,19 @@ pub fn run(args: ServeArgs) -> i32 {
         )
         .init();
 
+    if args.provider == provider::Kind::E2b && bounds(&args) != provider::Bounds::default() {
+        eprintln!(
+            "sandkeep serve: --max-sandboxes and --max-total-memory-mib bound the local \
+             provider's sandboxes; the e2b provider's are bounded by the E2B account: drop them"
+        );
+        return 2;
+    }
     if let Some(e2b) = &args.e2b {
         return serve_e2b(
             e2b,
             args.api_key.clone(),
             args.provider,
+            bounds(&args),
             connection_caps(&args),
         );
     }
@@ -114,7 +134,7 @@ pub fn run(args: ServeArgs) -> i32 {
             return 2;
         }
     };
-    let provider = match provider::open(args.provider) {
+    let provider = match provider::open_bounded(args.provider, bounds(&args)) {
         Ok(p) => p,
         Err(e) => {
             eprintln!(
@@ -169,6 +189,7 @@ fn serve_e2b(
     text: &str,
     configured: Option<String>,
     kind: provider::Kind,
+    bounds: provider::Bounds,
     connections: crate::edge::Caps,
 ) -> i32 {
     let addr = match resolve(text) {
@@ -178,7 +199,7 @@ fn serve_e2b(
             return 2;
         }
     };
-    let provider = match provider::open(kind) {
+    let provider = match provider::open_bounded(kind, bounds) {
         Ok(p) => p,
         Err(e) => {
             eprintln!(
@@ -218,6 +239,13 @@ fn serve_e2b(
             connections,
         },
     )
+}
+
+fn bounds(args: &ServeArgs) -> provider::Bounds {
+    provider::Bounds {
+        sandboxes: args.max_sandboxes,
+        memory_mib: args.max_total_memory_mib,
+    }
 }
 
 fn connection_caps(args: &ServeArgs) -> crate::edge::Caps {

@@ -35,6 +35,18 @@ pub fn error(status: StatusCode, message: impl Into<String>) -> Response {
 }
 
 fn provider_error(e: &ProviderError) -> Response {
+    if let ProviderError::LimitReached(message) = e {
+        // E2B's answer to a create past the account's concurrency limit;
+        // marked so the Python SDK raises at once instead of retrying a
+        // bound that a retry does not free (the JS SDK retries a 429
+        // only with a Retry-After).
+        let mut answer = error(StatusCode::TOO_MANY_REQUESTS, message.clone());
+        answer.headers_mut().insert(
+            "should-retry",
+            axum::http::HeaderValue::from_static("false"),
+        );
+        return answer;
+    }
     let status = match e {
         ProviderError::NoSuchSandbox(_) => StatusCode::NOT_FOUND,
         ProviderError::UnknownTemplate { .. } => StatusCode::BAD_REQUEST,
