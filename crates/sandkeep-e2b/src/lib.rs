@@ -497,6 +497,13 @@ impl Provider for E2bProvider {
                     "E2B refused to create a sandbox of template {:?}: {message}",
                     spec.template
                 )),
+                RestError::Status {
+                    status: 429,
+                    message,
+                } => ProviderError::LimitReached(format!(
+                    "E2B refused a new sandbox (a rate or concurrency limit of the account or \
+                     server): {message}"
+                )),
                 e => api_error(e, None),
             })?;
         let id = SandboxId::parse(&created.sandbox_id).map_err(ProviderError::Unavailable)?;

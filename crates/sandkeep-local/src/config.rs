@@ -1,8 +1,9 @@
 //! What a local provider is configured with: its state directory
-//! (`SANDKEEP_HOME`), the executable it runs as keeper and task helper, and
-//! the process-only switch. Owns reading them from the environment; it must
+//! (`SANDKEEP_HOME`), the executable it runs as keeper and task helper, the
+//! process-only switch, and the host-wide bounds of its sandboxes. Owns reading them from the environment; it must
 //! not touch the disk or start anything (the provider does, on `new`).
 
+use crate::bounds::HostBounds;
 use sandkeep_proto::shell::state_base;
 use std::path::PathBuf;
 
@@ -18,6 +19,9 @@ pub struct LocalConfig {
     /// `landlock` / `process-only` level, reported as such. Hosts that
     /// refuse namespaces get it automatically, with a warning.
     pub process_only: bool,
+    /// How many sandboxes, and how much memory, the state directory's
+    /// sandboxes may hold together.
+    pub bounds: HostBounds,
 }
 
 impl LocalConfig {
@@ -26,7 +30,12 @@ impl LocalConfig {
             home: home.into(),
             exe: exe.into(),
             process_only: false,
+            bounds: HostBounds::of_this_host(),
         }
+    }
+
+    pub fn with_bounds(self, bounds: HostBounds) -> Self {
+        Self { bounds, ..self }
     }
 
     pub fn with_process_only(self, process_only: bool) -> Self {
@@ -37,7 +46,7 @@ impl LocalConfig {
     }
 
     /// `SANDKEEP_HOME`, else `${XDG_STATE_HOME:-$HOME/.local/state}/sandkeep`;
-    /// the running executable.
+    /// the running executable; the bounds of [`HostBounds::from_env`].
     pub fn from_env() -> std::io::Result<Self> {
         let home = match std::env::var_os("SANDKEEP_HOME").filter(|v| !v.is_empty()) {
             Some(h) => PathBuf::from(h),
@@ -54,6 +63,6 @@ impl LocalConfig {
                 state.join("sandkeep")
             }
         };
-        Ok(Self::new(home, std::env::current_exe()?))
+        Ok(Self::new(home, std::env::current_exe()?).with_bounds(HostBounds::from_env()?))
     }
 }

@@ -13,7 +13,8 @@
 //! tree the keeper kills.
 //!
 //! This file is the `Provider` face of it and never enters a namespace
-//! itself. In the server process: [`config`](LocalConfig), `presence`
+//! itself. In the server process: [`config`](LocalConfig), `bounds` (how
+//! many sandboxes and how much memory a state directory holds), `presence`
 //! (live or stale, cleanup, destruction), `spawn` (starting a keeper),
 //! `client` and `file_reply` (one fork-server call and its file-operation
 //! answer), `state` (the on-disk layout and records). In the keeper and
@@ -21,6 +22,7 @@
 //! (the isolation probe), over `sys` (the only raw syscalls) and `wire`
 //! (the socket protocol).
 
+mod bounds;
 mod cgroup;
 mod client;
 mod config;
@@ -49,9 +51,11 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
+pub use bounds::HostBounds;
 pub use config::LocalConfig;
 pub use doctor::{Check, DoctorReport};
 pub use spawn::prestart;
+pub use state::trusted_path;
 
 use self::client::{CallError, Outcome};
 use self::presence::{Presence, Until, inspect, lock_sandbox, terminate};
@@ -136,10 +140,11 @@ pub(crate) async fn pool<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'stat
 }
 
 impl LocalProvider {
-    /// Makes the state directory absolute (keepers and masks need absolute
-    /// paths) and creates it.
+    /// Resolves the state directory to the real, absolute path it names
+    /// (keepers and masks need absolute paths; a parent link changed later
+    /// must not move it), checks its parents, and creates it.
     pub fn new(config: LocalConfig) -> Result<Self> {
-        let abs = std::path::absolute(&config.home).map_err(io_err("resolve SANDKEEP_HOME"))?;
+        let abs = state::trusted_path(&config.home).map_err(io_err("check SANDKEEP_HOME"))?;
         let home = Home::new(abs.clone());
         home.ensure().map_err(io_err(format!(
             "create the state directory {}",
@@ -342,11 +347,10 @@ impl Provider for LocalProvider {
             .map_err(ProviderError::Unsupported)?;
         let id = Self::new_id()?;
         let dir = self.home.sandbox(&id);
-        // 0700 from the start: a umask can only take bits away.
-        std::fs::DirBuilder::new()
-            .mode(0o700)
-            .create(&dir.path)
-            .map_err(io_err(format!("create {}", dir.path.display())))?;
+        let memory_mib = spec
+            .limits
+            .memory_mib
+            .unwrap_or(sandkeep_proto::limits::MEMORY_MIB_DEFAULT);
         let record = Spec {
             sandbox_id: id.clone(),
             template: spec.template,
@@ -361,7 +365,17 @@ impl Provider for LocalProvider {
             allow_hosts: spec.allow_hosts,
             limits: spec.limits,
         };
-        state::write_json(&dir.spec(), &record).map_err(io_err("write spec.json"))?;
+        let (home, bounds, at) = (self.home.clone(), self.config.bounds, dir.clone());
+        blocking(move || {
+            let _room = bounds::reserve(&home, bounds, memory_mib)?;
+            // 0700 from the start: a umask can only take bits away.
+            std::fs::DirBuilder::new()
+                .mode(0o700)
+                .create(&at.path)
+                .map_err(io_err(format!("create {}", at.path.display())))?;
+            state::write_json(&at.spec(), &record).map_err(io_err("write spec.json"))
+        })
+        .await??;
         let warnings = self.keepers.start(&self.home, &dir, &id).await?;
         let meta: Meta = state::read_json(&dir.meta()).map_err(io_err("read meta.json"))?;
         if meta.info.isolation != FULL_ISOLATION || !warnings.is_empty() {

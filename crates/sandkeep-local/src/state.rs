@@ -52,6 +52,12 @@ impl Home {
         }
     }
 
+    /// Held by a create while it counts the sandboxes and writes its
+    /// own record ([`crate::bounds`]).
+    pub fn create_lock(&self) -> PathBuf {
+        self.root.join("create.lock")
+    }
+
     /// Root filesystems usable as templates, one directory each.
     pub fn templates(&self) -> PathBuf {
         self.root.join("templates")
@@ -72,6 +78,129 @@ impl Home {
         }
         Ok(())
     }
+}
+
+/// The real directory `path` names (absolute, `.`, `..`, repeated and
+/// trailing slashes resolved, and every symbolic link among its parents
+/// followed), refusing it when another user could change where it leads,
+/// as OpenSSH checks the parents of a key file: each existing directory on
+/// the way must be owned by root or this user and not writable by group or
+/// others unless sticky (as `/tmp`), and a link in a sticky shared
+/// directory must be root's or this user's (as `fs.protected_symlinks`
+/// would have it). A last component that is a link is returned as it is,
+/// for [`check_trusted`] to refuse. The caller keeps the result: a parent
+/// link changed later does not move it.
+pub fn trusted_path(path: &Path) -> io::Result<PathBuf> {
+    use std::collections::VecDeque;
+    use std::os::unix::fs::MetadataExt;
+    use std::path::Component;
+    /// Linux's own limit on links followed in one lookup.
+    const MAX_LINKS: usize = 40;
+    /// What is left to walk: names, and `..`.
+    fn steps(path: &Path) -> impl DoubleEndedIterator<Item = Option<std::ffi::OsString>> + '_ {
+        path.components().filter_map(|c| match c {
+            Component::Normal(name) => Some(Some(name.to_owned())),
+            Component::ParentDir => Some(None),
+            Component::RootDir | Component::CurDir | Component::Prefix(_) => None,
+        })
+    }
+    let home = std::path::absolute(path)?;
+    let me = rustix::process::geteuid().as_raw();
+    let refuse = |dir: &Path, why: String| {
+        io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!(
+                "{} (a parent of the state directory {}) {why}: another user could put another \
+                 state directory in its place; set SANDKEEP_HOME to a directory whose parents \
+                 only you and root can change",
+                dir.display(),
+                home.display()
+            ),
+        )
+    };
+    let check_dir = |dir: &Path, meta: &fs::Metadata| {
+        let mode = meta.mode() & 0o7777;
+        if meta.uid() != 0 && meta.uid() != me {
+            Err(refuse(
+                dir,
+                format!(
+                    "is owned by uid {}, neither root nor this user (uid {me})",
+                    meta.uid()
+                ),
+            ))
+        } else if mode & 0o022 != 0 && mode & 0o1000 == 0 {
+            Err(refuse(
+                dir,
+                format!("is writable by group or others (mode {mode:o}) and not sticky"),
+            ))
+        } else {
+            Ok(())
+        }
+    };
+    let mut pending: VecDeque<_> = steps(&home).collect();
+    let mut links = 0;
+    let mut resolved = PathBuf::from("/");
+    check_dir(&resolved, &fs::metadata(&resolved)?)?;
+    while let Some(step) = pending.pop_front() {
+        let Some(name) = step else {
+            // `resolved` holds no link, so its parent is the real one.
+            resolved.pop();
+            continue;
+        };
+        let next = resolved.join(&name);
+        let meta = match fs::symlink_metadata(&next) {
+            // The rest does not exist yet: the provider creates it, as
+            // this user.
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                resolved = next;
+                for step in pending {
+                    match step {
+                        Some(name) => resolved.push(name),
+                        None => {
+                            resolved.pop();
+                        }
+                    }
+                }
+                return Ok(resolved);
+            }
+            Err(e) => return Err(e),
+            Ok(meta) => meta,
+        };
+        if meta.file_type().is_symlink() && !pending.is_empty() {
+            let shared = fs::metadata(&resolved)?.mode() & 0o1002 == 0o1002;
+            if shared && meta.uid() != 0 && meta.uid() != me {
+                return Err(refuse(
+                    &next,
+                    format!(
+                        "is a symbolic link owned by uid {} in the shared directory {}",
+                        meta.uid(),
+                        resolved.display()
+                    ),
+                ));
+            }
+            links += 1;
+            if links > MAX_LINKS {
+                return Err(io::Error::other(format!(
+                    "{}: more than {MAX_LINKS} symbolic links on the way",
+                    home.display()
+                )));
+            }
+            let target = fs::read_link(&next)?;
+            if target.is_absolute() {
+                resolved = PathBuf::from("/");
+            }
+            for step in steps(&target).rev() {
+                pending.push_front(step);
+            }
+            continue;
+        }
+        // The state directory itself is `check_trusted`'s, stricter.
+        if meta.is_dir() && !pending.is_empty() {
+            check_dir(&next, &meta)?;
+        }
+        resolved = next;
+    }
+    Ok(resolved)
 }
 
 /// Refuses a path this user does not own, a symbolic link, or one that
@@ -263,5 +392,18 @@ fn open_up(path: &Path) {
         for entry in entries.flatten() {
             open_up(&entry.path());
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_path_is_normalised_before_it_is_checked() {
+        let base = tempfile::tempdir().unwrap();
+        let asked = base.path().join("./missing/a/../b/");
+        let asked = PathBuf::from(format!("{}/", asked.display()));
+        assert_eq!(trusted_path(&asked).unwrap(), base.path().join("missing/b"));
     }
 }

@@ -295,6 +295,11 @@ pub enum ProviderError {
     Unconfirmed { sandbox: SandboxId, message: String },
     #[error("{0}")]
     Unavailable(String),
+    /// A bound of the host (how many sandboxes may live at once, how much
+    /// memory they may commit) leaves no room; nothing was created. The
+    /// message says which bound and how to raise it.
+    #[error("{0}")]
+    LimitReached(String),
     /// A request this provider cannot enforce here; nothing was created.
     #[error("{0}")]
     Unsupported(String),

@@ -19,7 +19,8 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Instant;
 
-use common::{EXE, local_provider, median, ms, state_dir};
+use common::{EXE, local_config, median, ms, state_dir};
+use sandkeep::provider::local::{HostBounds, LocalProvider};
 use sandkeep::provider::{CreateSpec, Provider, SandboxId};
 
 const FRESH_RUNS: usize = 200;
@@ -79,7 +80,15 @@ fn main() {
     }
     let (fresh, bwrapped) = (median(fresh), median(bwrapped));
 
-    let provider = local_provider(home.path());
+    // 200 idle sandboxes on purpose: past the host-wide bounds a real
+    // server keeps (16 per CPU, 80% of RAM committed), which every create
+    // still counts.
+    let bounds = HostBounds {
+        sandboxes: LIVE as u32 + 1,
+        memory_mib: u64::MAX,
+    };
+    let provider =
+        LocalProvider::new(local_config(home.path()).with_bounds(bounds)).expect("local provider");
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

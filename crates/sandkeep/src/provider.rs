@@ -51,8 +51,32 @@ pub fn from_env() -> Result<Arc<dyn Provider>> {
 
 /// The provider of `kind`, configured from the environment.
 pub fn open(kind: Kind) -> Result<Arc<dyn Provider>> {
+    open_bounded(kind, Bounds::default())
+}
+
+/// Host-wide bounds that replace what the environment sets (`serve`'s
+/// flags); they bound the local provider's sandboxes only (the e2b
+/// provider's are the E2B account's), and the e2b provider ignores them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Bounds {
+    pub sandboxes: Option<u32>,
+    pub memory_mib: Option<u64>,
+}
+
+/// The provider of `kind`, configured from the environment and `bounds`.
+pub fn open_bounded(kind: Kind, bounds: Bounds) -> Result<Arc<dyn Provider>> {
     Ok(match kind {
-        Kind::Local => Arc::new(local::LocalProvider::from_env()?),
+        Kind::Local => {
+            let config = local::LocalConfig::from_env().map_err(|source| ProviderError::Io {
+                context: "configure the local provider".into(),
+                source,
+            })?;
+            let host = local::HostBounds {
+                sandboxes: bounds.sandboxes.unwrap_or(config.bounds.sandboxes),
+                memory_mib: bounds.memory_mib.unwrap_or(config.bounds.memory_mib),
+            };
+            Arc::new(local::LocalProvider::new(config.with_bounds(host))?)
+        }
         Kind::E2b => Arc::new(e2b::E2bProvider::from_env()?),
     })
 }
@@ -67,10 +91,11 @@ pub fn about_to_create() {
     }
 }
 
-/// `SANDKEEP_HOME` as this process's configuration resolves it (absolute):
-/// the server keeps its own files there too (the generated HTTP token).
+/// `SANDKEEP_HOME` as this process's configuration resolves it (the real
+/// absolute path, its parents checked): the server keeps its own files
+/// there too (the generated HTTP token).
 pub fn home_from_env() -> std::io::Result<std::path::PathBuf> {
-    std::path::absolute(local::LocalConfig::from_env()?.home)
+    local::trusted_path(&local::LocalConfig::from_env()?.home)
 }
 
 /// Where the sandboxes of `kind` live, as "no such sandbox" errors and the

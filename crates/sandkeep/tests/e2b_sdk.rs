@@ -21,7 +21,7 @@ use support::*;
 
 /// A `sandkeep serve --e2b 127.0.0.1:0` child.
 struct E2bServer {
-    _child: tokio::process::Child,
+    child: tokio::process::Child,
     url: String,
     key: String,
     stderr: Arc<Mutex<String>>,
@@ -63,11 +63,16 @@ impl E2bServer {
         )
         .await;
         Self {
-            _child: child,
+            child,
             url,
             key,
             stderr,
         }
+    }
+
+    /// The server's pid.
+    fn pid(&self) -> u32 {
+        self.child.id().expect("the server runs")
     }
 
     /// `host:port` of the listener.
@@ -135,9 +140,17 @@ fn python() -> Option<std::ffi::OsString> {
 
 /// Runs one check of tests/e2b/sdk.py against a fresh server.
 async fn sdk_check(name: &str) {
+    sdk_check_on(name, &[]).await;
+}
+
+/// Runs one check of tests/e2b/sdk.py against a fresh server started
+/// with `args` too.
+async fn sdk_check_on(name: &str, args: &[&str]) {
     let Some(python) = python() else { return };
     let home = Home::new();
-    let server = E2bServer::start(&home).await;
+    let key = format!("test-key-{}", std::process::id());
+    let server =
+        E2bServer::launch(&home, &[&["--api-key", &key], args].concat(), key.clone()).await;
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/e2b/sdk.py");
     let run = tokio::process::Command::new(&python)
         .arg(script)
@@ -508,11 +521,49 @@ async fn the_generated_api_key_file_is_private() {
     );
 }
 
-/// The E2B listener holds clients as the MCP edge does: a client that
-/// never finishes its request head is cut off at the header read timeout
-/// (10 s), and past `--max-connections` a connection is told 503.
+/// The E2B listener holds clients as the MCP edge does: connections
+/// without a key that hold no request (three times as many as there are
+/// places, from other peers and the clients' own address) keep no client
+/// with the key out and are cut within 20 s; a client that never finishes
+/// its request head is cut at the header read timeout (10 s).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_e2b_listener_cuts_slow_clients_and_caps_connections() {
+async fn idle_connections_without_a_key_cannot_lock_a_client_out() {
+    let home = Home::new();
+    let key = "test-key".to_owned();
+    let server = E2bServer::launch(
+        &home,
+        &["--api-key", &key, "--max-connections", "8"],
+        key.clone(),
+    )
+    .await;
+    // From a peer of its own, the least crowded: not the one to make room.
+    let slow = (
+        http::send_from(
+            "127.0.0.4",
+            server.addr(),
+            b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ",
+        )
+        .await,
+        std::time::Instant::now(),
+    );
+    let held = http::hold_idle(server.addr(), 8).await;
+    for _ in 0..3 {
+        let r = reqwest::Client::new()
+            .get(format!("{}/v2/sandboxes", server.url))
+            .header("x-api-key", &key)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+    }
+    tokio::join!(http::assert_cut_off(slow), http::assert_all_cut(held));
+}
+
+/// Past `--max-connections`, with every place taken by a request in flight
+/// (an upload whose body is still on its way), a connection is told 503;
+/// once the upload is gone its place is free again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn past_the_connection_cap_every_place_busy_gets_503() {
     let home = Home::new();
     let key = "test-key".to_owned();
     let server = E2bServer::launch(
@@ -521,11 +572,19 @@ async fn the_e2b_listener_cuts_slow_clients_and_caps_connections() {
         key.clone(),
     )
     .await;
-    // The only place, held by a client that never finishes its headers.
-    let slow = http::slow_client(server.addr(), "GET", "/health").await;
+    let sandbox = server.sandbox(&reqwest::Client::new()).await;
+    let holder = http::request_in_flight(
+        server.addr(),
+        &format!(
+            "POST /files?path=up/held.bin HTTP/1.1\r\nHost: 127.0.0.1\r\n\
+             e2b-sandbox-id: {}\r\nx-access-token: {}\r\n\
+             content-type: application/octet-stream\r\ncontent-length: 1000\r\n",
+            sandbox.id, sandbox.token
+        ),
+    )
+    .await;
     http::assert_busy(server.addr(), "/health").await;
-    http::assert_cut_off(slow).await;
-    // Its place is free again.
+    drop(holder);
     until(
         Duration::from_secs(10),
         "a freed connection place",
@@ -701,4 +760,232 @@ async fn a_broken_upload_leaves_no_file() {
         )
         .await;
     }
+}
+
+/// The most resident memory the process ever had (VmHWM), in KiB.
+fn peak_rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmHWM in /proc/PID/status")
+}
+
+/// How much one test may raise the server's peak memory: its buffers (a
+/// 4 MiB message cap, a connection's read buffers), never a body.
+const BODY_PEAK_KIB: u64 = 32 * 1024;
+
+/// A raw request head and the whole answer.
+async fn answer(addr: &str, head: String) -> String {
+    http::read_answer(&mut http::send(addr, head.as_bytes()).await).await
+}
+
+/// Sends `total` bytes as a chunked body after `head`, ignoring a
+/// server that stops reading (it refused the body), then waits for it to
+/// close the connection or answer.
+async fn send_chunked(addr: &str, head: &str, total: usize) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = http::send(addr, head.as_bytes()).await;
+    let chunk = vec![b'x'; 1 << 20];
+    let mut sent = 0;
+    while sent < total {
+        let framed = [format!("{:x}\r\n", chunk.len()).as_bytes(), &chunk, b"\r\n"].concat();
+        if stream.write_all(&framed).await.is_err() {
+            return;
+        }
+        sent += chunk.len();
+    }
+    let _ = stream.write_all(b"0\r\n\r\n").await;
+    let mut rest = [0u8; 4096];
+    let _ = tokio::time::timeout(Duration::from_secs(10), stream.read(&mut rest)).await;
+}
+
+/// What the endpoint must hold whole (a Connect message, a REST JSON body)
+/// is capped at a few MiB: a body announced larger is refused before any of
+/// it is read, with an error naming the limit; one sent without a length is
+/// cut at the limit. Uploads stream into the sandbox instead. The server's
+/// peak memory stays within a few buffers of where it was, through 256 MiB
+/// of refused bodies and 512 MiB of uploads.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bodies_are_capped_and_uploads_stream_in_bounded_memory() {
+    let home = Home::new();
+    let server = E2bServer::start(&home).await;
+    let http = reqwest::Client::new();
+    let sandbox = server.sandbox(&http).await;
+    let addr = server.addr().to_owned();
+    let envd = format!(
+        "Host: 127.0.0.1\r\ne2b-sandbox-id: {}\r\nx-access-token: {}\r\n",
+        sandbox.id, sandbox.token
+    );
+    let before = peak_rss_kib(server.pid());
+
+    let rpc = answer(
+        &addr,
+        format!(
+            "POST /process.Process/Start HTTP/1.1\r\n{envd}content-type: application/connect+json\r\n\
+             content-length: 400000000\r\nexpect: 100-continue\r\n\r\n"
+        ),
+    )
+    .await;
+    // Start is a server stream: its error is the end-stream message.
+    assert!(
+        !rpc.contains("100 Continue") && rpc.contains("invalid_argument") && rpc.contains("limit"),
+        "{rpc}"
+    );
+    let rest = answer(
+        &addr,
+        format!(
+            "POST /v2/sandboxes HTTP/1.1\r\nHost: 127.0.0.1\r\nx-api-key: {}\r\n\
+             content-type: application/json\r\ncontent-length: 400000000\r\n\
+             expect: 100-continue\r\n\r\n",
+            server.key
+        ),
+    )
+    .await;
+    assert!(
+        rest.starts_with("HTTP/1.1 413") && rest.contains("\"code\":413") && rest.contains("limit"),
+        "{rest}"
+    );
+    for path in ["/process.Process/Start", "/filesystem.Filesystem/ListDir"] {
+        send_chunked(
+            &addr,
+            &format!(
+                "POST {path} HTTP/1.1\r\n{envd}content-type: application/json\r\n\
+                 transfer-encoding: chunked\r\n\r\n"
+            ),
+            128 << 20,
+        )
+        .await;
+    }
+
+    let size: usize = 256 << 20;
+    send_chunked(
+        &addr,
+        &format!(
+            "POST /files?path=up/stream.bin HTTP/1.1\r\n{envd}\
+             content-type: application/octet-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+        ),
+        size,
+    )
+    .await;
+    let mut multipart = b"--b\r\ncontent-disposition: form-data; name=\"file\"; filename=\"x\"\r\n\
+        content-type: application/octet-stream\r\n\r\n"
+        .to_vec();
+    multipart.resize(multipart.len() + size, b'y');
+    multipart.extend_from_slice(b"\r\n--b--\r\n");
+    let r = sandbox
+        .envd(http.post(format!("{}/files?path=up/part.bin", server.url)))
+        .header("content-type", "multipart/form-data; boundary=b")
+        .body(multipart)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200, "{:?}", r.text().await);
+    let sizes = home
+        .command(&[
+            "exec",
+            "--sandbox",
+            &sandbox.id,
+            "--",
+            "stat -c %s up/stream.bin up/part.bin",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&sizes.stdout),
+        format!("{size}\n{size}\n"),
+        "{sizes:?}"
+    );
+
+    let after = peak_rss_kib(server.pid());
+    eprintln!("server peak RSS: {before} KiB before, {after} KiB after");
+    assert!(
+        after < before + BODY_PEAK_KIB,
+        "the server's peak memory rose from {before} to {after} KiB"
+    );
+    let r = sandbox
+        .envd(http.post(format!("{}/filesystem.Filesystem/Stat", server.url)))
+        .header("content-type", "application/json")
+        .body(r#"{"path": "up/part.bin"}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        r.status(),
+        200,
+        "the server serves on: {:?}",
+        r.text().await
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sdk_host_bound_is_a_rate_limit_error() {
+    sdk_check_on("host_bound", &["--max-sandboxes", "2"]).await;
+}
+
+/// The host-wide bounds over REST: past them a create is 429 (E2B's
+/// rate limit answer, marked not to be retried) naming the bound and the
+/// flag that raises it; the memory ceiling counts every live sandbox's
+/// memory, the CLI's too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn creates_past_a_host_bound_are_told_429() {
+    let home = Home::new();
+    let key = "test-key".to_owned();
+    let server = E2bServer::launch(
+        &home,
+        &["--api-key", &key, "--max-sandboxes", "1"],
+        key.clone(),
+    )
+    .await;
+    let http = reqwest::Client::new();
+    let first = server.sandbox(&http).await;
+    let create = || {
+        http.post(format!("{}/v2/sandboxes", server.url))
+            .header("x-api-key", &key)
+            .json(&serde_json::json!({ "templateID": "base", "timeout": 60 }))
+            .send()
+    };
+    let r = create().await.unwrap();
+    assert_eq!(r.status(), 429);
+    assert_eq!(r.headers()["should-retry"], "false");
+    let body: serde_json::Value = r.json().await.unwrap();
+    let message = body["message"].as_str().unwrap_or_default();
+    assert!(
+        body["code"] == 429 && message.contains("--max-sandboxes") && message.contains('1'),
+        "{body}"
+    );
+    let r = http
+        .delete(format!("{}/sandboxes/{}", server.url, first.id))
+        .header("x-api-key", &key)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 204);
+    drop(server);
+
+    // A default sandbox commits 2048 MiB: a ceiling of 3000 holds one.
+    let cli = home.json(&["sandbox", "create", "--json", "--memory-mib", "1024"]);
+    let server = E2bServer::launch(
+        &home,
+        &["--api-key", &key, "--max-total-memory-mib", "3000"],
+        key.clone(),
+    )
+    .await;
+    let r = reqwest::Client::new()
+        .post(format!("{}/v2/sandboxes", server.url))
+        .header("x-api-key", &key)
+        .json(&serde_json::json!({ "templateID": "base", "timeout": 60 }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 429);
+    let message = r.text().await.unwrap();
+    assert!(
+        message.contains("--max-total-memory-mib") && message.contains("3000"),
+        "{message}"
+    );
+    // Room again once the CLI's sandbox is gone.
+    home.ok(&["sandbox", "kill", cli["sandbox_id"].as_str().unwrap()]);
+    server.sandbox(&http).await;
 }

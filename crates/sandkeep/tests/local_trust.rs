@@ -185,3 +185,112 @@ async fn two_state_directories_never_share_a_uid_block() {
     assert!(a.kill(&sa.sandbox_id).await.unwrap());
     assert!(b.kill(&sb.sandbox_id).await.unwrap());
 }
+
+/// A state directory named with a trailing `/` is still the path it names:
+/// a symbolic link stays a symbolic link (the slash made the old check
+/// follow it).
+#[test]
+fn a_trailing_slash_does_not_hide_a_symlinked_state_directory() {
+    let base = state_dir();
+    let real = base.path().join("real");
+    std::fs::create_dir(&real).unwrap();
+    std::fs::set_permissions(&real, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let link = base.path().join("link");
+    std::os::unix::fs::symlink(&real, &link).unwrap();
+    let e = refusal(Path::new(&format!("{}/", link.display())));
+    assert!(
+        e.contains(&link.display().to_string()) && e.contains("is a symbolic link"),
+        "{e}"
+    );
+}
+
+/// A parent another user can change (group- or other-writable without the
+/// sticky bit, or owned by a user who is neither root nor this one) could
+/// be swapped for another state directory under a running server: refused,
+/// naming the parent.
+#[test]
+fn a_parent_others_can_change_is_refused() {
+    let base = state_dir();
+    let shared = base.path().join("shared");
+    std::fs::create_dir(&shared).unwrap();
+    std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o770)).unwrap();
+    let e = refusal(&shared.join("state"));
+    assert!(
+        e.contains(&format!(
+            "{} (a parent of the state directory",
+            shared.display()
+        )) && e.contains("writable by group or others (mode 770)")
+            && e.contains("SANDKEEP_HOME"),
+        "{e}"
+    );
+    assert!(
+        !shared.join("state").exists(),
+        "nothing is created under a refused parent"
+    );
+
+    std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o755)).unwrap();
+    chown(&shared, Some(OTHER_UID), None).unwrap();
+    let e = refusal(&shared.join("state"));
+    assert!(
+        e.contains(&format!(
+            "owned by uid {OTHER_UID}, neither root nor this user"
+        )),
+        "{e}"
+    );
+}
+
+/// A sticky directory everyone can write (as /tmp) is a fine parent: no
+/// one can rename or remove what another user made there.
+#[test]
+fn a_sticky_shared_parent_is_accepted() {
+    let base = state_dir();
+    let tmp = base.path().join("tmp");
+    std::fs::create_dir(&tmp).unwrap();
+    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let p = provider(&tmp.join("state"));
+    assert_eq!(p.state_dir(), tmp.join("state"));
+}
+
+/// A symbolic link among the parents is followed once, to the real
+/// directory, which the provider then uses: changing the link afterwards
+/// (to another state directory) does not redirect it. A link that another
+/// user owns in a shared sticky directory is not followed at all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_symlinked_parent_is_resolved_once_and_checked() {
+    let base = state_dir();
+    let (first, second) = (base.path().join("first"), base.path().join("second"));
+    for dir in [&first, &second] {
+        std::fs::create_dir(dir).unwrap();
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+    }
+    let link = base.path().join("current");
+    std::os::unix::fs::symlink(&first, &link).unwrap();
+    let p = provider(&link.join("state"));
+    assert_eq!(p.state_dir(), first.join("state"));
+
+    // Another state directory with a live sandbox record in it.
+    provider(&second.join("state"));
+    let mut bait = Bait::new();
+    plant(&second.join("state"), "sb-elsewhere", &bait);
+    std::fs::remove_file(&link).unwrap();
+    std::os::unix::fs::symlink(&second, &link).unwrap();
+    let listed = p.list().await.unwrap();
+    assert!(
+        listed.is_empty(),
+        "the provider followed the new link: {listed:?}"
+    );
+    bait.assert_untouched();
+
+    let tmp = base.path().join("tmp");
+    std::fs::create_dir(&tmp).unwrap();
+    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let planted = tmp.join("planted");
+    std::os::unix::fs::symlink(&first, &planted).unwrap();
+    std::os::unix::fs::lchown(&planted, Some(OTHER_UID), None).unwrap();
+    let e = refusal(&planted.join("state"));
+    assert!(
+        e.contains(&planted.display().to_string())
+            && e.contains(&format!("symbolic link owned by uid {OTHER_UID}")),
+        "{e}"
+    );
+}

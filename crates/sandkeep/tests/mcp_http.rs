@@ -338,15 +338,73 @@ async fn past_the_session_cap_initialize_gets_503_and_existing_sessions_work() {
     server.stop().await;
 }
 
+/// Past `--max-connections`, with every place taken by a request in
+/// flight (here a call with the token whose body is still on its way), a
+/// connection is told 503.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn past_the_connection_cap_a_connection_gets_503() {
     let home = Home::new();
     let server =
         HttpServer::start(&home, &["--http", "127.0.0.1:0", "--max-connections", "1"]).await;
     let addr = format!("127.0.0.1:{}", server.port());
-    // The only place, held by a client that says nothing yet.
-    let _holder = http::send(&addr, b"").await;
+    let token = server.token.clone().unwrap();
+    let holder = http::request_in_flight(
+        &addr,
+        &format!(
+            "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {token}\r\n\
+             Accept: application/json, text/event-stream\r\ncontent-type: application/json\r\n\
+             content-length: 1000\r\n"
+        ),
+    )
+    .await;
     http::assert_busy(&addr, "/mcp").await;
+    drop(holder);
+    server.stop().await;
+}
+
+/// Connections without a token that hold no request (nothing sent, HTTP/2
+/// with no stream, half-sent headers; from other peers and from the
+/// clients' own address), three times as many as there are places, keep
+/// no client with the token out: it gets in at once, and each of them is
+/// cut within 20 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_connections_without_a_token_cannot_lock_a_client_out() {
+    let home = Home::new();
+    let server =
+        HttpServer::start(&home, &["--http", "127.0.0.1:0", "--max-connections", "8"]).await;
+    let addr = format!("127.0.0.1:{}", server.port());
+    let auth = format!("Bearer {}", server.token.clone().unwrap());
+    let held = http::hold_idle(&addr, 8).await;
+    for _ in 0..3 {
+        assert_eq!(post(server.port(), &[("authorization", &auth)]).await, 200);
+    }
+    let client = server.legacy().await;
+    ok(&client, "list_sandboxes", json!({})).await;
+    http::assert_all_cut(held).await;
+    ok(&client, "list_sandboxes", json!({})).await;
+    client.cancel().await.unwrap();
+    server.stop().await;
+}
+
+/// A connection with no request in flight for 10 s is closed: one that
+/// never sends a request, one speaking HTTP/2 that opens no stream, and one
+/// kept alive after its answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_idle_for_10_s_are_cut() {
+    let home = Home::new();
+    let server = HttpServer::start(&home, &["--http", "127.0.0.1:0"]).await;
+    let addr = format!("127.0.0.1:{}", server.port());
+    let silent = (http::send(&addr, b"").await, Instant::now());
+    let h2 = (http::send(&addr, http::H2_PREFACE).await, Instant::now());
+    let mut kept = http::send(&addr, b"GET /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n").await;
+    let answer = http::read_answer(&mut kept).await;
+    assert!(answer.starts_with("HTTP/1.1 401"), "{answer}");
+    let kept = (kept, Instant::now());
+    tokio::join!(
+        http::assert_cut_off(silent),
+        http::assert_cut_off(h2),
+        http::assert_cut_off(kept)
+    );
     server.stop().await;
 }
 

@@ -58,13 +58,34 @@ pub struct ServeArgs {
     /// from now on (servers already running keep the token they read).
     #[arg(long, requires = "http", conflicts_with_all = ["auth_token", "insecure_no_auth"])]
     pub rotate_token: bool,
-    /// Open HTTP connections at once; one more is answered 503.
+    /// Open HTTP connections at once. A connection with no request in
+    /// flight for 10 s is closed, and gives its place up at once to a new
+    /// one when the server is full; only when every place has a request in
+    /// flight is one more answered 503.
     #[arg(long, value_name = "N", default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..=65_536))]
     pub max_connections: u32,
+    /// Open HTTP connections from one peer (an IPv4 address, an IPv6 /64);
+    /// past it the peer's own idle connections make room [default: half of
+    /// --max-connections]. Behind a reverse proxy every client is the
+    /// proxy: set it to --max-connections.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=65_536))]
+    pub max_connections_per_peer: Option<u32>,
     /// Live HTTP (legacy) sessions at once; one more is answered 503 while
     /// the existing ones keep working.
     #[arg(long, value_name = "N", default_value_t = 128, value_parser = clap::value_parser!(u32).range(1..=65_536))]
     pub max_sessions: u32,
+    /// Sandboxes of this state directory alive at once, whoever made them
+    /// (servers, the CLI); one more create_sandbox is a tool error, and the
+    /// E2B endpoint answers 429 [env: SANDKEEP_MAX_SANDBOXES; default: 16
+    /// per CPU of this host]. Local provider only.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_sandboxes: Option<u32>,
+    /// The memory_mib all live sandboxes of this state directory may
+    /// commit together (2048 for one that asked for none) [env:
+    /// SANDKEEP_MAX_TOTAL_MEMORY_MIB; default: 80% of this host's RAM].
+    /// Local provider only.
+    #[arg(long, value_name = "MIB", value_parser = clap::value_parser!(u64).range(64..))]
+    pub max_total_memory_mib: Option<u64>,
     /// The most memory_mib a create_sandbox may ask for [default: 16384].
     #[arg(long, value_name = "MIB", value_parser = clap::value_parser!(u64).range(64..))]
     pub max_memory_mib: Option<u64>,
@@ -98,12 +119,20 @@ pub fn run(args: ServeArgs) -> i32 {
         )
         .init();
 
+    if args.provider == provider::Kind::E2b && bounds(&args) != provider::Bounds::default() {
+        eprintln!(
+            "sandkeep serve: --max-sandboxes and --max-total-memory-mib bound the local \
+             provider's sandboxes; the e2b provider's are bounded by the E2B account: drop them"
+        );
+        return 2;
+    }
     if let Some(e2b) = &args.e2b {
         return serve_e2b(
             e2b,
             args.api_key.clone(),
             args.provider,
-            args.max_connections as usize,
+            bounds(&args),
+            connection_caps(&args),
         );
     }
     let addr = match args.http.as_deref().map(resolve).transpose() {
@@ -113,7 +142,7 @@ pub fn run(args: ServeArgs) -> i32 {
             return 2;
         }
     };
-    let provider = match provider::open(args.provider) {
+    let provider = match provider::open_bounded(args.provider, bounds(&args)) {
         Ok(p) => p,
         Err(e) => {
             eprintln!(
@@ -157,7 +186,7 @@ pub fn run(args: ServeArgs) -> i32 {
             banner: Box::new(move |url| banner(&banner_auth, token_file.as_deref(), url)),
             auth,
             session_idle: Duration::from_secs(args.session_idle_timeout),
-            max_connections: args.max_connections as usize,
+            connections: connection_caps(&args),
             max_sessions: args.max_sessions as usize,
             allowed_origins: args.allow_origin.clone(),
             whereabouts,
@@ -171,7 +200,8 @@ fn serve_e2b(
     text: &str,
     configured: Option<String>,
     kind: provider::Kind,
-    max_connections: usize,
+    bounds: provider::Bounds,
+    connections: crate::edge::Caps,
 ) -> i32 {
     let addr = match resolve(text) {
         Ok(a) => a,
@@ -180,7 +210,7 @@ fn serve_e2b(
             return 2;
         }
     };
-    let provider = match provider::open(kind) {
+    let provider = match provider::open_bounded(kind, bounds) {
         Ok(p) => p,
         Err(e) => {
             eprintln!(
@@ -217,8 +247,22 @@ fn serve_e2b(
         crate::e2b::E2bOptions {
             addr,
             api_key,
-            max_connections,
+            connections,
         },
+    )
+}
+
+fn bounds(args: &ServeArgs) -> provider::Bounds {
+    provider::Bounds {
+        sandboxes: args.max_sandboxes,
+        memory_mib: args.max_total_memory_mib,
+    }
+}
+
+fn connection_caps(args: &ServeArgs) -> crate::edge::Caps {
+    crate::edge::Caps::new(
+        args.max_connections as usize,
+        args.max_connections_per_peer.map(|n| n as usize),
     )
 }
 

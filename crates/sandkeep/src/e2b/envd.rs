@@ -9,7 +9,6 @@
 
 use std::time::Duration;
 
-use axum::body::Bytes;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
@@ -17,7 +16,7 @@ use serde_json::{Value, json};
 
 use super::connect::{self, Code, RpcError};
 use super::process;
-use super::{E2b, Envd};
+use super::{BodyTooLarge, E2b, Envd, SmallBody};
 use crate::provider::{ExecRequest, SandboxId};
 use sandkeep_proto::wire::shell_quote;
 
@@ -375,13 +374,18 @@ pub async fn rpc(
     service: &str,
     method: &str,
     headers: HeaderMap,
-    body: Bytes,
+    body: Result<SmallBody, BodyTooLarge>,
 ) -> Response {
     let e2b = &envd.e2b;
-    let result = match service {
-        "process.Process" => process_rpc(e2b, &envd.id, method, &headers, &body).await,
-        "filesystem.Filesystem" => filesystem(e2b, &envd.id, method, &headers, &body).await,
-        other => Err(RpcError::new(
+    let result = match (service, body) {
+        (_, Err(too_large)) => Err(too_large.into()),
+        ("process.Process", Ok(body)) => {
+            process_rpc(e2b, &envd.id, method, &headers, body.bytes()).await
+        }
+        ("filesystem.Filesystem", Ok(body)) => {
+            filesystem(e2b, &envd.id, method, &headers, body.bytes()).await
+        }
+        (other, Ok(_)) => Err(RpcError::new(
             Code::NotFound,
             format!("{other} is not a service of envd"),
         )),

@@ -45,13 +45,73 @@ pub const ENVD_VERSION: &str = "0.6.13";
 /// The port envd listens on inside an E2B sandbox (host-name routing).
 const ENVD_PORT: &str = "49983";
 
+/// The largest body read whole (every route but `/files`, whose uploads
+/// stream into the sandbox): one Connect message with its envelopes, or a
+/// REST request's JSON. SPEC.md §7: memory stays bounded under any request.
+const MAX_BODY: usize = connect::MAX_MESSAGE + 64 * 1024;
+
+/// A request body of at most [`MAX_BODY`] bytes, read whole. One announced
+/// larger (`Content-Length`) is refused before a byte of it is read (a
+/// client that sent `Expect: 100-continue` is never asked for it); one sent
+/// without a length is cut off as soon as it passes the limit.
+pub struct SmallBody(axum::body::Bytes);
+
+impl SmallBody {
+    pub fn bytes(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+/// Why a [`SmallBody`] was refused; as a response, E2B's REST error (413).
+pub struct BodyTooLarge(String);
+
+impl BodyTooLarge {
+    fn new() -> Self {
+        Self(format!(
+            "the request body is over the {MAX_BODY}-byte limit of this endpoint (file contents \
+             go through /files, which has none)"
+        ))
+    }
+}
+
+impl axum::response::IntoResponse for BodyTooLarge {
+    fn into_response(self) -> Response {
+        rest::error(StatusCode::PAYLOAD_TOO_LARGE, self.0)
+    }
+}
+
+impl From<BodyTooLarge> for connect::RpcError {
+    fn from(e: BodyTooLarge) -> Self {
+        Self::new(connect::Code::InvalidArgument, e.0)
+    }
+}
+
+impl<S: Send + Sync> axum::extract::FromRequest<S> for SmallBody {
+    type Rejection = BodyTooLarge;
+
+    async fn from_request(request: Request, _: &S) -> Result<Self, BodyTooLarge> {
+        let announced = request
+            .headers()
+            .get(header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok());
+        if announced.is_some_and(|n| n > MAX_BODY as u64) {
+            return Err(BodyTooLarge::new());
+        }
+        axum::body::to_bytes(request.into_body(), MAX_BODY)
+            .await
+            .map(Self)
+            .map_err(|_| BodyTooLarge::new())
+    }
+}
+
 /// What the endpoint needs to run.
 #[derive(Debug)]
 pub struct E2bOptions {
     pub addr: SocketAddr,
     pub api_key: String,
-    /// Open connections at once; one more is answered 503.
-    pub max_connections: usize,
+    /// Open connections at once, in all and per peer.
+    pub connections: crate::edge::Caps,
 }
 
 /// The server's shared state.
@@ -240,20 +300,22 @@ fn router(e2b: Arc<E2b>) -> Router {
         ));
     let envd = Router::new()
         .route("/health", get(envd::health))
-        .route("/files", get(files::download).post(files::upload))
+        .route(
+            "/files",
+            get(files::download)
+                .post(files::upload)
+                .layer(DefaultBodyLimit::disable()),
+        )
         .route("/process.Process/{method}", post(process_rpc))
         .route("/filesystem.Filesystem/{method}", post(filesystem_rpc));
-    api.merge(envd)
-        .fallback(rest::not_found)
-        .layer(DefaultBodyLimit::disable())
-        .with_state(e2b)
+    api.merge(envd).fallback(rest::not_found).with_state(e2b)
 }
 
 async fn process_rpc(
     envd: Envd,
     axum::extract::Path(method): axum::extract::Path<String>,
     headers: HeaderMap,
-    body: axum::body::Bytes,
+    body: Result<SmallBody, BodyTooLarge>,
 ) -> Response {
     envd::rpc(envd, "process.Process", &method, headers, body).await
 }
@@ -262,7 +324,7 @@ async fn filesystem_rpc(
     envd: Envd,
     axum::extract::Path(method): axum::extract::Path<String>,
     headers: HeaderMap,
-    body: axum::body::Bytes,
+    body: Result<SmallBody, BodyTooLarge>,
 ) -> Response {
     envd::rpc(envd, "filesystem.Filesystem", &method, headers, body).await
 }
@@ -316,7 +378,7 @@ pub fn run(provider: Arc<dyn Provider>, options: E2bOptions) -> i32 {
                 return 1;
             }
         };
-        crate::edge::serve(listener, router(e2b), options.max_connections, shutdown).await;
+        crate::edge::serve(listener, router(e2b), options.connections, shutdown).await;
         0
     })
 }

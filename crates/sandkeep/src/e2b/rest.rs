@@ -13,7 +13,7 @@ use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{E2b, ENVD_VERSION, Record};
+use super::{E2b, ENVD_VERSION, Record, SmallBody};
 use crate::provider::{CreateSpec, Network, ProviderError, SandboxId, SandboxInfo};
 
 /// The longest timeout a sandbox may ask for (E2B's Pro plan's 24 h).
@@ -35,6 +35,18 @@ pub fn error(status: StatusCode, message: impl Into<String>) -> Response {
 }
 
 fn provider_error(e: &ProviderError) -> Response {
+    if let ProviderError::LimitReached(message) = e {
+        // E2B's answer to a create past the account's concurrency limit;
+        // marked so the Python SDK raises at once instead of retrying a
+        // bound that a retry does not free (the JS SDK retries a 429
+        // only with a Retry-After).
+        let mut answer = error(StatusCode::TOO_MANY_REQUESTS, message.clone());
+        answer.headers_mut().insert(
+            "should-retry",
+            axum::http::HeaderValue::from_static("false"),
+        );
+        return answer;
+    }
     let status = match e {
         ProviderError::NoSuchSandbox(_) => StatusCode::NOT_FOUND,
         ProviderError::UnknownTemplate { .. } => StatusCode::BAD_REQUEST,
@@ -149,12 +161,12 @@ async fn create(e2b: &E2b, body: &[u8], default_timeout: u64) -> Response {
     (StatusCode::CREATED, Json(sandbox_json(&info, &record))).into_response()
 }
 
-pub async fn create_v1(State(e2b): State<Arc<E2b>>, body: axum::body::Bytes) -> Response {
-    create(&e2b, &body, DEFAULT_TIMEOUT_V1).await
+pub async fn create_v1(State(e2b): State<Arc<E2b>>, body: SmallBody) -> Response {
+    create(&e2b, body.bytes(), DEFAULT_TIMEOUT_V1).await
 }
 
-pub async fn create_v2(State(e2b): State<Arc<E2b>>, body: axum::body::Bytes) -> Response {
-    create(&e2b, &body, DEFAULT_TIMEOUT_V2).await
+pub async fn create_v2(State(e2b): State<Arc<E2b>>, body: SmallBody) -> Response {
+    create(&e2b, body.bytes(), DEFAULT_TIMEOUT_V2).await
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -206,17 +218,17 @@ async fn connect(e2b: &E2b, id: &str, body: &[u8], require_timeout: bool) -> Res
 pub async fn connect_v1(
     State(e2b): State<Arc<E2b>>,
     Path(id): Path<String>,
-    body: axum::body::Bytes,
+    body: SmallBody,
 ) -> Response {
-    connect(&e2b, &id, &body, true).await
+    connect(&e2b, &id, body.bytes(), true).await
 }
 
 pub async fn connect_v2(
     State(e2b): State<Arc<E2b>>,
     Path(id): Path<String>,
-    body: axum::body::Bytes,
+    body: SmallBody,
 ) -> Response {
-    connect(&e2b, &id, &body, false).await
+    connect(&e2b, &id, body.bytes(), false).await
 }
 
 pub async fn info(State(e2b): State<Arc<E2b>>, Path(id): Path<String>) -> Response {
@@ -247,13 +259,13 @@ pub struct TimeoutBody {
 pub async fn set_timeout(
     State(e2b): State<Arc<E2b>>,
     Path(id): Path<String>,
-    body: axum::body::Bytes,
+    body: SmallBody,
 ) -> Response {
     let id = match sandbox_id(&id) {
         Ok(id) => id,
         Err(r) => return r.into_response(),
     };
-    let request: TimeoutBody = match serde_json::from_slice(&body) {
+    let request: TimeoutBody = match serde_json::from_slice(body.bytes()) {
         Ok(r) => r,
         Err(e) => return error(StatusCode::BAD_REQUEST, format!("invalid body: {e}")),
     };

@@ -51,8 +51,8 @@ pub struct HttpOptions {
     pub banner: Box<dyn Fn(&str) -> String + Send>,
     /// A legacy session idle this long is ended (and cleaned up).
     pub session_idle: Duration,
-    /// Open connections at once; one more is answered 503.
-    pub max_connections: usize,
+    /// Open connections at once, in all and per peer.
+    pub connections: crate::edge::Caps,
     /// Live legacy sessions at once; one more initialize is answered 503
     /// while the existing sessions keep working.
     pub max_sessions: usize,
@@ -253,7 +253,7 @@ pub async fn serve(
     if !banner.is_empty() {
         eprintln!("{banner}");
     }
-    crate::edge::serve(listener, app, options.max_connections, shutdown.clone()).await;
+    crate::edge::serve(listener, app, options.connections, shutdown.clone()).await;
     ender.end_all_live().await;
     ender.tracker.close();
     if tokio::time::timeout(crate::edge::SHUTDOWN_GRACE, ender.tracker.wait())

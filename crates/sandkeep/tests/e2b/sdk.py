@@ -11,7 +11,7 @@ import time
 import uuid
 
 from e2b import Sandbox, SandboxQuery
-from e2b.exceptions import NotFoundException, TimeoutException
+from e2b.exceptions import NotFoundException, RateLimitException, TimeoutException
 from e2b.sandbox.commands.command_handle import CommandExitException
 
 only = set(sys.argv[1:])
@@ -283,3 +283,26 @@ def _():
     finally:
         cut.kill()
         default.kill()
+
+
+@check("host_bound")
+def _():
+    # Past the server's host-wide bound (the test starts it with
+    # --max-sandboxes 2) a create is E2B's rate limit error, at once (no
+    # retries), saying which bound and how to raise it; a kill makes room.
+    made = []
+    try:
+        started = time.monotonic()
+        while True:
+            assert len(made) < 64, "no bound was reached"
+            try:
+                made.append(make())
+            except RateLimitException as e:
+                assert "--max-sandboxes" in str(e), e
+                break
+        assert time.monotonic() - started < 60
+        made.pop().kill()
+        made.append(make())
+    finally:
+        for sbx in made:
+            sbx.kill()
