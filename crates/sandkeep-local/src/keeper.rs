@@ -28,7 +28,7 @@ use serde::{Deserialize, Serialize};
 
 use super::cgroup::{self, Resources};
 use super::init::{self, InitContext, InitReport, Mode, NetPlan};
-use super::proxy::Proxy;
+use super::proxy::{Policy as ProxyPolicy, Proxy};
 use super::rootfs::Owner;
 use super::state::{self, Home, Lock, Meta, SandboxDir, Spec};
 use super::{doctor, sys, unreadable, wire};
@@ -279,7 +279,8 @@ fn start(home: &Home, dir: &SandboxDir) -> Result<Running, SetupError> {
     let mut net = net_plan(&spec);
     // Forked before any namespace is entered: it lives on the host.
     let mut proxy = if net.proxy {
-        Some(Proxy::fork(allow_hosts(&spec))?)
+        let policy = ProxyPolicy::new(spec.allow_hosts.clone(), home.root());
+        Some(Proxy::fork(policy)?)
     } else {
         None
     };
@@ -595,11 +596,6 @@ fn net_plan(spec: &Spec) -> NetPlan {
         proxy: !spec.process_only && spec.network.unwrap_or_default() == Network::Internet,
         explicit: spec.network.is_some() || !spec.allow_hosts.is_empty(),
     }
-}
-
-/// The names the proxy lets through; empty for every public address.
-fn allow_hosts(spec: &Spec) -> Vec<String> {
-    spec.allow_hosts.clone()
 }
 
 /// What `info` reports as enforced, and the refusal of an explicit

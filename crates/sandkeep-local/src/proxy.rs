@@ -15,6 +15,7 @@
 use std::io::{self, Read, Write};
 use std::net::{IpAddr, Shutdown, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::path::Path;
 use std::str::FromStr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -30,10 +31,65 @@ const MAX_CONNECTIONS: usize = 256;
 const HEAD_TIMEOUT: Duration = Duration::from_secs(30);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
 
+/// What a sandbox's proxy lets through.
+#[derive(Debug)]
+pub struct Policy {
+    /// The names of `allow_hosts`; empty for every public address.
+    allow_hosts: Vec<String>,
+    /// Test builds only (the `test-hooks` feature): names answered from
+    /// the state directory's [`TEST_HOSTS`] file, as public hosts whatever
+    /// their address, so that a test can stand a loopback listener in for
+    /// a host of the Internet. A build without the feature has no such
+    /// names, and nothing a sandbox does can add one: the file is the
+    /// host's.
+    #[cfg(feature = "test-hooks")]
+    test_hosts: Vec<(String, IpAddr)>,
+}
+
+/// The state directory's file of test names (`NAME ADDRESS` a line) read
+/// by builds with the `test-hooks` feature.
+#[cfg(feature = "test-hooks")]
+pub const TEST_HOSTS: &str = "test-hosts";
+
+impl Policy {
+    /// The policy of a sandbox of the state directory at `state_root`.
+    pub fn new(allow_hosts: Vec<String>, state_root: &Path) -> Policy {
+        #[cfg(not(feature = "test-hooks"))]
+        let _ = state_root;
+        Policy {
+            allow_hosts,
+            #[cfg(feature = "test-hooks")]
+            test_hosts: std::fs::read_to_string(state_root.join(TEST_HOSTS))
+                .unwrap_or_default()
+                .lines()
+                .filter_map(|l| {
+                    let (name, ip) = l.split_once(' ')?;
+                    Some((netpolicy::normalize_host(name), ip.trim().parse().ok()?))
+                })
+                .collect(),
+        }
+    }
+
+    /// The address a test build answers for `name`, as a public host's.
+    fn test_host(&self, name: &str) -> Option<IpAddr> {
+        #[cfg(feature = "test-hooks")]
+        return self
+            .test_hosts
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, ip)| *ip);
+        #[cfg(not(feature = "test-hooks"))]
+        {
+            let _ = name;
+            None
+        }
+    }
+}
+
 /// Serves `listener` until the process is killed.
-pub fn serve(listener: OwnedFd, allow_hosts: Vec<String>) -> ! {
+pub fn serve(listener: OwnedFd, policy: Policy) -> ! {
     let listener = TcpListener::from(listener);
-    let allow = Arc::new(allow_hosts);
+    let policy = Arc::new(policy);
     let live = Arc::new(AtomicUsize::new(0));
     loop {
         let Ok((client, _)) = listener.accept() else {
@@ -43,11 +99,11 @@ pub fn serve(listener: OwnedFd, allow_hosts: Vec<String>) -> ! {
             live.fetch_sub(1, Ordering::SeqCst);
             continue;
         }
-        let (allow, done) = (allow.clone(), live.clone());
+        let (policy, done) = (policy.clone(), live.clone());
         let spawned = std::thread::Builder::new()
             .stack_size(128 * 1024)
             .spawn(move || {
-                let _ = handle(client, &allow);
+                let _ = handle(client, &policy);
                 done.fetch_sub(1, Ordering::SeqCst);
             });
         if spawned.is_err() {
@@ -71,7 +127,7 @@ impl Proxy {
     /// Forks the proxy process. Called by the keeper before it enters any
     /// namespace, so the proxy stays in the host's; it waits for its
     /// listening socket ([`Proxy::start`]). As root it runs as nobody.
-    pub fn fork(allow_hosts: Vec<String>) -> Result<Proxy, String> {
+    pub fn fork(policy: Policy) -> Result<Proxy, String> {
         let (ours, theirs) = rustix::net::socketpair(
             rustix::net::AddressFamily::UNIX,
             rustix::net::SocketType::SEQPACKET,
@@ -83,7 +139,7 @@ impl Proxy {
         match sys::fork().map_err(|e| format!("fork the egress proxy: {e}"))? {
             sys::Forked::Child => {
                 drop(ours);
-                sys::exit_now(match proxy_main(keeper, theirs, allow_hosts) {
+                sys::exit_now(match proxy_main(keeper, theirs, policy) {
                     Ok(never) => match never {},
                     Err(e) => {
                         eprintln!("sandkeep proxy: {e}");
@@ -138,7 +194,7 @@ impl Drop for Proxy {
 fn proxy_main(
     keeper: rustix::process::Pid,
     channel: OwnedFd,
-    allow_hosts: Vec<String>,
+    policy: Policy,
 ) -> Result<std::convert::Infallible, String> {
     sys::set_signal_mask(&[]).map_err(|e| format!("signal mask: {e}"))?;
     // Nothing of the keeper's: not its readiness pipe, not its sockets.
@@ -161,7 +217,7 @@ fn proxy_main(
     let (_, mut fds) = wire::recv(&channel, &mut buf).map_err(|e| format!("recv: {e}"))?;
     drop(channel);
     match fds.pop() {
-        Some(listener) => serve(listener, allow_hosts),
+        Some(listener) => serve(listener, policy),
         // The keeper decided against a proxy (or died): nothing to do.
         None => sys::exit_now(0),
     }
@@ -216,13 +272,13 @@ impl From<Refusal> for Answer {
     }
 }
 
-fn handle(mut client: TcpStream, allow: &[String]) -> io::Result<()> {
+fn handle(mut client: TcpStream, policy: &Policy) -> io::Result<()> {
     client.set_read_timeout(Some(HEAD_TIMEOUT))?;
     // The same port speaks SOCKS5, whose greeting starts with 5 (no HTTP
     // method does).
     let mut first = [0u8; 1];
     if client.peek(&mut first)? == 1 && first[0] == SOCKS_VERSION {
-        return socks5(client, allow);
+        return socks5(client, policy);
     }
     let mut buf = Vec::with_capacity(4096);
     let parsed = loop {
@@ -252,7 +308,7 @@ fn handle(mut client: TcpStream, allow: &[String]) -> io::Result<()> {
     let (host, port) = match &target {
         Target::Tunnel { host, port } | Target::Forward { host, port, .. } => (host, *port),
     };
-    let mut upstream = match connect(host, port, allow) {
+    let mut upstream = match connect(host, port, policy) {
         Ok(s) => s,
         Err(answer) => return client.write_all(&answer.bytes()),
     };
@@ -321,24 +377,30 @@ fn parse(buf: &[u8]) -> Result<Option<(Target, usize)>, Answer> {
     let host = authority.host().to_owned();
     let port = authority.port_u16().unwrap_or(80);
     let origin = uri.path_and_query().map_or("/", |p| p.as_str());
-    let mut head = format!("{method} {origin} HTTP/1.{}\r\n", req.version.unwrap_or(1));
-    let mut has_host = false;
+    // The origin server hears the host the request-URI names, whatever
+    // Host the client sent (RFC 9112 §3.2.2: a proxy must replace it):
+    // the name allow_hosts was checked against is the one served, so a
+    // shared front cannot be asked for another of its hosts.
+    let host_header = match authority.port() {
+        Some(p) => format!("{host}:{p}"),
+        None => host.clone(),
+    };
+    let mut head = format!(
+        "{method} {origin} HTTP/1.{}\r\nHost: {host_header}\r\n",
+        req.version.unwrap_or(1)
+    );
     for h in req.headers.iter() {
         let name = h.name.to_ascii_lowercase();
         if matches!(
             name.as_str(),
-            "proxy-connection" | "proxy-authorization" | "connection" | "keep-alive"
+            "host" | "proxy-connection" | "proxy-authorization" | "connection" | "keep-alive"
         ) {
             continue;
         }
-        has_host |= name == "host";
         head.push_str(h.name);
         head.push_str(": ");
         head.push_str(&String::from_utf8_lossy(h.value));
         head.push_str("\r\n");
-    }
-    if !has_host {
-        head.push_str(&format!("Host: {authority}\r\n"));
     }
     // One request per connection keeps the forwarding a plain relay.
     head.push_str("Connection: close\r\n\r\n");
@@ -354,7 +416,7 @@ fn parse(buf: &[u8]) -> Result<Option<(Target, usize)>, Answer> {
 
 /// Resolves on the host, checks every address, and connects to the first
 /// permitted one that answers.
-fn connect(host: &str, port: u16, allow: &[String]) -> Result<TcpStream, Answer> {
+fn connect(host: &str, port: u16, policy: &Policy) -> Result<TcpStream, Answer> {
     if port == 0 {
         return Err(Answer::new(
             400,
@@ -362,8 +424,18 @@ fn connect(host: &str, port: u16, allow: &[String]) -> Result<TcpStream, Answer>
             "sandkeep: port 0 is not a destination",
         ));
     }
-    netpolicy::check_host(host, allow)?;
+    netpolicy::check_host(host, &policy.allow_hosts)?;
     let name = netpolicy::normalize_host(host);
+    if let Some(ip) = policy.test_host(&name) {
+        let addr = SocketAddr::new(ip, port);
+        return TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT).map_err(|e| {
+            Answer::new(
+                502,
+                "Bad Gateway",
+                format!("sandkeep: cannot connect to {addr}: {e}"),
+            )
+        });
+    }
     let addrs: Vec<SocketAddr> = match name.parse::<IpAddr>() {
         Ok(ip) => vec![SocketAddr::new(ip, port)],
         Err(_) => (name.as_str(), port)
@@ -406,7 +478,7 @@ const SOCKS_VERSION: u8 = 5;
 /// A SOCKS5 (RFC 1928) CONNECT without authentication, under the same
 /// policy. SOCKS has no room for a message: a refusal answers "connection
 /// not allowed by ruleset".
-fn socks5(mut client: TcpStream, allow: &[String]) -> io::Result<()> {
+fn socks5(mut client: TcpStream, policy: &Policy) -> io::Result<()> {
     let mut head = [0u8; 2];
     client.read_exact(&mut head)?;
     let mut methods = vec![0u8; usize::from(head[1])];
@@ -444,7 +516,7 @@ fn socks5(mut client: TcpStream, allow: &[String]) -> io::Result<()> {
         // Only CONNECT: command not supported.
         return socks_reply(&mut client, 7);
     }
-    match connect(&host, u16::from_be_bytes(port), allow) {
+    match connect(&host, u16::from_be_bytes(port), policy) {
         Ok(upstream) => {
             socks_reply(&mut client, 0)?;
             client.set_read_timeout(None)?;
@@ -478,6 +550,14 @@ fn relay(client: TcpStream, upstream: TcpStream) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The policy of `allow_hosts` in a state directory without test names.
+    fn policy(allow_hosts: &[&str]) -> Policy {
+        Policy::new(
+            allow_hosts.iter().map(|h| h.to_string()).collect(),
+            Path::new("/nonexistent"),
+        )
+    }
 
     #[test]
     fn connect_requests_name_a_tunnel() {
@@ -551,6 +631,49 @@ mod tests {
         );
     }
 
+    /// The origin server hears the request-URI's host, never the Host
+    /// the client sent (domain fronting past allow_hosts).
+    #[test]
+    fn the_host_header_is_the_request_uris_authority() {
+        for (request, host) in [
+            (
+                "GET http://pypi.org/simple/ HTTP/1.1\r\nHost: files.pythonhosted.org\r\nAccept: */*\r\n\r\n",
+                "pypi.org",
+            ),
+            (
+                "GET http://pypi.org:8080/ HTTP/1.1\r\nAccept: */*\r\nhost: evil.example\r\nHOST: other.example\r\n\r\n",
+                "pypi.org:8080",
+            ),
+            (
+                "GET http://user:secret@pypi.org/ HTTP/1.1\r\nHost: evil.example\r\n\r\n",
+                "pypi.org",
+            ),
+            (
+                "GET http://[2606:4700::1111]:81/ HTTP/1.1\r\n\r\n",
+                "[2606:4700::1111]:81",
+            ),
+        ] {
+            let (t, _) = parse(request.as_bytes()).unwrap().unwrap();
+            let Target::Forward { head, .. } = t else {
+                panic!("not forwarded")
+            };
+            let head = String::from_utf8(head).unwrap();
+            let hosts: Vec<&str> = head
+                .lines()
+                .filter(|l| l.to_ascii_lowercase().starts_with("host:"))
+                .collect();
+            assert_eq!(
+                hosts,
+                [format!("Host: {host}")],
+                "{request:?} became {head:?}"
+            );
+            assert!(
+                head.contains("Accept: */*\r\n") || !request.contains("Accept"),
+                "{head:?}"
+            );
+        }
+    }
+
     #[test]
     fn connect_may_name_any_port_and_only_addresses_are_refused() {
         // SPEC.md §10 limits destinations by address: every port of a
@@ -567,22 +690,22 @@ mod tests {
             );
             // A refused address is refused for the address, whatever the
             // port: the 403 names the rule, never a port.
-            let a = connect("10.0.0.1", port, &[]).unwrap_err();
+            let a = connect("10.0.0.1", port, &policy(&[])).unwrap_err();
             assert_eq!(a.status, 403, "{}", a.body);
             assert!(a.body.contains("private"), "{}", a.body);
         }
-        let a = connect("example.com", 0, &[]).unwrap_err();
+        let a = connect("example.com", 0, &policy(&[])).unwrap_err();
         assert_eq!((a.status, a.body.contains("port 0")), (400, true));
     }
 
     #[test]
     fn refusals_answer_403_with_the_rule() {
-        let a = connect("127.0.0.1", 80, &[]).unwrap_err();
+        let a = connect("127.0.0.1", 80, &policy(&[])).unwrap_err();
         assert_eq!(a.status, 403);
         assert!(a.body.contains("loopback"), "{}", a.body);
-        let a = connect("localhost", 80, &[]).unwrap_err();
+        let a = connect("localhost", 80, &policy(&[])).unwrap_err();
         assert_eq!(a.status, 403, "{}", a.body);
-        let a = connect("example.com", 443, &["pypi.org".into()]).unwrap_err();
+        let a = connect("example.com", 443, &policy(&["pypi.org"])).unwrap_err();
         assert_eq!(a.status, 403);
         assert!(a.body.contains("not in allow_hosts"));
         let text = String::from_utf8(a.bytes()).unwrap();

@@ -718,3 +718,174 @@ fn without_network_namespaces_network_is_refused_and_the_default_says_so() {
     let stdout = support::run_ignored_test("no_network_namespaces_inner", "SK_NO_NETNS");
     assert!(stdout.contains("NO-NETNS CHECKED"), "{stdout}");
 }
+
+/// Test builds' proxies answer the names of this file of the state
+/// directory as public hosts (the `test-hooks` feature of sandkeep-local):
+/// how a listener of this test on loopback stands in for a host of the
+/// Internet.
+const TEST_HOSTS: &str = "test-hosts";
+
+/// An HTTP/1 listener of this test: answers each request `200 ok` and
+/// sends the heads it heard, in order.
+async fn origin() -> (u16, tokio::sync::mpsc::UnboundedReceiver<String>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let (heard, heads) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = listener.accept().await {
+            let heard = heard.clone();
+            tokio::spawn(async move {
+                let mut head = Vec::new();
+                let mut buf = [0u8; 4096];
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match s.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => head.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let _ = heard.send(String::from_utf8_lossy(&head).into_owned());
+                let _ = s
+                    .write_all(
+                        b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok",
+                    )
+                    .await;
+            });
+        }
+    });
+    (port, heads)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plain_http_reaches_the_origin_with_the_request_uris_host() {
+    let (port, mut heads) = origin().await;
+    let home = state_dir();
+    std::fs::write(home.path().join(TEST_HOSTS), "upstream.test 127.0.0.1\n").unwrap();
+    let p = provider(home.path());
+    let info = create_with(&p, None, &["upstream.test"]).await;
+    let id = &info.sandbox_id;
+    // An allowed name, and the Host of a name allow_hosts does not list
+    // (the domain front), from curl and from a raw request with two.
+    let (_, out, err) = bash(
+        &p,
+        id,
+        &format!(
+            "curl -sS -w ' %{{http_code}}' -H 'Host: files.pythonhosted.org' http://upstream.test:{port}/simple/"
+        ),
+    )
+    .await;
+    assert_eq!(out, "ok 200", "{err}");
+    let request = format!(
+        "GET http://upstream.test:{port}/x HTTP/1.1\\r\\nHost: other.test\\r\\nhost: evil.test\\r\\n\\r\\n"
+    );
+    let (_, out, err) = bash(&p, id, &via_proxy(&request)).await;
+    assert!(out.starts_with("HTTP/1.1 200 OK\r\n"), "{out:?} {err}");
+    for path in ["/simple/", "/x"] {
+        let head = tokio::time::timeout(Duration::from_secs(10), heads.recv())
+            .await
+            .expect("the origin heard a request")
+            .expect("the origin is listening");
+        let hosts: Vec<&str> = head
+            .lines()
+            .filter(|l| l.to_ascii_lowercase().starts_with("host:"))
+            .collect();
+        assert!(
+            head.starts_with(&format!("GET {path} HTTP/1.1\r\n")),
+            "{head:?}"
+        );
+        assert_eq!(
+            hosts,
+            [format!("Host: upstream.test:{port}")],
+            "the origin heard another host than the request-URI's: {head:?}"
+        );
+    }
+    // The test name is a name, not a door: its address by number is the
+    // host's loopback, refused.
+    let (_, out, err) = bash(
+        &p,
+        id,
+        &via_proxy(&format!("CONNECT 127.0.0.1:{port} HTTP/1.1\\r\\n\\r\\n")),
+    )
+    .await;
+    assert!(
+        out.starts_with("HTTP/1.1 403 Forbidden\r\n"),
+        "{out:?} {err}"
+    );
+    assert!(p.kill(id).await.unwrap());
+}
+
+/// Each way through the proxy (an HTTP CONNECT tunnel, SOCKS5, plain
+/// `http://`) carries a request to an origin and its answer back, also a
+/// body larger than any buffer of the relay, both ways.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_way_through_the_proxy_relays_both_directions() {
+    let (port, mut heads) = origin().await;
+    let home = state_dir();
+    std::fs::write(home.path().join(TEST_HOSTS), "upstream.test 127.0.0.1\n").unwrap();
+    let p = provider(home.path());
+    let info = create(&p, 120).await;
+    let id = &info.sandbox_id;
+    let url = format!("http://upstream.test:{port}/");
+    for (way, curl) in [
+        ("CONNECT", format!("curl -sS -p -w ' %{{http_code}}' {url}")),
+        (
+            "SOCKS5",
+            format!(
+                "curl --noproxy '' -sS --socks5-hostname 127.0.0.1:${{HTTPS_PROXY##*:}} -w ' %{{http_code}}' {url}"
+            ),
+        ),
+        (
+            "plain http://",
+            format!("curl -sS -w ' %{{http_code}}' {url}"),
+        ),
+    ] {
+        let (_, out, err) = bash(&p, id, &curl).await;
+        assert_eq!(out, "ok 200", "{way}: {err}");
+        let head = tokio::time::timeout(Duration::from_secs(10), heads.recv())
+            .await
+            .expect("the origin heard the request")
+            .expect("the origin is listening");
+        assert!(
+            head.starts_with("GET / HTTP/1.1\r\n")
+                && head.contains(&format!("Host: upstream.test:{port}\r\n")),
+            "{way}: {head:?}"
+        );
+    }
+    // A megabyte up and back through a tunnel to an echo of this test.
+    let echo = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let echo_port = echo.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        if let Ok((s, _)) = echo.accept().await {
+            let (mut r, mut w) = s.into_split();
+            let _ = tokio::io::copy(&mut r, &mut w).await;
+        }
+    });
+    let (_, out, err) = bash(
+        &p,
+        id,
+        &format!(
+            "python3 -c '
+import os, socket
+port = int(os.environ[\"HTTPS_PROXY\"].rsplit(\":\", 1)[1])
+s = socket.create_connection((\"127.0.0.1\", port))
+s.sendall(b\"CONNECT upstream.test:{echo_port} HTTP/1.1\\r\\n\\r\\n\")
+answer = b\"\"
+while not answer.endswith(b\"\\r\\n\\r\\n\"):
+    answer += s.recv(1)
+data = os.urandom(1 << 20)
+s.sendall(data)
+s.shutdown(socket.SHUT_WR)
+back = b\"\"
+while True:
+    chunk = s.recv(65536)
+    if not chunk:
+        break
+    back += chunk
+print(answer.split(b\"\\r\\n\")[0].decode(), back == data)
+'"
+        ),
+    )
+    .await;
+    assert_eq!(out, "HTTP/1.1 200 Connection established True\n", "{err}");
+    assert!(p.kill(id).await.unwrap());
+}
