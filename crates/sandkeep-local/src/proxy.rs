@@ -21,7 +21,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use super::netpolicy::{self, Refusal};
+use super::netpolicy::{self, HostNetwork, Refusal, Subnet};
 use super::{sys, wire};
 
 /// The longest request head accepted.
@@ -414,6 +414,29 @@ fn parse(buf: &[u8]) -> Result<Option<(Target, usize)>, Answer> {
     )))
 }
 
+/// The host's own network as it is now: its interfaces' addresses and
+/// subnets, and the gateways of its routing tables. Read for every
+/// connection, so that a change (a new interface, DHCP) holds at once.
+fn host_network() -> io::Result<HostNetwork> {
+    let routes = |path: &str| match std::fs::read_to_string(path) {
+        // No IPv6 on this host: no IPv6 routes.
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(String::new()),
+        other => other,
+    };
+    let addresses = sys::interface_addresses()?
+        .into_iter()
+        .map(|(addr, prefix)| Subnet { addr, prefix })
+        .collect();
+    let gateways = netpolicy::route_gateways(
+        &routes("/proc/net/route")?,
+        &routes("/proc/net/ipv6_route")?,
+    );
+    Ok(HostNetwork {
+        addresses,
+        gateways,
+    })
+}
+
 /// Resolves on the host, checks every address, and connects to the first
 /// permitted one that answers.
 fn connect(host: &str, port: u16, policy: &Policy) -> Result<TcpStream, Answer> {
@@ -449,7 +472,14 @@ fn connect(host: &str, port: u16, policy: &Policy) -> Result<TcpStream, Answer> 
             })?
             .collect(),
     };
-    let own = sys::host_addresses().unwrap_or_default();
+    // Without the host's network no address can be judged: refuse.
+    let own = host_network().map_err(|e| {
+        Answer::new(
+            502,
+            "Bad Gateway",
+            format!("sandkeep: cannot read the host's network ({e}); try again"),
+        )
+    })?;
     let mut refusal = None;
     let mut failure = None;
     for addr in addrs {

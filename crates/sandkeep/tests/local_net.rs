@@ -350,13 +350,55 @@ async fn fetch_through_the_proxy(p: &LocalProvider, id: &SandboxId, url: &str) {
     );
 }
 
+/// A state directory for sandboxes that fetch from the package index.
+///
+/// A test machine whose egress is intercepted answers every public name
+/// with one address of a documentation or benchmarking range (this one
+/// says 203.0.113.80), which sandboxes must not reach. There the host's
+/// answer goes into the test names of the directory ([`TEST_HOSTS`]), so
+/// that the proxy takes it for the public host it stands in for and the
+/// fetch still crosses the proxy end to end; elsewhere nothing is written
+/// and the proxy resolves and checks the name as always.
+fn package_index_home() -> tempfile::TempDir {
+    use std::net::ToSocketAddrs;
+    let home = state_dir();
+    let index = package_index_host();
+    let intercepted = |ip: &IpAddr| match ip {
+        IpAddr::V4(v4) => {
+            let [a, b, c, _] = v4.octets();
+            matches!((a, b, c), (192, 0, 2) | (198, 51, 100) | (203, 0, 113))
+                || (a == 198 && b & 0xfe == 18)
+        }
+        IpAddr::V6(v6) => v6.segments()[..2] == [0x2001, 0xdb8],
+    };
+    let answers: Vec<IpAddr> = (index.as_str(), 443)
+        .to_socket_addrs()
+        .map(|a| a.map(|a| a.ip()).collect())
+        .unwrap_or_default();
+    if !answers.is_empty() && answers.iter().all(intercepted) {
+        eprintln!(
+            "NOTE: this host resolves {index} to {answers:?} only, addresses of documentation or \
+             benchmarking ranges (an intercepting egress); the proxy is told to take {} for it",
+            answers[0]
+        );
+        std::fs::write(
+            home.path().join(TEST_HOSTS),
+            format!("{index} {}\n", answers[0]),
+        )
+        .unwrap();
+    }
+    home
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_public_host_is_reached_through_the_proxy() {
     let url = format!("https://{}/simple/", package_index_host());
     if !host_reaches(&url) {
         return;
     }
-    let (_home, p, info) = fresh_sandbox(120).await;
+    let home = package_index_home();
+    let p = provider(home.path());
+    let info = create(&p, 120).await;
     fetch_through_the_proxy(&p, &info.sandbox_id, &url).await;
     assert!(p.kill(&info.sandbox_id).await.unwrap());
 }
@@ -416,7 +458,9 @@ fn unprivileged_inner() {
     support::fake_kernel::block_on(async {
         let host_lo = TcpListener::bind("127.0.0.1:0").unwrap();
         let port = host_lo.local_addr().unwrap().port();
-        let (_home, p, info) = fresh_sandbox(120).await;
+        let home = package_index_home();
+        let p = provider(home.path());
+        let info = create(&p, 120).await;
         let id = &info.sandbox_id;
         assert_eq!(info.isolation, "userns-single");
         let (_, out, err) = bash(&p, id, &tcp_probe("127.0.0.1", port)).await;
@@ -570,7 +614,7 @@ async fn network_none_is_loopback_only_without_a_proxy() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn allow_hosts_lets_only_the_listed_names_through() {
     let index = package_index_host();
-    let home = state_dir();
+    let home = package_index_home();
     let p = provider(home.path());
     let info = create_with(&p, None, &[index.as_str(), "*.pythonhosted.org"]).await;
     let id = &info.sandbox_id;
@@ -724,6 +768,236 @@ fn without_network_namespaces_network_is_refused_and_the_default_says_so() {
 /// how a listener of this test on loopback stands in for a host of the
 /// Internet.
 const TEST_HOSTS: &str = "test-hosts";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_proxy_refuses_every_ipv6_form_that_carries_a_refused_ipv4_address() {
+    let host_lo = TcpListener::bind("127.0.0.1:0").unwrap();
+    host_lo.set_nonblocking(true).unwrap();
+    let port = host_lo.local_addr().unwrap().port();
+    let (_home, p, info) = fresh_sandbox(120).await;
+    let id = &info.sandbox_id;
+    for (target, carried) in [
+        // IPv4-translated (RFC 2765): the form that slipped through.
+        ("[::ffff:0:7f00:1]", "127.0.0.1"),
+        // IPv4-compatible, NAT64, 6to4, Teredo (server, then the inverted
+        // client), ISATAP.
+        ("[::7f00:1]", "127.0.0.1"),
+        ("[64:ff9b::a9fe:a9fe]", "169.254.169.254"),
+        ("[2002:a00:1::1]", "10.0.0.1"),
+        ("[2001:0:7f00:1::]", "127.0.0.1"),
+        ("[2001:0:4136:e378:8000:63bf:80ff:fffe]", "127.0.0.1"),
+        ("[2606:4700:1:2:0:5efe:7f00:1]", "127.0.0.1"),
+    ] {
+        let request = format!("CONNECT {target}:{port} HTTP/1.1\\r\\n\\r\\n");
+        let (_, out, err) = bash(&p, id, &via_proxy(&request)).await;
+        assert!(
+            out.starts_with("HTTP/1.1 403 Forbidden\r\n")
+                && out.contains(&format!("carries the IPv4 address {carried}, which is")),
+            "CONNECT {target}:{port} was not refused for {carried}: {out:?} {err}"
+        );
+    }
+    // Plain http:// and SOCKS5 (an IPv6 address of type 4) alike.
+    let (_, out, err) = bash(
+        &p,
+        id,
+        &format!("curl --noproxy '' -sS -w ' %{{http_code}}' 'http://[::ffff:0:7f00:1]:{port}/'"),
+    )
+    .await;
+    assert!(
+        out.ends_with(" 403") && out.contains("carries the IPv4 address 127.0.0.1"),
+        "{out:?} {err}"
+    );
+    let (code, _, err) = bash(
+        &p,
+        id,
+        &format!(
+            "curl --noproxy '' -sS --socks5 127.0.0.1:${{HTTPS_PROXY##*:}} 'http://[::ffff:0:7f00:1]:{port}/'"
+        ),
+    )
+    .await;
+    assert_eq!(code, Some(97), "SOCKS5 to the translated loopback: {err}");
+    assert!(err.contains("(2)"), "not refused by the ruleset: {err}");
+    assert!(
+        host_lo.accept().is_err(),
+        "the host's loopback listener was reached"
+    );
+    assert!(p.kill(id).await.unwrap());
+}
+
+/// The gateways of this host's routing tables (as `ip route` shows them).
+fn host_gateways() -> Vec<IpAddr> {
+    let out = std::process::Command::new("ip")
+        .args(["-j", "route", "show", "table", "all"])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default();
+    let mut found: Vec<IpAddr> = out
+        .split("\"gateway\":\"")
+        .skip(1)
+        .filter_map(|rest| rest.split('"').next()?.parse().ok())
+        .collect();
+    let out = std::process::Command::new("ip")
+        .args(["-j", "-6", "route", "show", "table", "all"])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default();
+    found.extend(
+        out.split("\"gateway\":\"")
+            .skip(1)
+            .filter_map(|rest| rest.split('"').next()?.parse::<IpAddr>().ok()),
+    );
+    found
+}
+
+fn connect_line(ip: IpAddr, port: u16) -> String {
+    match ip {
+        IpAddr::V4(v4) => format!("{v4}:{port}"),
+        IpAddr::V6(v6) => format!("[{v6}]:{port}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_proxy_refuses_special_purpose_ranges_and_the_hosts_gateways() {
+    let (_home, p, info) = fresh_sandbox(120).await;
+    let id = &info.sandbox_id;
+    let mut cases: Vec<(String, String)> = [
+        (
+            "192.0.2.77:80",
+            "192.0.2.77 is a documentation (192.0.2.0/24) address",
+        ),
+        (
+            "198.18.0.1:80",
+            "198.18.0.1 is a benchmarking (198.18.0.0/15) address",
+        ),
+        ("198.51.100.1:443", "is a documentation (198.51.100.0/24)"),
+        ("203.0.113.1:443", "is a documentation (203.0.113.0/24)"),
+        ("192.88.99.1:80", "6to4 relay anycast"),
+        (
+            "[2001:db8::1]:80",
+            "2001:db8::1 is a documentation (2001:db8::/32)",
+        ),
+        ("[64:ff9b:1::a00:1]:80", "local-use NAT64 (64:ff9b:1::/48)"),
+        ("[3fff::1]:80", "documentation (3fff::/20)"),
+        ("[100::1]:80", "discard-only (100::/64)"),
+        ("[5f00::1]:80", "SRv6"),
+    ]
+    .iter()
+    .map(|(t, r)| (t.to_string(), r.to_string()))
+    .collect();
+    // Whatever range they are in (here the VM's documentation subnet),
+    // the host's routers are refused.
+    let gateways = host_gateways();
+    if gateways.is_empty() {
+        eprintln!("NOTE: this host has no gateway; only the ranges were tried");
+    }
+    for gw in gateways {
+        cases.push((connect_line(gw, 80), format!("{gw} is ")));
+    }
+    for (target, rule) in &cases {
+        let request = format!("CONNECT {target} HTTP/1.1\\r\\n\\r\\n");
+        let (_, out, err) = bash(&p, id, &via_proxy(&request)).await;
+        assert!(
+            out.starts_with("HTTP/1.1 403 Forbidden\r\n")
+                && out.contains(rule.as_str())
+                && out.contains("sandboxes reach public addresses only"),
+            "CONNECT {target}: not refused naming {rule:?}: {out:?} {err}"
+        );
+    }
+    assert!(p.kill(id).await.unwrap());
+}
+
+/// A host whose own network is in ranges the registries call public (a
+/// VM on its provider's subnet): in a network namespace of this test's
+/// own, the host gets such addresses and a gateway, and a sandbox's proxy
+/// refuses each, naming why.
+#[test]
+fn the_hosts_subnets_and_gateways_are_refused_whatever_their_range() {
+    if !support::require(
+        rustix::process::geteuid().is_root(),
+        "a network namespace of the test's own needs root",
+    ) {
+        return;
+    }
+    let out = std::process::Command::new("unshare")
+        .args(["--net", "--"])
+        .arg(std::env::current_exe().unwrap())
+        .args(support::ignored_test_args("host_network_inner"))
+        .env("SK_HOST_NETWORK_INNER", "1")
+        .output()
+        .expect("run unshare");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success() && stdout.contains("1 passed"),
+        "the run in a network namespace of its own failed ({}):\n{stdout}\n{stderr}",
+        out.status
+    );
+}
+
+#[test]
+#[ignore = "run by the_hosts_subnets_and_gateways_are_refused_whatever_their_range in a network namespace"]
+fn host_network_inner() {
+    if std::env::var_os("SK_HOST_NETWORK_INNER").is_none() {
+        return;
+    }
+    let ip = |args: &[&str]| {
+        let out = std::process::Command::new("ip")
+            .args(args)
+            .output()
+            .expect("run ip");
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    // This namespace is the host now: it has a "public" subnet and a
+    // gateway (on lo, which every kernel has).
+    for args in [
+        &["link", "set", "lo", "up"][..],
+        &["addr", "add", "93.184.1.7/24", "dev", "lo"],
+        &[
+            "route", "add", "default", "via", "81.2.3.4", "dev", "lo", "onlink",
+        ],
+    ] {
+        let (ok, err) = ip(args);
+        assert!(ok, "ip {args:?}: {err}");
+    }
+    let (v6, why) = ip(&["-6", "addr", "add", "2a00:1450:4001:7::2/64", "dev", "lo"]);
+    if !v6 {
+        eprintln!("NOTE: no IPv6 here ({why}); only the IPv4 network was tried");
+    }
+    support::fake_kernel::block_on(async {
+        let (_home, p, info) = fresh_sandbox(120).await;
+        let id = &info.sandbox_id;
+        let mut cases = vec![
+            (
+                "93.184.1.200:80",
+                "93.184.1.200 is on the host's network 93.184.1.0/24",
+            ),
+            ("93.184.1.7:443", "93.184.1.7 is an address of the host"),
+            ("81.2.3.4:80", "81.2.3.4 is a gateway of the host"),
+            (
+                "[64:ff9b::5102:304]:80",
+                "81.2.3.4 is a gateway of the host",
+            ),
+        ];
+        if v6 {
+            cases.push((
+                "[2a00:1450:4001:7::99]:80",
+                "2a00:1450:4001:7::99 is on the host's network 2a00:1450:4001:7::/64",
+            ));
+        }
+        for (target, rule) in cases {
+            let request = format!("CONNECT {target} HTTP/1.1\\r\\n\\r\\n");
+            let (_, out, err) = bash(&p, id, &via_proxy(&request)).await;
+            assert!(
+                out.starts_with("HTTP/1.1 403 Forbidden\r\n") && out.contains(rule),
+                "CONNECT {target}: not refused naming {rule:?}: {out:?} {err}"
+            );
+        }
+        assert!(p.kill(id).await.unwrap());
+    });
+}
 
 /// An HTTP/1 listener of this test: answers each request `200 ok` and
 /// sends the heads it heard, in order.
