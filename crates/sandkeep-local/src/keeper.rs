@@ -277,13 +277,6 @@ fn start(home: &Home, dir: &SandboxDir) -> Result<Running, SetupError> {
     };
     let mut warnings = Vec::new();
     let mut net = net_plan(&spec);
-    // Forked before any namespace is entered: it lives on the host.
-    let mut proxy = if net.proxy {
-        let policy = ProxyPolicy::new(spec.allow_hosts.clone(), home.root());
-        Some(Proxy::fork(policy)?)
-    } else {
-        None
-    };
     let userns_child = if root && !spec.process_only {
         Some(fork_userns_child()?)
     } else {
@@ -299,6 +292,15 @@ fn start(home: &Home, dir: &SandboxDir) -> Result<Running, SetupError> {
     // Before any namespace: the cgroups are made with the host's view.
     let (cgroups, enforced) = limit_resources(&spec, dir, &mut warnings)?;
     let cgroup_dirs = cgroups.dirs.clone();
+    // Forked before any namespace is entered, so it lives on the host,
+    // and into the sandbox's cgroups, which bound its work as the
+    // sandbox's own.
+    let mut proxy = if net.proxy {
+        let policy = ProxyPolicy::new(spec.allow_hosts.clone(), home.root());
+        Some(Proxy::fork(policy, base.map(proxy_uid), &cgroups.doors)?)
+    } else {
+        None
+    };
     let attempt = if spec.process_only {
         Err("the configuration asks for process-only sandboxes".to_owned())
     } else {
@@ -795,6 +797,14 @@ fn descendants(root: u32) -> Vec<ProcessIdentity> {
         .filter(|(c, _, zombie)| !zombie && c.pid != root && found.contains(&c.pid))
         .map(|(c, _, _)| c)
         .collect()
+}
+
+/// The host uid (and gid) root's egress proxy of the sandbox whose block
+/// starts at `base` runs as: one per slot, just below the first block, so
+/// that no sandbox maps it, no two proxies share it and no host account
+/// (`nobody` included) can signal it.
+fn proxy_uid(base: u32) -> u32 {
+    FIRST_BLOCK - SLOTS + (base - FIRST_BLOCK) / BLOCK
 }
 
 /// Where root's uid blocks are claimed, for every state directory on the
