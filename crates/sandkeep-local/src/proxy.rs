@@ -15,11 +15,11 @@
 //! The proxy works for its sandbox, and is charged to it: it is born in
 //! (or enters, first thing) the sandbox's cgroups, so its memory, threads
 //! and CPU count against the sandbox's limits. One thread serves every
-//! connection (a current-thread tokio runtime), and a fixed pool of
-//! resolver threads, started before the sandbox runs anything, does the
-//! blocking `getaddrinfo`: whatever the sandbox does, the proxy has
-//! `1 + RESOLVERS` threads. As root it runs as a uid of its own, one per
-//! sandbox, that no sandbox maps. This process never forks.
+//! connection (a current-thread tokio runtime), and at most `RESOLVERS`
+//! threads do the blocking `getaddrinfo`: whatever the sandbox does, the
+//! proxy has at most `1 + RESOLVERS` threads. As root it runs as a uid of
+//! its own, one per sandbox, that no sandbox maps. This process never
+//! forks.
 
 use std::convert::Infallible;
 use std::io;
@@ -46,8 +46,8 @@ const MAX_CONNECTIONS: usize = 256;
 /// request) once connected.
 const HEAD_TIMEOUT: Duration = Duration::from_secs(30);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
-/// Threads that resolve names (`getaddrinfo` blocks); lookups beyond
-/// them wait their turn.
+/// The most threads that resolve names (`getaddrinfo` blocks); lookups
+/// beyond them wait their turn.
 const RESOLVERS: usize = 2;
 /// The pause after a failed `accept` (out of descriptors, say), so that
 /// the failure does not spin.
@@ -116,7 +116,6 @@ struct Context {
 
 /// Serves `listener` until the process is killed.
 fn serve(listener: OwnedFd, policy: Policy) -> Result<Infallible, String> {
-    let resolver = Resolver::start(RESOLVERS).map_err(|e| format!("start resolvers: {e}"))?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -125,7 +124,10 @@ fn serve(listener: OwnedFd, policy: Policy) -> Result<Infallible, String> {
     listener
         .set_nonblocking(true)
         .map_err(|e| format!("listener: {e}"))?;
-    let context = Arc::new(Context { policy, resolver });
+    let context = Arc::new(Context {
+        policy,
+        resolver: Resolver::new(),
+    });
     runtime.block_on(accept_loop(listener, context))
 }
 
@@ -153,11 +155,15 @@ async fn accept_loop(
     }
 }
 
-/// Resolves names on a fixed pool of threads started before the sandbox
-/// runs: a thread made per lookup would be a thread the sandbox could
-/// make the proxy start.
+/// Resolves names on at most [`RESOLVERS`] threads, each started by a
+/// lookup that found fewer (a sandbox that resolves nothing costs none:
+/// starting them with the proxy made every create a quarter of a
+/// millisecond slower). Never more: a thread per lookup would be threads
+/// the sandbox could make the proxy start.
 struct Resolver {
     lookups: mpsc::Sender<Lookup>,
+    queue: Arc<Mutex<mpsc::Receiver<Lookup>>>,
+    threads: AtomicUsize,
 }
 
 struct Lookup {
@@ -167,31 +173,52 @@ struct Lookup {
 }
 
 impl Resolver {
-    fn start(threads: usize) -> io::Result<Resolver> {
-        let (lookups, queue) = mpsc::channel::<Lookup>();
-        let queue = Arc::new(Mutex::new(queue));
-        for _ in 0..threads {
-            let queue = queue.clone();
-            std::thread::Builder::new()
-                .name("sandkeep-resolve".into())
-                .spawn(move || {
-                    loop {
-                        let next = match queue.lock() {
-                            Ok(q) => q.recv(),
-                            Err(_) => return,
-                        };
-                        let Ok(lookup) = next else { return };
-                        let found = (lookup.name.as_str(), lookup.port)
-                            .to_socket_addrs()
-                            .map(Iterator::collect);
-                        let _ = lookup.answer.send(found);
-                    }
-                })?;
+    fn new() -> Resolver {
+        let (lookups, queue) = mpsc::channel();
+        Resolver {
+            lookups,
+            queue: Arc::new(Mutex::new(queue)),
+            threads: AtomicUsize::new(0),
         }
-        Ok(Resolver { lookups })
+    }
+
+    /// One more thread, unless there are [`RESOLVERS`]. Without any (the
+    /// sandbox's `pids` spent before its first lookup), why.
+    fn grow(&self) -> io::Result<()> {
+        if self.threads.load(Ordering::SeqCst) >= RESOLVERS {
+            return Ok(());
+        }
+        let queue = self.queue.clone();
+        let started = std::thread::Builder::new()
+            .name("sandkeep-resolve".into())
+            .spawn(move || {
+                loop {
+                    let next = match queue.lock() {
+                        Ok(q) => q.recv(),
+                        Err(_) => return,
+                    };
+                    let Ok(lookup) = next else { return };
+                    let found = (lookup.name.as_str(), lookup.port)
+                        .to_socket_addrs()
+                        .map(Iterator::collect);
+                    let _ = lookup.answer.send(found);
+                }
+            });
+        match started {
+            Ok(_) => {
+                self.threads.fetch_add(1, Ordering::SeqCst);
+                Ok(())
+            }
+            Err(_) if self.threads.load(Ordering::SeqCst) > 0 => Ok(()),
+            Err(e) => Err(io::Error::new(
+                e.kind(),
+                format!("no thread to resolve it ({e}; are the sandbox's pids used up?)"),
+            )),
+        }
     }
 
     async fn resolve(&self, name: &str, port: u16) -> io::Result<Vec<SocketAddr>> {
+        self.grow()?;
         let gone = || io::Error::other("the resolver threads are gone");
         let (answer, found) = tokio::sync::oneshot::channel();
         self.lookups
@@ -726,7 +753,7 @@ mod tests {
                 allow_hosts.iter().map(|h| h.to_string()).collect(),
                 Path::new("/nonexistent"),
             ),
-            resolver: Resolver::start(1).unwrap(),
+            resolver: Resolver::new(),
         };
         tokio::runtime::Builder::new_current_thread()
             .enable_all()

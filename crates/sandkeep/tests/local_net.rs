@@ -1202,8 +1202,9 @@ async fn tunnel_sink() -> (u16, std::sync::Arc<std::sync::atomic::AtomicUsize>) 
     (port, accepted)
 }
 
-/// A sandbox of `pids: 64` holds 200 connections to its proxy at once,
-/// half of them tunnels and half requests it never finishes: the proxy
+/// A sandbox of `pids: 64` holds 250 connections to its proxy at once:
+/// 100 tunnels, 100 requests it never finishes and 50 names to resolve
+/// (refused, as loopback). The proxy
 /// keeps to a constant three threads, all in the sandbox's own cgroups
 /// (memory, pids, cpu), so its work is the sandbox's and cannot exceed
 /// the sandbox's limits.
@@ -1236,8 +1237,12 @@ def connect(request):
     return s
 unfinished = [connect(b\"CONNECT upstream.test:{port} HTTP/1.1\\r\\n\") for i in range(100)]
 tunnels = [connect(b\"CONNECT upstream.test:{port} HTTP/1.1\\r\\n\\r\\n\") for i in range(100)]
+lookups = [connect(b\"CONNECT localhost:1 HTTP/1.1\\r\\n\\r\\n\") for i in range(50)]
 answers = [s.recv(100) for s in tunnels]
-open(\"/tmp/answers\", \"w\").write(str(sum(a.startswith(b\"HTTP/1.1 200\") for a in answers)))
+refused = [s.recv(100) for s in lookups]
+ok = sum(a.startswith(b\"HTTP/1.1 200\") for a in answers)
+no = sum(a.startswith(b\"HTTP/1.1 403\") for a in refused)
+open(\"/tmp/answers\", \"w\").write(f\"{{ok}} {{no}}\")
 time.sleep(1000)
 ' </dev/null >/tmp/open.log 2>&1 &
          for i in $(seq 300); do [ -e /tmp/answers ] && break; timeout 0.1 tail -f /dev/null; done; cat /tmp/answers /tmp/open.log"
@@ -1249,14 +1254,14 @@ time.sleep(1000)
     let threads: usize = status_field(proxy, "Threads").parse().unwrap();
     assert!(
         threads <= 3,
-        "the proxy runs {threads} threads for 200 connections of a sandbox of pids 64"
+        "the proxy runs {threads} threads for 250 connections of a sandbox of pids 64"
     );
     // In the sandbox's cgroups, every hierarchy: the init's.
     assert_proxy_in_the_sandboxs_cgroups(home.path(), id);
     assert_eq!(
         text(&out.stdout),
-        "100",
-        "100 tunnels through the proxy: {}",
+        "100 50",
+        "100 tunnels and 50 refused lookups through the proxy: {}",
         text(&out.stderr)
     );
     assert!(accepted.load(std::sync::atomic::Ordering::SeqCst) >= 100);
