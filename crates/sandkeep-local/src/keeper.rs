@@ -296,7 +296,11 @@ fn start(home: &Home, dir: &SandboxDir) -> Result<Running, SetupError> {
     // and into the sandbox's cgroups, which bound its work as the
     // sandbox's own.
     let mut proxy = if net.proxy {
-        let policy = ProxyPolicy::new(spec.allow_hosts.clone(), home.root());
+        let policy = ProxyPolicy::new(
+            spec.allow_hosts.clone(),
+            spec.egress_trust.clone(),
+            home.root(),
+        );
         Some(Proxy::fork(policy, base.map(proxy_uid), &cgroups.doors)?)
     } else {
         None

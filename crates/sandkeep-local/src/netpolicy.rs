@@ -11,9 +11,21 @@
 //! On top of the ranges, the host's own network whatever its range
 //! ([`HostNetwork`]): its addresses, the subnets they are on, its gateways.
 //! With `allow_hosts`, only matching names pass, and IP literals never do.
+//!
+//! An operator whose host reaches the Internet through special-purpose
+//! addresses (an intercepting egress answering every name with one
+//! documentation address, a fake-IP DNS answering from 198.18.0.0/15)
+//! names those ranges in an [`EgressTrust`]: they then pass the registries
+//! and the host-subnet rule, and nothing else changes. No trust reaches
+//! what SPEC.md §10 closes whatever the configuration ([`NEVER_TRUSTED`]:
+//! loopback, unspecified, private, CGNAT, link-local and metadata), the
+//! host's own addresses or its gateways.
 
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::str::FromStr;
+
+use crate::config::EGRESS_TRUST_VAR;
 
 /// Why a destination is refused; its `Display` is the body of the 403.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -39,40 +51,72 @@ pub enum Refusal {
 
 const PUBLIC_ONLY: &str = "sandboxes reach public addresses only";
 
-impl fmt::Display for Refusal {
+/// What the host's operator can do about a refused address that may lead
+/// to the Internet on their host; nothing for what no trust reaches.
+struct TrustHint(IpAddr);
+
+impl fmt::Display for TrustHint {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if never_trusted(self.0).is_some() {
+            return Ok(());
+        }
+        write!(
+            f,
+            " (if this range leads to the Internet on this host, as behind an intercepting \
+             egress or a fake-IP DNS, the host's operator can name it in {EGRESS_TRUST_VAR}; \
+             `sandkeep doctor` says which)"
+        )
+    }
+}
+
+impl Refusal {
+    /// What the destination is, without the prefix and the advice of the
+    /// 403: "203.0.113.80 is a documentation (203.0.113.0/24) address".
+    pub fn what(&self) -> String {
         match self {
             Refusal::Address {
                 ip,
                 carried: None,
                 rule,
-            } => write!(f, "sandkeep: {ip} is {rule} address; {PUBLIC_ONLY}"),
+            } => format!("{ip} is {rule} address"),
             Refusal::Address {
                 ip,
                 carried: Some(v4),
                 rule,
+            } => format!("{ip} carries the IPv4 address {v4}, which is {rule} address"),
+            Refusal::HostAddress { ip } => format!("{ip} is an address of the host"),
+            Refusal::Gateway { ip } => format!("{ip} is a gateway of the host"),
+            Refusal::HostSubnet { ip, subnet } => format!("{ip} is on the host's network {subnet}"),
+            Refusal::NotAllowed { host } => format!("{host} is not in allow_hosts"),
+            Refusal::IpLiteral { host } => format!(
+                "{host} is an IP address, and with allow_hosts only the listed host names are reachable (not in allow_hosts)"
+            ),
+        }
+    }
+}
+
+impl fmt::Display for Refusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let what = self.what();
+        match self {
+            Refusal::Address {
+                carried: Some(v4), ..
             } => write!(
                 f,
-                "sandkeep: {ip} carries the IPv4 address {v4}, which is {rule} address; {PUBLIC_ONLY}"
+                "sandkeep: {what}; {PUBLIC_ONLY}{}",
+                TrustHint(IpAddr::V4(*v4))
             ),
-            Refusal::HostAddress { ip } => {
-                write!(f, "sandkeep: {ip} is an address of the host; {PUBLIC_ONLY}")
+            Refusal::Address { ip, .. } | Refusal::HostSubnet { ip, .. } => {
+                write!(f, "sandkeep: {what}; {PUBLIC_ONLY}{}", TrustHint(*ip))
             }
-            Refusal::Gateway { ip } => {
-                write!(f, "sandkeep: {ip} is a gateway of the host; {PUBLIC_ONLY}")
+            Refusal::HostAddress { .. } | Refusal::Gateway { .. } => {
+                write!(f, "sandkeep: {what}; {PUBLIC_ONLY}")
             }
-            Refusal::HostSubnet { ip, subnet } => write!(
+            Refusal::NotAllowed { .. } => write!(
                 f,
-                "sandkeep: {ip} is on the host's network {subnet}; {PUBLIC_ONLY}"
+                "sandkeep: {what}; this sandbox reaches only the hosts it was created with"
             ),
-            Refusal::NotAllowed { host } => write!(
-                f,
-                "sandkeep: {host} is not in allow_hosts; this sandbox reaches only the hosts it was created with"
-            ),
-            Refusal::IpLiteral { host } => write!(
-                f,
-                "sandkeep: {host} is an IP address, and with allow_hosts only the listed host names are reachable (not in allow_hosts)"
-            ),
+            Refusal::IpLiteral { .. } => write!(f, "sandkeep: {what}"),
         }
     }
 }
@@ -86,6 +130,27 @@ pub struct Subnet {
 }
 
 impl Subnet {
+    /// The one address `ip`, as a range.
+    pub fn single(ip: IpAddr) -> Subnet {
+        let prefix = if ip.is_ipv4() { 32 } else { 128 };
+        Subnet { addr: ip, prefix }
+    }
+
+    /// The range's first address.
+    pub fn network(&self) -> IpAddr {
+        match self.addr {
+            IpAddr::V4(a) => IpAddr::V4(Ipv4Addr::from_bits(
+                a.to_bits() & (mask(self.prefix) >> 96) as u32,
+            )),
+            IpAddr::V6(a) => IpAddr::V6(Ipv6Addr::from_bits(a.to_bits() & mask(self.prefix))),
+        }
+    }
+
+    /// Whether the two ranges share an address (one holds the other).
+    pub fn overlaps(&self, other: &Subnet) -> bool {
+        self.contains(other.network()) || other.contains(self.network())
+    }
+
     pub fn contains(&self, ip: IpAddr) -> bool {
         match (self.addr, ip) {
             (IpAddr::V4(net), IpAddr::V4(ip)) => same_prefix(
@@ -104,13 +169,7 @@ impl Subnet {
 /// The network's first address and the prefix length, as `a.b.c.0/24`.
 impl fmt::Display for Subnet {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let network = match self.addr {
-            IpAddr::V4(a) => IpAddr::V4(Ipv4Addr::from_bits(
-                a.to_bits() & (mask(self.prefix) >> 96) as u32,
-            )),
-            IpAddr::V6(a) => IpAddr::V6(Ipv6Addr::from_bits(a.to_bits() & mask(self.prefix))),
-        };
-        write!(f, "{network}/{}", self.prefix)
+        write!(f, "{}/{}", self.network(), self.prefix)
     }
 }
 
@@ -137,6 +196,224 @@ pub struct HostNetwork {
     pub addresses: Vec<Subnet>,
     /// Every gateway of its routing tables.
     pub gateways: Vec<IpAddr>,
+}
+
+/// Address ranges the host's operator names as leading to the Internet on
+/// this host despite the registries (`SANDKEEP_EGRESS_TRUST`): what a
+/// fake-IP DNS answers from, the address of an intercepting egress. An
+/// address in one passes the registries and the host-subnet rule (a
+/// fake-IP range is usually the subnet of a TUN interface of the host);
+/// the host's own addresses and gateways stay refused. Made only by
+/// parsing, which refuses a range that overlaps [`NEVER_TRUSTED`], so no
+/// value reaches what SPEC.md §10 closes.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct EgressTrust(Vec<Subnet>);
+
+/// Why a trust setting is refused; each names the entry and what to write.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TrustError {
+    #[error(
+        "{0:?} is not an address range: write ADDRESS/PREFIX, e.g. 203.0.113.0/24 or 2001:db8::/32, comma-separated"
+    )]
+    Malformed(String),
+    #[error(
+        "{entry} has address bits set past its prefix: write {range} for the range, or the address alone"
+    )]
+    HostBits { entry: String, range: Subnet },
+    #[error("{entry} is IPv4-mapped: name the IPv4 range itself")]
+    Mapped { entry: String },
+    #[error(
+        "{entry} reaches into {range} ({what}), which sandboxes never reach whatever is trusted: name only ranges that lead to the Internet on this host"
+    )]
+    NeverTrusted {
+        entry: String,
+        range: Subnet,
+        what: &'static str,
+    },
+}
+
+/// What no trust setting may name (SPEC.md §10 closes it to every
+/// sandbox): the host itself by loopback or the unspecified address (a
+/// connection to 0.0.0.0 or :: reaches the host's loopback), private and
+/// CGNAT networks, link-local and with it the cloud metadata address.
+pub const NEVER_TRUSTED: &[(IpAddr, u8, &str)] = &[
+    (
+        IpAddr::V4(Ipv4Addr::new(0, 0, 0, 0)),
+        8,
+        "the unspecified range (0.0.0.0 is the host itself)",
+    ),
+    (IpAddr::V4(Ipv4Addr::new(10, 0, 0, 0)), 8, "a private range"),
+    (
+        IpAddr::V4(Ipv4Addr::new(100, 64, 0, 0)),
+        10,
+        "the carrier-grade NAT range",
+    ),
+    (IpAddr::V4(Ipv4Addr::new(127, 0, 0, 0)), 8, "loopback"),
+    (
+        IpAddr::V4(Ipv4Addr::new(169, 254, 0, 0)),
+        16,
+        "link-local (with the cloud metadata address)",
+    ),
+    (
+        IpAddr::V4(Ipv4Addr::new(172, 16, 0, 0)),
+        12,
+        "a private range",
+    ),
+    (
+        IpAddr::V4(Ipv4Addr::new(192, 168, 0, 0)),
+        16,
+        "a private range",
+    ),
+    (
+        IpAddr::V6(Ipv6Addr::UNSPECIFIED),
+        128,
+        "the unspecified address (the host itself)",
+    ),
+    (IpAddr::V6(Ipv6Addr::LOCALHOST), 128, "loopback"),
+    (
+        IpAddr::V6(v6([0xfc00, 0, 0, 0, 0, 0, 0, 0])),
+        7,
+        "the unique-local (private) range",
+    ),
+    (
+        IpAddr::V6(v6([0xfe80, 0, 0, 0, 0, 0, 0, 0])),
+        10,
+        "link-local",
+    ),
+    (
+        IpAddr::V6(v6([0xfec0, 0, 0, 0, 0, 0, 0, 0])),
+        10,
+        "the site-local (private) range",
+    ),
+];
+
+/// The never-trusted range `range` overlaps, and what it is.
+fn never_trusted_overlap(range: &Subnet) -> Option<(Subnet, &'static str)> {
+    NEVER_TRUSTED
+        .iter()
+        .map(|&(addr, prefix, what)| (Subnet { addr, prefix }, what))
+        .find(|(never, _)| never.overlaps(range))
+}
+
+/// The never-trusted range that holds `ip`, if one does.
+fn never_trusted(ip: IpAddr) -> Option<(Subnet, &'static str)> {
+    never_trusted_overlap(&Subnet::single(ip.to_canonical()))
+}
+
+impl EgressTrust {
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    pub fn contains(&self, ip: IpAddr) -> bool {
+        self.0.iter().any(|r| r.contains(ip))
+    }
+
+    pub fn ranges(&self) -> &[Subnet] {
+        &self.0
+    }
+
+    /// These ranges and those of `more` that are not already among them.
+    pub fn merged(mut self, more: &EgressTrust) -> EgressTrust {
+        for range in &more.0 {
+            if !self.0.contains(range) {
+                self.0.push(*range);
+            }
+        }
+        self
+    }
+}
+
+/// Whether `range` (written `entry`) may be trusted.
+fn validate(entry: &str, range: Subnet) -> Result<Subnet, TrustError> {
+    if range.network() != range.addr {
+        return Err(TrustError::HostBits {
+            entry: entry.to_owned(),
+            range: Subnet {
+                addr: range.network(),
+                prefix: range.prefix,
+            },
+        });
+    }
+    // Addresses are judged in their IPv4 form: a mapped range would
+    // never match, so it can only be a mistake.
+    let mapped = Subnet {
+        addr: IpAddr::V6(v6([0, 0, 0, 0, 0, 0xffff, 0, 0])),
+        prefix: 96,
+    };
+    if let Some((never, what)) = never_trusted_overlap(&range) {
+        return Err(TrustError::NeverTrusted {
+            entry: entry.to_owned(),
+            range: never,
+            what,
+        });
+    }
+    if range.overlaps(&mapped) {
+        return Err(TrustError::Mapped {
+            entry: entry.to_owned(),
+        });
+    }
+    Ok(range)
+}
+
+/// `ADDRESS/PREFIX` or an address alone, comma-separated; blanks ignored.
+impl FromStr for EgressTrust {
+    type Err = TrustError;
+
+    fn from_str(text: &str) -> Result<EgressTrust, TrustError> {
+        let ranges = text
+            .split(',')
+            .map(str::trim)
+            .filter(|entry| !entry.is_empty())
+            .map(|entry| {
+                let malformed = || TrustError::Malformed(entry.to_owned());
+                let (addr, prefix) = match entry.split_once('/') {
+                    Some((addr, prefix)) => (addr, Some(prefix)),
+                    None => (entry, None),
+                };
+                let addr: IpAddr = addr.parse().map_err(|_| malformed())?;
+                let longest = if addr.is_ipv4() { 32 } else { 128 };
+                let prefix = match prefix {
+                    None => longest,
+                    Some(p) if p.bytes().all(|b| b.is_ascii_digit()) => p
+                        .parse::<u8>()
+                        .ok()
+                        .filter(|p| *p <= longest)
+                        .ok_or_else(malformed)?,
+                    Some(_) => return Err(malformed()),
+                };
+                validate(entry, Subnet { addr, prefix })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(EgressTrust(ranges))
+    }
+}
+
+/// The ranges, comma-separated: what parses back to the same.
+impl fmt::Display for EgressTrust {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, range) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str(",")?;
+            }
+            write!(f, "{range}")?;
+        }
+        Ok(())
+    }
+}
+
+impl TryFrom<String> for EgressTrust {
+    type Error = TrustError;
+    fn try_from(text: String) -> Result<EgressTrust, TrustError> {
+        text.parse()
+    }
+}
+
+impl From<EgressTrust> for String {
+    fn from(trust: EgressTrust) -> String {
+        trust.to_string()
+    }
 }
 
 /// A block that is not globally reachable, or `None` for one that is: the
@@ -290,17 +567,33 @@ const V6_BLOCKS: &[Block<Ipv6Addr>] = &[
     ),
 ];
 
-fn block_rule<A: Copy + Into<IpAddr>>(blocks: &[Block<A>], ip: IpAddr) -> Option<&'static str> {
+/// The block of `blocks` that holds `ip` and its rule (`None`: globally
+/// reachable).
+fn block_of<A: Copy + Into<IpAddr>>(
+    blocks: &[Block<A>],
+    ip: IpAddr,
+) -> Option<(Subnet, Option<&'static str>)> {
     blocks
         .iter()
-        .find(|(net, prefix, _)| {
-            Subnet {
-                addr: (*net).into(),
-                prefix: *prefix,
-            }
-            .contains(ip)
+        .map(|&(net, prefix, rule)| {
+            let block = Subnet {
+                addr: net.into(),
+                prefix,
+            };
+            (block, rule)
         })
-        .and_then(|(_, _, rule)| *rule)
+        .find(|(block, _)| block.contains(ip))
+}
+
+/// The rule that refuses `ip`, unless it is trusted.
+fn untrusted_rule<A: Copy + Into<IpAddr>>(
+    blocks: &[Block<A>],
+    ip: IpAddr,
+    trust: &EgressTrust,
+) -> Option<&'static str> {
+    block_of(blocks, ip)
+        .and_then(|(_, rule)| rule)
+        .filter(|_| !trust.contains(ip))
 }
 
 /// The IPv4 addresses an IPv6 address carries: where a translator, a
@@ -323,25 +616,28 @@ fn carried_v4(ip: Ipv6Addr) -> Vec<Ipv4Addr> {
     }
 }
 
-/// Why `ip` is not globally reachable, if it is not: the rule, and the
-/// carried IPv4 address when that decided.
-fn classify(ip: IpAddr) -> Option<(Option<Ipv4Addr>, &'static str)> {
+/// Why `ip` is not globally reachable, if it is not and `trust` does not
+/// name it: the rule, and the carried IPv4 address when that decided.
+/// Trust is judged on the address a rule is about: a trusted IPv6 range
+/// does not make the IPv4 address it carries any more reachable.
+fn classify(ip: IpAddr, trust: &EgressTrust) -> Option<(Option<Ipv4Addr>, &'static str)> {
     match ip {
-        IpAddr::V4(_) => block_rule(V4_BLOCKS, ip).map(|rule| (None, rule)),
+        IpAddr::V4(_) => untrusted_rule(V4_BLOCKS, ip, trust).map(|rule| (None, rule)),
         IpAddr::V6(v6) if v6.is_unspecified() => Some((None, "an unspecified")),
         IpAddr::V6(v6) if v6.is_loopback() => Some((None, "a loopback")),
         IpAddr::V6(v6) => carried_v4(v6)
             .into_iter()
-            .find_map(|v4| block_rule(V4_BLOCKS, v4.into()).map(|rule| (Some(v4), rule)))
-            .or_else(|| block_rule(V6_BLOCKS, ip).map(|rule| (None, rule))),
+            .find_map(|v4| untrusted_rule(V4_BLOCKS, v4.into(), trust).map(|rule| (Some(v4), rule)))
+            .or_else(|| untrusted_rule(V6_BLOCKS, ip, trust).map(|rule| (None, rule))),
     }
 }
 
-/// Whether a connection to `ip` may be made: globally reachable, and
-/// nothing of `host`'s own network (also by the IPv4 address it carries).
-pub fn check_address(ip: IpAddr, host: &HostNetwork) -> Result<(), Refusal> {
+/// Whether a connection to `ip` may be made: globally reachable or
+/// trusted, and nothing of `host`'s own network (also by the IPv4 address
+/// it carries) but its subnets within a trusted range.
+pub fn check_address(ip: IpAddr, host: &HostNetwork, trust: &EgressTrust) -> Result<(), Refusal> {
     let ip = ip.to_canonical();
-    if let Some((carried, rule)) = classify(ip) {
+    if let Some((carried, rule)) = classify(ip, trust) {
         return Err(Refusal::Address { ip, carried, rule });
     }
     let carried = match ip {
@@ -356,6 +652,9 @@ pub fn check_address(ip: IpAddr, host: &HostNetwork) -> Result<(), Refusal> {
         if host.gateways.iter().any(|g| g.to_canonical() == ip) {
             return Err(Refusal::Gateway { ip });
         }
+        if trust.contains(ip) {
+            continue;
+        }
         if let Some(subnet) = host.addresses.iter().find(|s| s.contains(ip)) {
             return Err(Refusal::HostSubnet {
                 ip,
@@ -364,6 +663,41 @@ pub fn check_address(ip: IpAddr, host: &HostNetwork) -> Result<(), Refusal> {
         }
     }
     Ok(())
+}
+
+/// The ranges `trust` would need besides to let a connection to `ip`
+/// through, or `None` when no trust can (the host's own addresses and
+/// gateways, what is never trusted). A refused block of the registries is
+/// named whole, as a fake-IP DNS answers from all of it (unless it
+/// overlaps a never-trusted range: then the address alone); an address
+/// refused only for being on the host's subnet, alone.
+pub fn trust_to_reach(ip: IpAddr, host: &HostNetwork, trust: &EgressTrust) -> Option<EgressTrust> {
+    let mut wider = trust.clone();
+    let mut needed = Vec::new();
+    // Each round lifts one rule; an address meets a few at most (the
+    // IPv4 addresses it carries, its IPv6 block, a host subnet).
+    for _ in 0..8 {
+        let (subject, block) = match check_address(ip, host, &wider) {
+            Ok(()) => return Some(EgressTrust(needed)),
+            Err(Refusal::Address { ip, carried, .. }) => {
+                let subject = carried.map_or(ip, IpAddr::V4);
+                let block = match subject {
+                    IpAddr::V4(_) => block_of(V4_BLOCKS, subject),
+                    IpAddr::V6(_) => block_of(V6_BLOCKS, subject),
+                };
+                (subject, block.map(|(block, _)| block))
+            }
+            Err(Refusal::HostSubnet { ip, .. }) => (ip, None),
+            Err(_) => return None,
+        };
+        let range = block
+            .filter(|b| never_trusted_overlap(b).is_none())
+            .unwrap_or(Subnet::single(subject));
+        let range = validate(&range.to_string(), range).ok()?;
+        wider.0.push(range);
+        needed.push(range);
+    }
+    None
 }
 
 /// The gateways of the host's routing tables, from the text of
@@ -433,9 +767,13 @@ mod tests {
     use super::*;
 
     fn refused(ip: &str) -> Option<String> {
-        check_address(ip.parse().unwrap(), &HostNetwork::default())
-            .err()
-            .map(|r| r.to_string())
+        check_address(
+            ip.parse().unwrap(),
+            &HostNetwork::default(),
+            &EgressTrust::default(),
+        )
+        .err()
+        .map(|r| r.to_string())
     }
 
     #[test]
@@ -633,7 +971,7 @@ mod tests {
             addresses: vec![subnet("93.184.1.7", 24), subnet("2a00:1450:4001:7::2", 64)],
             gateways: vec!["81.2.3.4".parse().unwrap()],
         };
-        let check = |ip: &str| check_address(ip.parse().unwrap(), &host);
+        let check = |ip: &str| check_address(ip.parse().unwrap(), &host, &EgressTrust::default());
         let ip = |s: &str| s.parse::<IpAddr>().unwrap();
         assert_eq!(
             check("93.184.1.7"),
@@ -648,9 +986,11 @@ mod tests {
             })
         );
         let neighbour = check("93.184.1.200").unwrap_err();
-        assert_eq!(
-            neighbour.to_string(),
-            "sandkeep: 93.184.1.200 is on the host's network 93.184.1.0/24; sandboxes reach public addresses only"
+        assert!(
+            neighbour.to_string().starts_with(
+                "sandkeep: 93.184.1.200 is on the host's network 93.184.1.0/24; sandboxes reach public addresses only"
+            ),
+            "{neighbour}"
         );
         assert!(matches!(
             check("2a00:1450:4001:7:abcd::1"),
@@ -690,6 +1030,279 @@ mod tests {
         assert_eq!(route_gateways(v4, v6), expected);
         assert!(route_gateways("", "").is_empty());
         assert!(route_gateways("header only\n", "garbage line\n").is_empty());
+    }
+
+    fn trust(text: &str) -> EgressTrust {
+        text.parse()
+            .unwrap_or_else(|e| panic!("{text:?} must parse: {e}"))
+    }
+
+    fn ranges(trust: &EgressTrust) -> Vec<String> {
+        trust.ranges().iter().map(Subnet::to_string).collect()
+    }
+
+    #[test]
+    fn trust_settings_parse_and_print_back() {
+        let t = trust(" 203.0.113.0/24, 198.18.0.0/15,,2001:db8::/32 , 192.0.2.80,64:ff9b:1::/48");
+        assert_eq!(
+            ranges(&t),
+            [
+                "203.0.113.0/24",
+                "198.18.0.0/15",
+                "2001:db8::/32",
+                "192.0.2.80/32",
+                "64:ff9b:1::/48"
+            ]
+        );
+        let printed = t.to_string();
+        assert_eq!(
+            printed,
+            "203.0.113.0/24,198.18.0.0/15,2001:db8::/32,192.0.2.80/32,64:ff9b:1::/48"
+        );
+        assert_eq!(trust(&printed), t);
+        assert!(trust("").is_empty() && trust(" , ").is_empty());
+        // As a record stores it, and a record that says otherwise is refused.
+        let json = serde_json::to_string(&t).unwrap();
+        assert_eq!(json, format!("{printed:?}"));
+        assert_eq!(serde_json::from_str::<EgressTrust>(&json).unwrap(), t);
+        assert!(serde_json::from_str::<EgressTrust>("\"127.0.0.0/8\"").is_err());
+        // Merging keeps the order and adds only what is missing.
+        let merged = trust("203.0.113.0/24").merged(&trust("198.18.0.0/15,203.0.113.0/24"));
+        assert_eq!(ranges(&merged), ["203.0.113.0/24", "198.18.0.0/15"]);
+    }
+
+    #[test]
+    fn malformed_trust_settings_are_refused_naming_the_entry() {
+        for entry in [
+            "pypi.org",
+            "203.0.113/24",
+            "203.0.113.0/33",
+            "203.0.113.0/",
+            "203.0.113.0/+4",
+            "203.0.113.0/24/1",
+            "203.0.113.0 /24",
+            "2001:db8::/129",
+            "[2001:db8::]/32",
+        ] {
+            let err = format!("198.18.0.0/15,{entry}")
+                .parse::<EgressTrust>()
+                .unwrap_err();
+            assert_eq!(err, TrustError::Malformed(entry.to_owned()), "{entry}");
+            let msg = err.to_string();
+            assert!(
+                msg.contains(&format!("{entry:?}")) && msg.contains("ADDRESS/PREFIX"),
+                "{msg}"
+            );
+        }
+        let err = "203.0.113.80/24".parse::<EgressTrust>().unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "203.0.113.80/24 has address bits set past its prefix: write 203.0.113.0/24 for the range, or the address alone"
+        );
+        let err = "::ffff:203.0.113.0/120".parse::<EgressTrust>().unwrap_err();
+        assert!(
+            matches!(err, TrustError::Mapped { .. }),
+            "{err}: IPv4-mapped ranges never match"
+        );
+    }
+
+    /// SPEC.md §10 closes loopback, the host itself, private, CGNAT and
+    /// link-local ranges (the metadata address with them) to every
+    /// sandbox: a setting that names any part of one, or a range that
+    /// holds one, is refused whole.
+    #[test]
+    fn no_trust_setting_may_name_what_sandboxes_never_reach() {
+        for (entry, what) in [
+            ("127.0.0.0/8", "loopback"),
+            ("127.0.0.1", "loopback"),
+            ("127.1.0.0/16", "loopback"),
+            ("0.0.0.0/0", "unspecified"),
+            ("0.0.0.0", "unspecified"),
+            ("96.0.0.0/3", "carrier-grade NAT"),
+            ("128.0.0.0/1", "link-local"),
+            ("169.254.169.254", "metadata"),
+            ("169.254.0.0/16", "link-local"),
+            ("10.1.0.0/16", "private"),
+            ("172.20.0.0/16", "private"),
+            ("192.168.1.0/24", "private"),
+            ("100.100.0.0/16", "carrier-grade NAT"),
+            ("::1", "loopback"),
+            ("::", "unspecified"),
+            ("::/0", "unspecified"),
+            ("::/96", "unspecified"),
+            ("fe80::/10", "link-local"),
+            ("fe80::1", "link-local"),
+            ("fd00::/8", "unique-local"),
+            ("fc00::/6", "unique-local"),
+            ("fec0::/10", "site-local"),
+        ] {
+            let err = format!("203.0.113.0/24,{entry}")
+                .parse::<EgressTrust>()
+                .unwrap_err();
+            assert!(
+                matches!(&err, TrustError::NeverTrusted { entry: e, .. } if e == entry),
+                "{entry}: {err:?}"
+            );
+            let msg = err.to_string();
+            assert!(
+                msg.contains(what) && msg.contains("never reach") && msg.starts_with(entry),
+                "{entry}: {msg}"
+            );
+        }
+    }
+
+    /// A host behind a fake-IP DNS: a TUN interface 198.18.0.1/15 with a
+    /// gateway on it, its operator trusting half of the benchmarking block
+    /// and a part of the documentation ones.
+    #[test]
+    fn a_trusted_range_passes_the_registries_and_the_host_subnet_and_nothing_else() {
+        let host = HostNetwork {
+            addresses: vec![Subnet {
+                addr: "198.18.0.1".parse().unwrap(),
+                prefix: 15,
+            }],
+            gateways: vec!["198.18.0.2".parse().unwrap()],
+        };
+        let t = trust("198.18.0.0/16,203.0.113.0/25,2001:db8:1::/48,64:ff9b::/96,2002::/16");
+        let check = |ip: &str| check_address(ip.parse().unwrap(), &host, &t);
+        for ip in [
+            "198.18.7.7",
+            "198.18.255.254",
+            "203.0.113.80",
+            "2001:db8:1::5",
+            // Through the forms that deliver to a trusted IPv4 address.
+            "::ffff:198.18.7.7",
+            "64:ff9b::cb00:7150",
+            "2002:cb00:7150::1",
+        ] {
+            assert_eq!(check(ip), Ok(()), "{ip} is trusted");
+        }
+        // The rest of the same blocks keeps its rule.
+        for (ip, rule) in [
+            ("198.19.7.7", "benchmarking (198.18.0.0/15)"),
+            ("203.0.113.200", "documentation (203.0.113.0/24)"),
+            ("2001:db8:2::5", "documentation (2001:db8::/32)"),
+            ("64:ff9b::cb00:71c8", "documentation (203.0.113.0/24)"),
+        ] {
+            let msg = check(ip).unwrap_err().to_string();
+            assert!(msg.contains(rule), "{ip}: {msg}");
+            assert!(
+                msg.contains(EGRESS_TRUST_VAR),
+                "{ip} names the setting: {msg}"
+            );
+        }
+        // The host's own addresses and gateways stay refused inside a
+        // trusted range, and so does what a trusted IPv6 range carries.
+        assert_eq!(
+            check("198.18.0.1"),
+            Err(Refusal::HostAddress {
+                ip: "198.18.0.1".parse().unwrap()
+            })
+        );
+        assert_eq!(
+            check("198.18.0.2"),
+            Err(Refusal::Gateway {
+                ip: "198.18.0.2".parse().unwrap()
+            })
+        );
+        for (ip, rule) in [
+            ("64:ff9b::7f00:1", "loopback"),
+            ("2002:a9fe:a9fe::1", "cloud metadata"),
+            ("2002:c612:2::1", "gateway of the host"),
+            ("127.0.0.1", "loopback"),
+            ("10.0.0.1", "private"),
+        ] {
+            let msg = check(ip).unwrap_err().to_string();
+            assert!(msg.contains(rule), "{ip}: {msg}");
+        }
+    }
+
+    /// The 403 names the setting where it can help, and only there.
+    #[test]
+    fn refusals_name_the_trust_setting_only_where_it_can_help() {
+        let host = HostNetwork {
+            addresses: vec![Subnet {
+                addr: "93.184.1.7".parse().unwrap(),
+                prefix: 24,
+            }],
+            gateways: vec!["81.2.3.4".parse().unwrap()],
+        };
+        let msg = |ip: &str| {
+            check_address(ip.parse().unwrap(), &host, &EgressTrust::default())
+                .unwrap_err()
+                .to_string()
+        };
+        for ip in [
+            "203.0.113.80",
+            "198.18.0.5",
+            "2001:db8::1",
+            "93.184.1.200",
+            "64:ff9b::cb00:7150",
+        ] {
+            assert!(msg(ip).contains(EGRESS_TRUST_VAR), "{ip}: {}", msg(ip));
+        }
+        for ip in [
+            "127.0.0.1",
+            "10.0.0.5",
+            "169.254.169.254",
+            "::1",
+            "fd00::1",
+            "::ffff:127.0.0.1",
+            "93.184.1.7",
+            "81.2.3.4",
+        ] {
+            assert!(!msg(ip).contains(EGRESS_TRUST_VAR), "{ip}: {}", msg(ip));
+        }
+    }
+
+    #[test]
+    fn the_trust_to_reach_an_address_is_its_refused_block_or_nothing() {
+        let host = HostNetwork {
+            addresses: vec![
+                Subnet {
+                    addr: "198.18.0.1".parse().unwrap(),
+                    prefix: 16,
+                },
+                Subnet {
+                    addr: "93.184.1.7".parse().unwrap(),
+                    prefix: 24,
+                },
+            ],
+            gateways: vec!["93.184.1.1".parse().unwrap()],
+        };
+        let none = EgressTrust::default();
+        let needed = |ip: &str, t: &EgressTrust| {
+            trust_to_reach(ip.parse().unwrap(), &host, t).map(|t| t.to_string())
+        };
+        for (ip, range) in [
+            ("203.0.113.80", "203.0.113.0/24"),
+            // A fake-IP answer: its whole block, the TUN's subnet in it.
+            ("198.18.3.4", "198.18.0.0/15"),
+            ("64:ff9b::cb00:7150", "203.0.113.0/24"),
+            ("2001:db8::80", "2001:db8::/32"),
+            // Refused only for being on the host's subnet: the address alone.
+            ("93.184.1.200", "93.184.1.200/32"),
+            // A block that holds never-trusted ranges: the address alone.
+            ("4000::1", "4000::1/128"),
+            ("1.1.1.1", ""),
+        ] {
+            assert_eq!(needed(ip, &none).as_deref(), Some(range), "{ip}");
+        }
+        assert_eq!(
+            needed("203.0.113.80", &trust("203.0.113.0/24")).as_deref(),
+            Some("")
+        );
+        for ip in [
+            "127.0.0.1",
+            "10.1.2.3",
+            "169.254.169.254",
+            "fe80::1",
+            "198.18.0.1",
+            "93.184.1.1",
+            "::ffff:10.0.0.1",
+        ] {
+            assert_eq!(needed(ip, &none), None, "no trust reaches {ip}");
+        }
     }
 
     #[test]

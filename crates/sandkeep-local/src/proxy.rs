@@ -35,7 +35,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use super::cgroup;
-use super::netpolicy::{self, HostNetwork, Refusal, Subnet};
+use super::netpolicy::{self, EgressTrust, HostNetwork, Refusal, Subnet};
 use super::{sys, wire};
 
 /// The longest request head accepted.
@@ -58,6 +58,8 @@ const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
 pub struct Policy {
     /// The names of `allow_hosts`; empty for every public address.
     allow_hosts: Vec<String>,
+    /// The ranges the operator trusts (`SANDKEEP_EGRESS_TRUST`).
+    egress_trust: EgressTrust,
     /// Test builds only (the `test-hooks` feature): names answered from
     /// the state directory's [`TEST_HOSTS`] file, as public hosts whatever
     /// their address, so that a test can stand a loopback listener in for
@@ -75,11 +77,12 @@ pub const TEST_HOSTS: &str = "test-hosts";
 
 impl Policy {
     /// The policy of a sandbox of the state directory at `state_root`.
-    pub fn new(allow_hosts: Vec<String>, state_root: &Path) -> Policy {
+    pub fn new(allow_hosts: Vec<String>, egress_trust: EgressTrust, state_root: &Path) -> Policy {
         #[cfg(not(feature = "test-hooks"))]
         let _ = state_root;
         Policy {
             allow_hosts,
+            egress_trust,
             #[cfg(feature = "test-hooks")]
             test_hosts: std::fs::read_to_string(state_root.join(TEST_HOSTS))
                 .unwrap_or_default()
@@ -602,7 +605,7 @@ fn parse(buf: &[u8]) -> Result<Option<(Target, usize)>, Answer> {
 /// The host's own network as it is now: its interfaces' addresses and
 /// subnets, and the gateways of its routing tables. Read for every
 /// connection, so that a change (a new interface, DHCP) holds at once.
-fn host_network() -> io::Result<HostNetwork> {
+pub(crate) fn host_network() -> io::Result<HostNetwork> {
     let routes = |path: &str| match std::fs::read_to_string(path) {
         // No IPv6 on this host: no IPv6 routes.
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(String::new()),
@@ -655,7 +658,7 @@ async fn connect(host: &str, port: u16, context: &Context) -> Result<TcpStream, 
     let mut refusal = None;
     let mut failure = None;
     for addr in addrs {
-        if let Err(r) = netpolicy::check_address(addr.ip(), &own) {
+        if let Err(r) = netpolicy::check_address(addr.ip(), &own, &context.policy.egress_trust) {
             refusal.get_or_insert(r);
             continue;
         }
@@ -751,6 +754,7 @@ mod tests {
             // A state directory without test names.
             policy: Policy::new(
                 allow_hosts.iter().map(|h| h.to_string()).collect(),
+                EgressTrust::default(),
                 Path::new("/nonexistent"),
             ),
             resolver: Resolver::new(),

@@ -57,6 +57,13 @@ pub fn open(kind: Kind) -> Result<Arc<dyn Provider>> {
     })
 }
 
+/// Whether opening a provider failed on a refused `SANDKEEP_EGRESS_TRUST`,
+/// whose message says itself what to change (a hint about the state
+/// directory would only mislead).
+pub fn is_bad_egress_trust(e: &ProviderError) -> bool {
+    matches!(e, ProviderError::Unavailable(m) if m.contains(local::EGRESS_TRUST_VAR))
+}
+
 /// Tells the configured provider that this process is about to create a
 /// sandbox, so it may start work ahead (the local provider starts the
 /// keeper; see `sandkeep_local::prestart`). For one-shot processes only:
@@ -70,7 +77,7 @@ pub fn about_to_create() {
 /// `SANDKEEP_HOME` as this process's configuration resolves it (absolute):
 /// the server keeps its own files there too (the generated HTTP token).
 pub fn home_from_env() -> std::io::Result<std::path::PathBuf> {
-    std::path::absolute(local::LocalConfig::from_env()?.home)
+    std::path::absolute(local::LocalConfig::home_from_env()?)
 }
 
 /// Where the sandboxes of `kind` live, as "no such sandbox" errors and the
