@@ -1,16 +1,22 @@
 //! `sandkeep doctor` for the local provider: which isolation level this
-//! host gives and why.
+//! host gives and why, and whether its sandboxes reach the Internet.
 //!
-//! The checks fork throwaway children that try each kernel feature for
-//! real; they run in the `sandkeep __keeper probe` process (single-threaded,
-//! never inside the tokio server), which prints a [`DoctorReport`] as JSON.
+//! The isolation checks fork throwaway children that try each kernel
+//! feature for real; they run in the `sandkeep __keeper probe` process
+//! (single-threaded, never inside the tokio server), which prints a
+//! [`DoctorReport`] as JSON. The egress check needs the provider's
+//! configuration: the provider resolves [`EGRESS_NAMES`] on the host and
+//! [`egress_check`] judges the answers as a sandbox's proxy would.
 
 use std::io::{Read, Write};
+use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 
 use rustix::thread::UnshareFlags;
 use serde::{Deserialize, Serialize};
 
+use super::config::EGRESS_TRUST_VAR;
+use super::netpolicy::{self, EgressTrust, HostNetwork};
 use super::sys;
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
@@ -30,8 +36,170 @@ pub struct DoctorReport {
     pub running_as_root: bool,
     pub checks: Vec<Check>,
     pub state_dir: PathBuf,
-    /// What to do to get full isolation; empty when nothing is missing.
+    /// What to do about what is missing; empty when nothing is.
     pub remediation: Vec<String>,
+    /// The `SANDKEEP_EGRESS_TRUST` value that would let sandboxes reach
+    /// [`EGRESS_NAMES`], when the host's answers for them are refused and
+    /// a trust setting can help.
+    #[serde(default)]
+    pub suggested_egress_trust: Option<String>,
+}
+
+/// The names the egress check resolves: the Python package index and its
+/// file host, both of which `pip install` needs.
+pub const EGRESS_NAMES: [&str; 2] = ["pypi.org", "files.pythonhosted.org"];
+
+/// What the egress check found: its row, and what to do about it.
+pub(crate) struct Egress {
+    pub check: Check,
+    pub suggested_trust: Option<String>,
+    pub remediation: Option<String>,
+}
+
+/// Whether sandboxes reach each looked-up name through their egress
+/// proxy, judged as the proxy judges them (the host's network, `trust`).
+/// When every answer for a name is refused, says so, and names the trust
+/// setting with the value that lets it through when one can.
+pub(crate) fn egress_check(
+    lookups: &[(&str, Result<Vec<IpAddr>, String>)],
+    host: &HostNetwork,
+    trust: &EgressTrust,
+) -> Egress {
+    // Names with the same outcome are told together.
+    let mut found: Vec<(Vec<&str>, String)> = Vec::new();
+    let mut blocked = false;
+    let mut needed = EgressTrust::default();
+    let mut hopeless = false;
+    let list = |ips: &[IpAddr]| {
+        ips.iter()
+            .map(IpAddr::to_string)
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    for (name, answers) in lookups {
+        let outcome = match answers {
+            Ok(answers) if answers.is_empty() => {
+                blocked = true;
+                "no address on this host".to_owned()
+            }
+            Err(e) => {
+                blocked = true;
+                format!("not resolved on this host ({e})")
+            }
+            Ok(answers) => {
+                let judged: Vec<_> = answers
+                    .iter()
+                    .map(|ip| netpolicy::check_address(*ip, host, trust))
+                    .collect();
+                let passed: Vec<IpAddr> = answers
+                    .iter()
+                    .zip(&judged)
+                    .filter(|(_, j)| j.is_ok())
+                    .map(|(ip, _)| *ip)
+                    .collect();
+                if passed.is_empty() {
+                    blocked = true;
+                    for ip in answers {
+                        match netpolicy::trust_to_reach(*ip, host, trust) {
+                            Some(reach) => needed = needed.merged(&reach),
+                            None => hopeless = true,
+                        }
+                    }
+                    let why = judged
+                        .iter()
+                        .find_map(|j| j.as_ref().err())
+                        .map(netpolicy::Refusal::what)
+                        .unwrap_or_default();
+                    format!(
+                        "{} only, which the egress proxy refuses ({why})",
+                        list(answers)
+                    )
+                } else {
+                    format!("{}, reachable", list(&passed))
+                }
+            }
+        };
+        match found.iter_mut().find(|(_, o)| *o == outcome) {
+            Some((names, _)) => names.push(name),
+            None => found.push((vec![name], outcome)),
+        }
+    }
+    let found: Vec<String> = found
+        .iter()
+        .map(|(names, outcome)| format!("{}: {outcome}", names.join(", ")))
+        .collect();
+    let in_force = if trust.is_empty() {
+        String::new()
+    } else {
+        format!(" ({EGRESS_TRUST_VAR}={trust} in force)")
+    };
+    let mut detail = format!("{}{in_force}", found.join("; "));
+    if !blocked {
+        detail.push_str(": sandboxes reach the Internet through their egress proxy");
+        return Egress {
+            check: Check {
+                name: "egress".into(),
+                ok: true,
+                detail,
+            },
+            suggested_trust: None,
+            remediation: None,
+        };
+    }
+    let (suggested_trust, remediation) = if !needed.is_empty() {
+        let value = trust.clone().merged(&needed);
+        let neighbours: Vec<String> = host
+            .addresses
+            .iter()
+            .filter(|a| needed.ranges().iter().any(|r| r.overlaps(a)))
+            .map(|a| a.to_string())
+            .collect();
+        let neighbours = if neighbours.is_empty() {
+            String::new()
+        } else {
+            format!(
+                " It holds the host's network {}: the neighbours there become reachable too \
+                 (never the host's own addresses or gateways); name a narrower range if that \
+                 network holds more than the egress.",
+                neighbours.join(", ")
+            )
+        };
+        detail.push_str(
+            ": this host's DNS or egress answers public names with special-purpose addresses \
+             (an intercepting egress, a fake-IP DNS), so sandboxes cannot reach package registries",
+        );
+        (
+            Some(value.to_string()),
+            Some(format!(
+                "if {needed} leads to the Internet on this host, set {EGRESS_TRUST_VAR}={value} \
+                 where sandkeep runs (serve, serve --e2b and the CLI read it; sandboxes created \
+                 from then on get it): their egress proxy then takes those addresses as public. \
+                 This weakens nothing else: loopback, private, CGNAT and link-local ranges, the \
+                 host's own addresses and gateways, and every other range stay refused.{neighbours}"
+            )),
+        )
+    } else if hopeless {
+        detail.push_str(": no setting reaches those addresses");
+        (
+            None,
+            Some(
+                "make this host's DNS answer public names with their public addresses: it \
+                 answers with addresses no sandbox may reach"
+                    .into(),
+            ),
+        )
+    } else {
+        (None, None)
+    };
+    Egress {
+        check: Check {
+            name: "egress".into(),
+            ok: false,
+            detail,
+        },
+        suggested_trust,
+        remediation,
+    }
 }
 
 /// Runs `f` in a forked child; its error text comes back through a pipe.
@@ -273,6 +441,7 @@ pub fn probe_main() -> i32 {
         checks,
         state_dir: PathBuf::new(),
         remediation,
+        suggested_egress_trust: None,
     };
     println!("{}", serde_json::to_string(&report).unwrap_or_default());
     0

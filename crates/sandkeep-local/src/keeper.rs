@@ -28,7 +28,7 @@ use serde::{Deserialize, Serialize};
 
 use super::cgroup::{self, Resources};
 use super::init::{self, InitContext, InitReport, Mode, NetPlan};
-use super::proxy::Proxy;
+use super::proxy::{Policy as ProxyPolicy, Proxy};
 use super::rootfs::Owner;
 use super::state::{self, Home, Lock, Meta, SandboxDir, Spec};
 use super::{doctor, sys, unreadable, wire};
@@ -277,12 +277,6 @@ fn start(home: &Home, dir: &SandboxDir) -> Result<Running, SetupError> {
     };
     let mut warnings = Vec::new();
     let mut net = net_plan(&spec);
-    // Forked before any namespace is entered: it lives on the host.
-    let mut proxy = if net.proxy {
-        Some(Proxy::fork(allow_hosts(&spec))?)
-    } else {
-        None
-    };
     let userns_child = if root && !spec.process_only {
         Some(fork_userns_child()?)
     } else {
@@ -298,6 +292,19 @@ fn start(home: &Home, dir: &SandboxDir) -> Result<Running, SetupError> {
     // Before any namespace: the cgroups are made with the host's view.
     let (cgroups, enforced) = limit_resources(&spec, dir, &mut warnings)?;
     let cgroup_dirs = cgroups.dirs.clone();
+    // Forked before any namespace is entered, so it lives on the host,
+    // and into the sandbox's cgroups, which bound its work as the
+    // sandbox's own.
+    let mut proxy = if net.proxy {
+        let policy = ProxyPolicy::new(
+            spec.allow_hosts.clone(),
+            spec.egress_trust.clone(),
+            home.root(),
+        );
+        Some(Proxy::fork(policy, base.map(proxy_uid), &cgroups.doors)?)
+    } else {
+        None
+    };
     let attempt = if spec.process_only {
         Err("the configuration asks for process-only sandboxes".to_owned())
     } else {
@@ -597,11 +604,6 @@ fn net_plan(spec: &Spec) -> NetPlan {
     }
 }
 
-/// The names the proxy lets through; empty for every public address.
-fn allow_hosts(spec: &Spec) -> Vec<String> {
-    spec.allow_hosts.clone()
-}
-
 /// What `info` reports as enforced, and the refusal of an explicit
 /// network request that a sandbox without namespaces cannot honour.
 fn record_network(info: &mut SandboxInfo, spec: &Spec, net: NetPlan) -> Result<(), SetupError> {
@@ -799,6 +801,14 @@ fn descendants(root: u32) -> Vec<ProcessIdentity> {
         .filter(|(c, _, zombie)| !zombie && c.pid != root && found.contains(&c.pid))
         .map(|(c, _, _)| c)
         .collect()
+}
+
+/// The host uid (and gid) root's egress proxy of the sandbox whose block
+/// starts at `base` runs as: one per slot, just below the first block, so
+/// that no sandbox maps it, no two proxies share it and no host account
+/// (`nobody` included) can signal it.
+fn proxy_uid(base: u32) -> u32 {
+    FIRST_BLOCK - SLOTS + (base - FIRST_BLOCK) / BLOCK
 }
 
 /// Where root's uid blocks are claimed, for every state directory on the

@@ -52,8 +52,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 pub use bounds::HostBounds;
-pub use config::LocalConfig;
+pub use config::{EGRESS_TRUST_VAR, LocalConfig};
 pub use doctor::{Check, DoctorReport};
+pub use netpolicy::{EgressTrust, TrustError};
 pub use spawn::prestart;
 pub use state::trusted_path;
 
@@ -82,6 +83,8 @@ pub const BASE_TEMPLATE: &str = "base";
 const KILLED: i32 = 137;
 /// Room for a file operation's answer or error report.
 const FILE_OP_REPORT: usize = 64 * 1024;
+/// How long the doctor waits for the host to resolve the egress check's names.
+const EGRESS_LOOKUP: Duration = Duration::from_secs(10);
 /// Isolation levels that are the full design for their mode; anything else
 /// is logged as weaker at create time.
 const FULL_ISOLATION: &str = "userns-idmap";
@@ -164,9 +167,13 @@ impl LocalProvider {
     }
 
     /// The provider of this process's environment (see
-    /// [`LocalConfig::from_env`]).
+    /// [`LocalConfig::from_env`]); a bad setting is refused as such.
     pub fn from_env() -> Result<Self> {
-        Self::new(LocalConfig::from_env().map_err(io_err("configure the local provider"))?)
+        let config = LocalConfig::from_env().map_err(|e| match e.kind() {
+            std::io::ErrorKind::InvalidInput => ProviderError::Unavailable(e.to_string()),
+            _ => io_err("configure the local provider")(e),
+        })?;
+        Self::new(config)
     }
 
     pub fn state_dir(&self) -> &Path {
@@ -196,7 +203,60 @@ impl LocalProvider {
             ok: true,
             detail: self.keepers.describe(),
         });
+        // Without a network namespace sandboxes share the host's network:
+        // there is no proxy to judge anything.
+        let proxied = report
+            .checks
+            .iter()
+            .any(|c| c.name == "network namespace" && c.ok);
+        if proxied && !self.config.process_only {
+            let egress = self.egress().await;
+            report.checks.push(egress.check);
+            report.remediation.extend(egress.remediation);
+            report.suggested_egress_trust = egress.suggested_trust;
+        }
         Ok(report)
+    }
+
+    /// Resolves [`doctor::EGRESS_NAMES`] on the host, each within
+    /// [`EGRESS_LOOKUP`], and judges the answers as a sandbox's proxy would.
+    async fn egress(&self) -> doctor::Egress {
+        use std::net::ToSocketAddrs;
+        let lookups: Vec<_> = doctor::EGRESS_NAMES
+            .iter()
+            .map(|&name| {
+                let lookup = tokio::task::spawn_blocking(move || {
+                    (name, 443)
+                        .to_socket_addrs()
+                        .map(|found| found.map(|a| a.ip()).collect::<Vec<_>>())
+                });
+                (name, lookup)
+            })
+            .collect();
+        let deadline = tokio::time::Instant::now() + EGRESS_LOOKUP;
+        let mut answers = Vec::new();
+        for (name, lookup) in lookups {
+            let answer = match tokio::time::timeout_at(deadline, lookup).await {
+                Ok(Ok(found)) => found.map_err(|e| e.to_string()),
+                Ok(Err(e)) => Err(format!("the lookup failed: {e}")),
+                Err(_) => Err(format!("no answer within {} s", EGRESS_LOOKUP.as_secs())),
+            };
+            answers.push((name, answer));
+        }
+        match proxy::host_network() {
+            Ok(host) => doctor::egress_check(&answers, &host, &self.config.egress_trust),
+            Err(e) => doctor::Egress {
+                check: Check {
+                    name: "egress".to_owned(),
+                    ok: false,
+                    detail: format!(
+                        "cannot read the host's network ({e}): every egress proxy refuses everything"
+                    ),
+                },
+                suggested_trust: None,
+                remediation: None,
+            },
+        }
     }
 
     /// `base`, then every directory under `SANDKEEP_HOME/templates/` whose
@@ -364,6 +424,7 @@ impl Provider for LocalProvider {
             network: spec.network,
             allow_hosts: spec.allow_hosts,
             limits: spec.limits,
+            egress_trust: self.config.egress_trust.clone(),
         };
         let (home, bounds, at) = (self.home.clone(), self.config.bounds, dir.clone());
         blocking(move || {

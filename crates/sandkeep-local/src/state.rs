@@ -17,6 +17,8 @@ use serde::{Deserialize, Serialize};
 use sandkeep_proto::record::ProcessIdentity;
 use sandkeep_provider::{Limits, Network, SandboxId, SandboxInfo};
 
+use crate::netpolicy::EgressTrust;
+
 /// Where the task helper appears inside every namespaced sandbox:
 /// `/HELPER_DIR/HELPER_NAME` (and `bin/HELPER_NAME` in a process-only
 /// sandbox's directory).
@@ -299,6 +301,9 @@ pub struct Spec {
     /// As requested; a `None` field means the default.
     #[serde(default)]
     pub limits: Limits,
+    /// The provider's `SANDKEEP_EGRESS_TRUST` when the sandbox was made.
+    #[serde(default)]
+    pub egress_trust: EgressTrust,
 }
 
 /// What a live sandbox's record holds.

@@ -345,8 +345,35 @@ pub fn loopback_up() -> io::Result<()> {
     check(unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCSIFFLAGS, &req) }).map(drop)
 }
 
-/// Every address of the host's interfaces (`getifaddrs`).
-pub fn host_addresses() -> io::Result<Vec<std::net::IpAddr>> {
+/// Every address of the host's interfaces with its prefix length (the
+/// netmask's; a full-length one without a netmask), from `getifaddrs`.
+pub fn interface_addresses() -> io::Result<Vec<(std::net::IpAddr, u8)>> {
+    use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+    /// The address of a sockaddr of the family it names, if IP.
+    ///
+    /// SAFETY: `sa` is null or points to a sockaddr of the family it
+    /// names, big enough for that family's struct.
+    unsafe fn ip_of(sa: *const libc::sockaddr) -> Option<IpAddr> {
+        if sa.is_null() {
+            return None;
+        }
+        // SAFETY: as the caller promises.
+        unsafe {
+            match i32::from((*sa).sa_family) {
+                libc::AF_INET => {
+                    let sin = &*(sa as *const libc::sockaddr_in);
+                    Some(IpAddr::V4(Ipv4Addr::from(u32::from_be(
+                        sin.sin_addr.s_addr,
+                    ))))
+                }
+                libc::AF_INET6 => {
+                    let sin6 = &*(sa as *const libc::sockaddr_in6);
+                    Some(IpAddr::V6(Ipv6Addr::from(sin6.sin6_addr.s6_addr)))
+                }
+                _ => None,
+            }
+        }
+    }
     let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
     // SAFETY: getifaddrs fills `head` with a list that we free below.
     check(unsafe { libc::getifaddrs(&mut head) })?;
@@ -354,29 +381,21 @@ pub fn host_addresses() -> io::Result<Vec<std::net::IpAddr>> {
     let mut cur = head;
     while !cur.is_null() {
         // SAFETY: `cur` is a node of the list getifaddrs returned, not yet
-        // freed; `ifa_addr` is null or points to a sockaddr of the family
-        // it names, big enough for that family's struct.
-        unsafe {
+        // freed; its `ifa_addr` and `ifa_netmask` are null or sockaddrs of
+        // the family they name.
+        let (addr, mask) = unsafe {
             let ifa = &*cur;
-            if !ifa.ifa_addr.is_null() {
-                match i32::from((*ifa.ifa_addr).sa_family) {
-                    libc::AF_INET => {
-                        let sin = &*(ifa.ifa_addr as *const libc::sockaddr_in);
-                        out.push(std::net::IpAddr::V4(std::net::Ipv4Addr::from(
-                            u32::from_be(sin.sin_addr.s_addr),
-                        )));
-                    }
-                    libc::AF_INET6 => {
-                        let sin6 = &*(ifa.ifa_addr as *const libc::sockaddr_in6);
-                        out.push(std::net::IpAddr::V6(std::net::Ipv6Addr::from(
-                            sin6.sin6_addr.s6_addr,
-                        )));
-                    }
-                    _ => {}
-                }
-            }
             cur = ifa.ifa_next;
-        }
+            (ip_of(ifa.ifa_addr), ip_of(ifa.ifa_netmask))
+        };
+        let Some(addr) = addr else { continue };
+        let prefix = match (addr, mask) {
+            (IpAddr::V4(_), Some(IpAddr::V4(m))) => m.to_bits().leading_ones(),
+            (IpAddr::V6(_), Some(IpAddr::V6(m))) => m.to_bits().leading_ones(),
+            (IpAddr::V4(_), _) => 32,
+            (IpAddr::V6(_), _) => 128,
+        };
+        out.push((addr, prefix as u8));
     }
     // SAFETY: `head` came from getifaddrs and is freed once.
     unsafe { libc::freeifaddrs(head) };

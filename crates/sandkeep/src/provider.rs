@@ -81,6 +81,13 @@ pub fn open_bounded(kind: Kind, bounds: Bounds) -> Result<Arc<dyn Provider>> {
     })
 }
 
+/// Whether opening a provider failed on a refused `SANDKEEP_EGRESS_TRUST`,
+/// whose message says itself what to change (a hint about the state
+/// directory would only mislead).
+pub fn is_bad_egress_trust(e: &ProviderError) -> bool {
+    matches!(e, ProviderError::Unavailable(m) if m.contains(local::EGRESS_TRUST_VAR))
+}
+
 /// Tells the configured provider that this process is about to create a
 /// sandbox, so it may start work ahead (the local provider starts the
 /// keeper; see `sandkeep_local::prestart`). For one-shot processes only:
@@ -95,7 +102,7 @@ pub fn about_to_create() {
 /// absolute path, its parents checked): the server keeps its own files
 /// there too (the generated HTTP token).
 pub fn home_from_env() -> std::io::Result<std::path::PathBuf> {
-    local::trusted_path(&local::LocalConfig::from_env()?.home)
+    local::trusted_path(&local::LocalConfig::home_from_env()?)
 }
 
 /// Where the sandboxes of `kind` live, as "no such sandbox" errors and the

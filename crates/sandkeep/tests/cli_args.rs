@@ -357,6 +357,7 @@ fn doctor_json_has_every_documented_key() {
         "checks",
         "state_dir",
         "remediation",
+        "suggested_egress_trust",
         "helper",
     ] {
         assert!(

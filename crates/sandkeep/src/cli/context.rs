@@ -66,7 +66,11 @@ impl Context {
 /// The provider this environment configures.
 fn open_provider() -> Result<Arc<dyn Provider>, CliError> {
     provider::from_env().map_err(|e| {
-        CliError::new(format!("cannot open the provider: {e}")).hint(
+        let error = CliError::new(format!("cannot open the provider: {e}"));
+        if provider::is_bad_egress_trust(&e) {
+            return error;
+        }
+        error.hint(
             "for the local provider set SANDKEEP_HOME to a directory this user can create and write; \
              for SANDKEEP_PROVIDER=e2b set E2B_API_KEY; then run `sandkeep doctor`",
         )

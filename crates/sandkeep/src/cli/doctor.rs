@@ -113,8 +113,11 @@ async fn e2b(args: DoctorArgs) -> Outcome {
 
 async fn local(args: DoctorArgs) -> Outcome {
     let provider = LocalProvider::from_env().map_err(|e| {
-        CliError::new(format!("cannot open the local provider: {e}"))
-            .hint("set SANDKEEP_HOME to a directory this user can create and write")
+        let error = CliError::new(format!("cannot open the local provider: {e}"));
+        if provider::is_bad_egress_trust(&e) {
+            return error;
+        }
+        error.hint("set SANDKEEP_HOME to a directory this user can create and write")
     })?;
     let report = provider.doctor().await.map_err(|e| {
         CliError::new(format!("the isolation probe failed: {e}"))

@@ -1,14 +1,16 @@
 //! `sandkeep mcp-config CLIENT [--http URL]`: prints the configuration
 //! that registers this very binary as a stdio MCP server in CLIENT, with
-//! `SANDKEEP_HOME` set explicitly; with `--http`, the registration of a
-//! running `sandkeep serve --http` at URL, with the bearer token read from
+//! `SANDKEEP_HOME` set explicitly (and `SANDKEEP_EGRESS_TRUST` when this
+//! process has it); with `--http`, the registration of a running `sandkeep
+//! serve --http` at URL, with the bearer token read from
 //! `$SANDKEEP_HOME/http-token`.
 //!
 //! The `env` entry is the point: several clients (the Inspector, the
 //! TypeScript SDK's defaults, Codex) pass a server only a short allow-list
 //! of environment variables, so a server started without it silently uses
 //! another state directory than the CLI, and the agent sees none of the
-//! CLI's sandboxes.
+//! CLI's sandboxes (nor reaches, on a host that needs the trust setting,
+//! what the CLI's sandboxes reach).
 
 use std::path::{Path, PathBuf};
 
@@ -18,6 +20,7 @@ use sandkeep_proto::limits::{RUN_TIMEOUT_DEFAULT, RUN_TIMEOUT_MAX};
 
 use super::{exit, secret_file};
 use crate::provider;
+use crate::provider::local::{EGRESS_TRUST_VAR, LocalConfig};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Client {
@@ -69,19 +72,29 @@ pub fn run(args: &McpConfigArgs) -> u8 {
         Some(h) => std::path::absolute(h),
         None => provider::home_from_env(),
     };
-    match home {
-        Ok(home) => {
-            println!("{}", render(args.client, &binary, &home));
-            exit::OK
-        }
+    let home = match home {
+        Ok(home) => home,
         Err(e) => {
             eprintln!(
                 "sandkeep mcp-config: cannot resolve the state directory: {e}; set SANDKEEP_HOME \
                  or pass --home DIR"
             );
-            exit::OWN_FAILURE
+            return exit::OWN_FAILURE;
+        }
+    };
+    let mut env = vec![("SANDKEEP_HOME", home.display().to_string())];
+    // Checked as the server will check it: a value it would refuse is
+    // refused here, not handed to the client.
+    match LocalConfig::egress_trust_from_env() {
+        Ok(trust) if trust.is_empty() => {}
+        Ok(trust) => env.push((EGRESS_TRUST_VAR, trust.to_string())),
+        Err(e) => {
+            eprintln!("sandkeep mcp-config: {e}");
+            return exit::USAGE;
         }
     }
+    println!("{}", render(args.client, &binary, &env));
+    exit::OK
 }
 
 /// `--http URL`: the token the server uses, then the registration; where
@@ -214,34 +227,46 @@ fn pretty(config: serde_json::Value) -> String {
     serde_json::to_string_pretty(&config).expect("a JSON literal encodes")
 }
 
-/// The configuration text for `client`.
-pub fn render(client: Client, binary: &Path, home: &Path) -> String {
+/// The configuration text for `client`, with the server's environment.
+pub fn render(client: Client, binary: &Path, env: &[(&str, String)]) -> String {
     let bin = binary.display().to_string();
-    let home = home.display().to_string();
+    let words = |flag: &str| {
+        env.iter()
+            .map(|(k, v)| format!("{flag} {k}={}", shell_quote(v)))
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
     match client {
         Client::ClaudeCode => format!(
-            "claude mcp add --scope user sandkeep --env SANDKEEP_HOME={} -- {} serve",
-            shell_quote(&home),
+            "claude mcp add --scope user sandkeep {} -- {} serve",
+            words("--env"),
             shell_quote(&bin)
         ),
         Client::Inspector => format!(
-            "npx @modelcontextprotocol/inspector -e SANDKEEP_HOME={} {} serve",
-            shell_quote(&home),
+            "npx @modelcontextprotocol/inspector {} {} serve",
+            words("-e"),
             shell_quote(&bin)
         ),
         Client::Codex => format!(
-            "[mcp_servers.sandkeep]\ncommand = {}\nargs = [\"serve\"]\nenv = {{ SANDKEEP_HOME = {} }}\n{}\n{CODEX_APPROVAL}",
+            "[mcp_servers.sandkeep]\ncommand = {}\nargs = [\"serve\"]\nenv = {{ {} }}\n{}\n{CODEX_APPROVAL}",
             toml_string(&bin),
-            toml_string(&home),
+            env.iter()
+                .map(|(k, v)| format!("{k} = {}", toml_string(v)))
+                .collect::<Vec<_>>()
+                .join(", "),
             codex_timeout()
         ),
         Client::ClaudeDesktop | Client::Cursor | Client::Json => {
+            let env: serde_json::Map<String, serde_json::Value> = env
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.clone().into()))
+                .collect();
             let config = json!({
                 "mcpServers": {
                     "sandkeep": {
                         "command": bin,
                         "args": ["serve"],
-                        "env": { "SANDKEEP_HOME": home }
+                        "env": env
                     }
                 }
             });
@@ -274,9 +299,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn every_client_gets_the_binary_and_the_state_directory() {
+    fn every_client_gets_the_binary_and_the_servers_environment() {
         let bin = Path::new("/opt/my tools/sandkeep");
-        let home = Path::new("/srv/sandkeep");
+        let env = [
+            ("SANDKEEP_HOME", "/srv/sandkeep".to_owned()),
+            (EGRESS_TRUST_VAR, "203.0.113.0/24,198.18.0.0/15".to_owned()),
+        ];
         for client in [
             Client::ClaudeCode,
             Client::ClaudeDesktop,
@@ -285,24 +313,39 @@ mod tests {
             Client::Inspector,
             Client::Json,
         ] {
-            let text = render(client, bin, home);
-            assert!(
-                text.contains("/opt/my tools/sandkeep"),
-                "{client:?}: {text}"
-            );
-            assert!(text.contains("SANDKEEP_HOME"), "{client:?}: {text}");
-            assert!(text.contains("/srv/sandkeep"), "{client:?}: {text}");
-            assert!(text.contains("serve"), "{client:?}: {text}");
+            let text = render(client, bin, &env);
+            for part in [
+                "/opt/my tools/sandkeep",
+                "SANDKEEP_HOME",
+                "/srv/sandkeep",
+                "serve",
+                EGRESS_TRUST_VAR,
+                "203.0.113.0/24,198.18.0.0/15",
+            ] {
+                assert!(text.contains(part), "{client:?} lacks {part}: {text}");
+            }
         }
         let json: serde_json::Value =
-            serde_json::from_str(&render(Client::Json, bin, home)).unwrap();
+            serde_json::from_str(&render(Client::Json, bin, &env)).unwrap();
         assert_eq!(
             json["mcpServers"]["sandkeep"]["env"]["SANDKEEP_HOME"],
             "/srv/sandkeep"
         );
-        assert!(render(Client::ClaudeCode, bin, home).contains("'/opt/my tools/sandkeep' serve"));
+        assert_eq!(
+            json["mcpServers"]["sandkeep"]["env"][EGRESS_TRUST_VAR],
+            "203.0.113.0/24,198.18.0.0/15"
+        );
+        assert!(render(Client::ClaudeCode, bin, &env).contains(
+            "--env SANDKEEP_HOME=/srv/sandkeep --env SANDKEEP_EGRESS_TRUST=203.0.113.0/24,198.18.0.0/15 -- '/opt/my tools/sandkeep' serve"
+        ));
+        let codex = render(Client::Codex, bin, &env[..1]);
         assert!(
-            render(Client::Codex, bin, home)
+            codex.contains("env = { SANDKEEP_HOME = \"/srv/sandkeep\" }"),
+            "{codex}"
+        );
+        assert!(render(Client::ClaudeCode, bin, &env).contains("'/opt/my tools/sandkeep' serve"));
+        assert!(
+            render(Client::Codex, bin, &env)
                 .contains("\ndefault_tools_approval_mode = \"approve\"")
         );
     }

@@ -13,8 +13,9 @@ use crate::service::{Ceilings, Service};
 
 #[derive(Debug, clap::Args)]
 pub struct ServeArgs {
-    /// Where sandboxes live: `local` (namespaced sandboxes on this host) or
-    /// `e2b` (E2B-compatible clouds, configured by E2B_API_KEY, E2B_DOMAIN,
+    /// Where sandboxes live: `local` (namespaced sandboxes on this host,
+    /// configured by SANDKEEP_HOME and SANDKEEP_EGRESS_TRUST) or `e2b`
+    /// (E2B-compatible clouds, configured by E2B_API_KEY, E2B_DOMAIN,
     /// E2B_API_URL and E2B_SANDBOX_URL).
     #[arg(long, value_enum, env = "SANDKEEP_PROVIDER", default_value = "local")]
     pub provider: provider::Kind,
