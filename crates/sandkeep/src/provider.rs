@@ -81,11 +81,11 @@ pub fn open_bounded(kind: Kind, bounds: Bounds) -> Result<Arc<dyn Provider>> {
     })
 }
 
-/// Whether opening a provider failed on a refused `SANDKEEP_EGRESS_TRUST`,
-/// whose message says itself what to change (a hint about the state
-/// directory would only mislead).
-pub fn is_bad_egress_trust(e: &ProviderError) -> bool {
-    matches!(e, ProviderError::Unavailable(m) if m.contains(local::EGRESS_TRUST_VAR))
+/// Whether opening a provider failed on a refused setting (a malformed
+/// `SANDKEEP_EGRESS_TRUST` or `SANDKEEP_MAX_*`), whose message says itself
+/// what to change (a hint about the state directory would only mislead).
+pub fn is_bad_setting(e: &ProviderError) -> bool {
+    matches!(e, ProviderError::Io { source, .. } if source.kind() == std::io::ErrorKind::InvalidInput)
 }
 
 /// Tells the configured provider that this process is about to create a

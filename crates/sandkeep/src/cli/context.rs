@@ -67,7 +67,7 @@ impl Context {
 fn open_provider() -> Result<Arc<dyn Provider>, CliError> {
     provider::from_env().map_err(|e| {
         let error = CliError::new(format!("cannot open the provider: {e}"));
-        if provider::is_bad_egress_trust(&e) {
+        if provider::is_bad_setting(&e) {
             return error;
         }
         error.hint(

@@ -114,7 +114,7 @@ async fn e2b(args: DoctorArgs) -> Outcome {
 async fn local(args: DoctorArgs) -> Outcome {
     let provider = LocalProvider::from_env().map_err(|e| {
         let error = CliError::new(format!("cannot open the local provider: {e}"));
-        if provider::is_bad_egress_trust(&e) {
+        if provider::is_bad_setting(&e) {
             return error;
         }
         error.hint("set SANDKEEP_HOME to a directory this user can create and write")
