@@ -170,7 +170,7 @@ impl LocalProvider {
     /// [`LocalConfig::from_env`]); a bad setting is refused as such.
     pub fn from_env() -> Result<Self> {
         let config = LocalConfig::from_env().map_err(|e| match e.kind() {
-            std::io::ErrorKind::InvalidInput => ProviderError::Unavailable(e.to_string()),
+            std::io::ErrorKind::InvalidInput => ProviderError::Misconfigured(e.to_string()),
             _ => io_err("configure the local provider")(e),
         })?;
         Self::new(config)

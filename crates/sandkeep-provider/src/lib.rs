@@ -295,6 +295,11 @@ pub enum ProviderError {
     Unconfirmed { sandbox: SandboxId, message: String },
     #[error("{0}")]
     Unavailable(String),
+    /// A setting of this process's configuration is refused (malformed, or
+    /// naming what is never allowed); the message names it and what to
+    /// write instead.
+    #[error("{0}")]
+    Misconfigured(String),
     /// A bound of the host (how many sandboxes may live at once, how much
     /// memory they may commit) leaves no room; nothing was created. The
     /// message says which bound and how to raise it.

@@ -67,9 +67,14 @@ pub struct Bounds {
 pub fn open_bounded(kind: Kind, bounds: Bounds) -> Result<Arc<dyn Provider>> {
     Ok(match kind {
         Kind::Local => {
-            let config = local::LocalConfig::from_env().map_err(|source| ProviderError::Io {
-                context: "configure the local provider".into(),
-                source,
+            let config = local::LocalConfig::from_env().map_err(|source| match source.kind() {
+                std::io::ErrorKind::InvalidInput => {
+                    ProviderError::Misconfigured(source.to_string())
+                }
+                _ => ProviderError::Io {
+                    context: "configure the local provider".into(),
+                    source,
+                },
             })?;
             let host = local::HostBounds {
                 sandboxes: bounds.sandboxes.unwrap_or(config.bounds.sandboxes),
@@ -85,7 +90,7 @@ pub fn open_bounded(kind: Kind, bounds: Bounds) -> Result<Arc<dyn Provider>> {
 /// `SANDKEEP_EGRESS_TRUST` or `SANDKEEP_MAX_*`), whose message says itself
 /// what to change (a hint about the state directory would only mislead).
 pub fn is_bad_setting(e: &ProviderError) -> bool {
-    matches!(e, ProviderError::Io { source, .. } if source.kind() == std::io::ErrorKind::InvalidInput)
+    matches!(e, ProviderError::Misconfigured(_))
 }
 
 /// Tells the configured provider that this process is about to create a

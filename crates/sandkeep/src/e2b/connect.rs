@@ -114,7 +114,7 @@ impl From<sandkeep_provider::ProviderError> for RpcError {
             P::Unsupported(_) => Code::Unimplemented,
             P::LimitReached(_) => Code::ResourceExhausted,
             P::Unavailable(_) | P::Unconfirmed { .. } => Code::Unavailable,
-            P::FileError { .. } | P::Io { .. } => Code::Internal,
+            P::FileError { .. } | P::Io { .. } | P::Misconfigured(_) => Code::Internal,
         };
         Self::new(code, e.to_string())
     }
