@@ -540,15 +540,18 @@ async fn a_sandbox_root_cannot_leave_its_cgroups() {
 /// three make exactly three sandboxes, the others told which bound stopped
 /// them and how to raise it; a server with room for four counts the CLI's
 /// three and makes one more, then answers a tool error, until a kill makes
-/// room.
+/// room. The memory ceiling is set far out of the way: its default (80% of
+/// RAM) is below four default sandboxes on a small host such as the v2 VM.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_sandbox_count_bound_holds_across_processes() {
+    const NO_MEMORY_CEILING: &str = "1048576";
     let home = Home::new();
     let creates: Vec<_> = (0..8)
         .map(|_| {
             home.async_command()
                 .args(["sandbox", "create", "--json", "--timeout", "120"])
                 .env("SANDKEEP_MAX_SANDBOXES", "3")
+                .env("SANDKEEP_MAX_TOTAL_MEMORY_MIB", NO_MEMORY_CEILING)
                 .stdout(std::process::Stdio::piped())
                 .stderr(std::process::Stdio::piped())
                 .spawn()
@@ -577,7 +580,18 @@ async fn the_sandbox_count_bound_holds_across_processes() {
     assert_eq!(made.len(), 3, "{made:?}");
 
     use support::mcp::{HttpServer, err, ok, sid};
-    let server = HttpServer::start(&home, &["--http", "127.0.0.1:0", "--max-sandboxes", "4"]).await;
+    let server = HttpServer::start(
+        &home,
+        &[
+            "--http",
+            "127.0.0.1:0",
+            "--max-sandboxes",
+            "4",
+            "--max-total-memory-mib",
+            NO_MEMORY_CEILING,
+        ],
+    )
+    .await;
     let client = server.modern().await;
     made.push(sid(
         &ok(&client, "create_sandbox", serde_json::json!({})).await
