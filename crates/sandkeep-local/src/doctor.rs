@@ -411,8 +411,9 @@ pub fn probe_main() -> i32 {
         (true, true) => (
             "userns-idmap",
             "running as root: private pid/mount/uts/ipc/network namespaces, sandbox root is an unprivileged \
-             65536-id block of host uids, copy-on-write overlays over the host's system directories \
-             (idmapped where the kernel allows; `userns-shifted`, with host-owned files read-only, otherwise)",
+             65536-id block of host uids, the host's system directories read-only with a writable copy of \
+             what others may read of /etc, templates as idmapped copy-on-write overlays (`userns-shifted`, \
+             with a template's files read-only, where its file system cannot be idmapped)",
             vec![],
         ),
         (true, false) => (

@@ -84,9 +84,9 @@ pub struct InitContext {
     /// The sandbox's memory cgroup on the host, when it has a memory
     /// limit: shown read-only inside (see [`rootfs::build`]).
     pub memory_cgroup: Option<std::path::PathBuf>,
-    /// Where the walk of the host's /etc answers (root, `base`): see
-    /// [`super::unreadable`].
-    pub etc_walk: Option<OwnedFd>,
+    /// The copier of the host's /etc (root, `base`): see
+    /// [`super::etc_copy`].
+    pub etc_copy: Option<OwnedFd>,
     pub listener: OwnedFd,
     /// The doors of the cgroups the init enters itself, first thing
     /// (see [`cgroup::Doors`]); it was born in the others.
@@ -123,7 +123,7 @@ pub fn run(ctx: InitContext) -> ! {
         mode,
         net,
         memory_cgroup,
-        etc_walk,
+        etc_copy,
         listener,
         cgroups,
         report,
@@ -142,7 +142,7 @@ pub fn run(ctx: InitContext) -> ! {
         ))),
         (Ok(()), Mode::Namespaces { owner, userns }) => {
             let memory_cgroup = memory_cgroup.as_deref();
-            setup(&spec, &dir, owner, userns, net, memory_cgroup, etc_walk).map(
+            setup(&spec, &dir, owner, userns, net, memory_cgroup, etc_copy).map(
                 |(isolation, warnings, isolated, p)| {
                     proxy = p;
                     network = isolated;
@@ -188,7 +188,7 @@ fn setup(
     userns: Option<OwnedFd>,
     net: NetPlan,
     memory_cgroup: Option<&std::path::Path>,
-    etc_walk: Option<OwnedFd>,
+    etc_copy: Option<OwnedFd>,
 ) -> Result<(String, Vec<String>, bool, ProxySocket), InitReport> {
     sys::set_signal_mask(&[]).map_err(|e| format!("signal mask: {e}"))?;
     let flags = UnshareFlags::NEWNS | UnshareFlags::NEWUTS | UnshareFlags::NEWIPC;
@@ -202,7 +202,7 @@ fn setup(
     rustix::system::sethostname(spec.sandbox_id.as_str().as_bytes())
         .map_err(|e| format!("sethostname: {e}"))?;
     let idmap = userns.as_ref().map(|f| f.as_fd());
-    let built = rootfs::build(dir, spec, owner, idmap, memory_cgroup, etc_walk)?;
+    let built = rootfs::build(dir, spec, owner, idmap, memory_cgroup, etc_copy)?;
     enter_sandbox_identity(owner, userns)?;
     // The keeper's death must end the sandbox. Set only now: credential
     // changes clear it. Should the keeper already be gone, the report

@@ -31,7 +31,7 @@ use super::init::{self, InitContext, InitReport, Mode, NetPlan};
 use super::proxy::{Policy as ProxyPolicy, Proxy};
 use super::rootfs::Owner;
 use super::state::{self, Home, Lock, Meta, SandboxDir, Spec};
-use super::{doctor, sys, unreadable, wire};
+use super::{doctor, etc_copy, sys, wire};
 use sandkeep_proto::procfs;
 use sandkeep_proto::record::ProcessIdentity;
 use sandkeep_provider::{Limits, Network, SandboxId, SandboxInfo};
@@ -234,7 +234,7 @@ fn report(fd: OwnedFd, readiness: &Readiness) {
 
 struct Running {
     meta: Meta,
-    /// Children done with their work and exiting (the /etc walker, whose
+    /// Children done with their work and exiting (the /etc copier, whose
     /// clone of /etc dissolves at its exit, and the user-namespace maker):
     /// reaped once the provider has its answer.
     exiting: Vec<i32>,
@@ -260,20 +260,21 @@ fn start(home: &Home, dir: &SandboxDir) -> Result<Running, SetupError> {
     let spec: Spec = state::read_json(&dir.spec()).map_err(|e| format!("read spec.json: {e}"))?;
     let keeper = ProcessIdentity::own().map_err(|e| e.to_string())?;
     let root = rustix::process::geteuid().is_root();
-    // Root sees the base template's /etc idmapped: what others cannot
-    // read there is masked. Walked on the host meanwhile (see
-    // `unreadable`), from the first moment: it is the longest part of a
-    // create on a busy machine; the init takes the list when it masks.
-    let mut etc_walk = if root && spec.template_dir.is_none() && !spec.process_only {
-        Some(unreadable::start(Path::new("/etc"), Path::new("etc"))?)
-    } else {
-        None
-    };
     // Root never runs a sandbox as itself: it gets a uid block either way.
     let base = if root {
         Some(allocate_slot(home, &spec.sandbox_id)?)
     } else {
         None
+    };
+    // Root's base template gets its own copy of /etc, made as the
+    // sandbox's root by a copier forked now, while this process still
+    // sees the host's (see `etc_copy`); the longest part of a create on
+    // a busy machine, it runs while the init builds.
+    let mut etc_copy = match base {
+        Some(base) if spec.template_dir.is_none() && !spec.process_only => {
+            Some(etc_copy::start(base)?)
+        }
+        _ => None,
     };
     let mut warnings = Vec::new();
     let mut net = net_plan(&spec);
@@ -284,7 +285,7 @@ fn start(home: &Home, dir: &SandboxDir) -> Result<Running, SetupError> {
     };
     // Children that finish their work early and exit on their own: reaped
     // once the provider has its answer, off the create's path.
-    let exiting: Vec<i32> = etc_walk
+    let exiting: Vec<i32> = etc_copy
         .iter()
         .map(|w| w.pid)
         .chain(userns_child.iter().map(|c| c.pid))
@@ -326,8 +327,8 @@ fn start(home: &Home, dir: &SandboxDir) -> Result<Running, SetupError> {
         };
         proxy = None;
     }
-    let (etc_walk, walk_go) = match etc_walk.take() {
-        Some(w) => (Some(w.answer).filter(|_| !process_only), Some(w.go)),
+    let (etc_copy, copy_go) = match etc_copy.take() {
+        Some(c) => (Some(c.channel).filter(|_| !process_only), Some(c.go)),
         None => (None, None),
     };
     if process_only {
@@ -414,7 +415,7 @@ fn start(home: &Home, dir: &SandboxDir) -> Result<Running, SetupError> {
             mode,
             net,
             memory_cgroup,
-            etc_walk,
+            etc_copy,
             listener,
             cgroups: tasks,
             report: report_w,
@@ -422,11 +423,11 @@ fn start(home: &Home, dir: &SandboxDir) -> Result<Running, SetupError> {
         sys::Forked::Parent(pid) => pid,
     };
     // From here the keeper only waits while the init builds the sandbox:
-    // the walk has a core to itself (see `unreadable`).
-    drop(walk_go);
+    // the copy has a core to itself (see `etc_copy`).
+    drop(copy_go);
     drop(tasks);
     drop(report_w);
-    drop(etc_walk);
+    drop(etc_copy);
     drop(listener);
     drop(mode);
     let init_pidfd = rustix::process::pidfd_open(

@@ -27,6 +27,7 @@ mod cgroup;
 mod client;
 mod config;
 mod doctor;
+mod etc_copy;
 mod file_reply;
 mod fileops;
 mod init;
@@ -40,7 +41,6 @@ mod seccomp;
 mod spawn;
 mod state;
 mod sys;
-mod unreadable;
 mod wire;
 
 use std::os::fd::AsFd;

@@ -2,10 +2,15 @@
 //! mount namespace before it gives up its privileges.
 //!
 //! The root is a tmpfs populated from an allow-list of the host's top-level
-//! directories, each a copy-on-write overlay; everything else (other homes,
-//! `/root`, `/run`, `/tmp`, `/mnt`, sandkeep's state) is simply absent. Host
-//! secrets that the allowed directories contain are masked. This module
-//! only mounts; it decides no identity and runs no sandbox code.
+//! directories, each a copy-on-write overlay whose host owners stay
+//! unmapped in the sandbox (only the "other" permission bits count, so
+//! what others cannot read on the host stays unreadable inside, whenever
+//! it became so); everything else (other homes, `/root`, `/run`, `/tmp`,
+//! `/mnt`, sandkeep's state) is simply absent. Under root the base
+//! template's `/etc` is instead a copy the sandbox's root owns (see
+//! `etc_copy`). Host secrets that the allowed directories contain are
+//! masked besides. This module only mounts; it decides no identity and
+//! runs no sandbox code.
 //!
 //! Everything the sandbox can write lives on **one** tmpfs of `disk_mib`
 //! (the "disk"): the root directory, the overlays' upper and work layers,
@@ -24,9 +29,9 @@ use rustix::mount::{
     MountFlags, MountPropagationFlags, MoveMountFlags, OpenTreeFlags, UnmountFlags,
 };
 
+use super::etc_copy;
 use super::state::{HELPER_DIR, HELPER_NAME, SandboxDir, Spec};
 use super::sys;
-use super::unreadable::{self, Unreadable};
 
 /// Host top-level entries the sandbox sees (as overlays, or as the same
 /// symlinks); everything else is left out.
@@ -71,7 +76,7 @@ pub enum Owner {
 
 pub struct Built {
     /// Whether host-owned files appear with their real owners (idmapped
-    /// lower layers) rather than as `nobody`.
+    /// lower layers, or root's copy of `/etc`) rather than as `nobody`.
     pub idmapped: bool,
     pub warnings: Vec<String>,
 }
@@ -130,7 +135,7 @@ pub fn build(
     owner: Owner,
     idmap: Option<BorrowedFd<'_>>,
     memory_cgroup: Option<&Path>,
-    etc_walk: Option<OwnedFd>,
+    etc_copy: Option<OwnedFd>,
 ) -> Result<Built, String> {
     // Nothing mounted from here on may propagate back to the host.
     rustix::mount::mount_change(
@@ -158,6 +163,7 @@ pub fn build(
         ("lower", 0o700),
         ("home", 0o700), // `/root`
         ("tmp", 0o1777),
+        ("vartmp", 0o1777), // `/var/tmp` over a read-only host /var
         ("run", 0o755),
         ("dev", 0o755),
         ("shm", 0o1777), // `/dev/shm`
@@ -172,7 +178,6 @@ pub fn build(
         idmapped: idmap.is_some(),
         warnings: Vec::new(),
     };
-    let mut etc_idmapped = false;
     match &spec.template_dir {
         // A template is a whole root filesystem, the sandbox's own: one
         // overlay over it, idmapped so that its owners are the sandbox's.
@@ -189,19 +194,10 @@ pub fn build(
             // A mount point of its own, for pivot_root.
             bind_with(&root, &root, nosuid)?;
             for name in ALLOWED {
-                // Only /etc is idmapped (host root is sandbox root there,
-                // so sandbox root may edit its copy). Everywhere else the
-                // host's owners stay unmapped in the sandbox's user
-                // namespace: no capability of sandbox root applies to
-                // their files, only the "other" permission bits count,
-                // so what others cannot read on the host stays unreadable
-                // inside, at no cost per file.
-                // Under the idmap owner bits would let sandbox users in:
-                // what others cannot read there is masked below, as the
-                // keeper's walker found it.
-                let etc = *name == "etc";
-                host_entry(&disk, &root, name, owner, idmap.filter(|_| etc), &mut built)?;
-                etc_idmapped |= etc && built.idmapped;
+                match (&etc_copy, *name) {
+                    (Some(copier), "etc") => etc_place(&root, owner, copier)?,
+                    _ => host_entry(&disk, &root, name, owner, &mut built)?,
+                }
             }
         }
     }
@@ -228,6 +224,12 @@ pub fn build(
         chown(&p, owner, 0, 0)?;
     }
     bind_with(&disk.join("tmp"), &root.join("tmp"), nosuid)?;
+    if matches!(owner, Owner::Shifted { .. }) && spec.template_dir.is_none() {
+        let var_tmp = root.join("var/tmp");
+        if fs::symlink_metadata(&var_tmp).is_ok_and(|m| m.is_dir()) {
+            bind_with(&disk.join("vartmp"), &var_tmp, nosuid)?;
+        }
+    }
     bind_with(&disk.join("run"), &root.join("run"), nosuid)?;
     bind_with(&disk.join("home"), &root.join("root"), nosuid)?;
 
@@ -255,19 +257,29 @@ pub fn build(
     fs::File::create(&helper).map_err(ctx("create the helper mount point"))?;
     bind(&spec.exe, &helper, true)?;
 
-    // Taken as late as possible: the walk runs while all of the above is
+    // Taken as late as possible: the copy runs while all of the above is
     // built.
-    // Without the idmap host owners stay unmapped and only the "other"
-    // bits count: nothing to mask (nor a walk to wait for).
-    let unreadable = match etc_walk.filter(|_| etc_idmapped) {
-        Some(answer) => unreadable::collect(answer)?,
-        None => Vec::new(),
-    };
-    mask(&root, &disk, spec, &unreadable)?;
+    if let Some(copier) = etc_copy {
+        etc_copy::finish(copier)?;
+    }
+    mask(&root, spec)?;
 
     // The tmpfs root itself stays writable: it belongs to the sandbox.
     pivot(&root)?;
     Ok(built)
+}
+
+/// The sandbox's own `/etc`: an empty directory, owned by its root with
+/// the mode of the host's, handed to the copier to fill.
+fn etc_place(root: &Path, owner: Owner, copier: &OwnedFd) -> Result<(), String> {
+    use std::os::unix::fs::MetadataExt;
+    let target = root.join("etc");
+    let mode = fs::metadata("/etc").map_or(0o755, |m| m.mode() & 0o7777);
+    fs::create_dir(&target).map_err(ctx("mkdir /etc"))?;
+    fs::set_permissions(&target, fs::Permissions::from_mode(mode)).map_err(ctx("chmod /etc"))?;
+    chown(&target, owner, 0, 0)?;
+    let dir = fs::File::open(&target).map_err(ctx("open /etc"))?;
+    etc_copy::hand_over(copier, dir.as_fd())
 }
 
 /// One allowed top-level entry of the host: the same symlink, or an
@@ -277,7 +289,6 @@ fn host_entry(
     root: &Path,
     name: &str,
     owner: Owner,
-    idmap: Option<BorrowedFd<'_>>,
     built: &mut Built,
 ) -> Result<(), String> {
     let host = Path::new("/").join(name);
@@ -293,8 +304,18 @@ fn host_entry(
         return Ok(());
     }
     fs::create_dir(&target).map_err(ctx(format!("mkdir {}", target.display())))?;
-    chown(&target, owner, 0, 0)?;
-    overlay(disk, name, &host, &target, owner, idmap, built)
+    match owner {
+        // Root's sandboxes see the host's directory itself, read-only,
+        // its owners unmapped: every access is checked against the live
+        // host file's "other" bits. An overlay mounted by host root would
+        // check a file made private on the host after it first looked it
+        // up against the mode it saw then, with host root's rights.
+        Owner::Shifted { .. } => bind(&host, &target, true),
+        Owner::Invoker => {
+            chown(&target, owner, 0, 0)?;
+            overlay(disk, name, &host, &target, owner, None, built)
+        }
+    }
 }
 
 fn overlay(
@@ -469,41 +490,12 @@ fn build_dev(disk: &Path, dev: &Path) -> Result<(), String> {
     )
 }
 
-/// Hides host secrets that the allowed directories contain, the entries
-/// that others cannot read under an idmapped directory, and sandkeep's own
-/// state wherever it lives.
-fn mask(root: &Path, disk: &Path, spec: &Spec, unreadable: &[Unreadable]) -> Result<(), String> {
-    // The stand-in for unreadable files: mode 0 and owned by host root,
-    // which no sandbox user is, so opening it fails as it would for
-    // others on the host.
-    let sealed = disk.join("sealed");
-    if unreadable.iter().any(|u| matches!(u, Unreadable::File(_))) {
-        fs::File::create(&sealed).map_err(ctx("create the unreadable stand-in"))?;
-        fs::set_permissions(&sealed, fs::Permissions::from_mode(0o000))
-            .map_err(ctx("chmod the unreadable stand-in"))?;
-    }
-    let sealed_dir =
-        MountFlags::RDONLY | MountFlags::NOSUID | MountFlags::NODEV | MountFlags::NOEXEC;
-    for entry in unreadable {
-        let (Unreadable::File(rel) | Unreadable::Dir(rel)) = entry;
-        let target = root.join(rel);
-        // Removed on the host since the walk: gone inside too.
-        if fs::symlink_metadata(&target).is_err() {
-            continue;
-        }
-        match entry {
-            Unreadable::File(_) => bind(&sealed, &target, true)?,
-            Unreadable::Dir(_) => mount_tmpfs(&target, "mode=0,size=4k", sealed_dir)?,
-        }
-    }
-    let hidden = |rel: &Path| {
-        unreadable
-            .iter()
-            .any(|u| matches!(u, Unreadable::File(p) | Unreadable::Dir(p) if p == rel))
-    };
+/// Hides host secrets that the allowed directories contain, and
+/// sandkeep's own state wherever it lives.
+fn mask(root: &Path, spec: &Spec) -> Result<(), String> {
     for rel in MASKED_FILES {
         let p = root.join(rel);
-        if !hidden(Path::new(rel)) && fs::symlink_metadata(&p).is_ok_and(|m| m.is_file()) {
+        if fs::symlink_metadata(&p).is_ok_and(|m| m.is_file()) {
             bind(Path::new("/dev/null"), &p, false)?;
         }
     }
@@ -521,7 +513,7 @@ fn mask(root: &Path, disk: &Path, spec: &Spec, unreadable: &[Unreadable]) -> Res
         let p = root.join(&rel);
         // metadata() would follow a symlink out of the sandbox root; only
         // real directories inside the overlays are masked.
-        if !hidden(&rel) && fs::symlink_metadata(&p).is_ok_and(|m| m.is_dir()) {
+        if fs::symlink_metadata(&p).is_ok_and(|m| m.is_dir()) {
             mount_tmpfs(
                 &p,
                 "mode=0755,size=4k",

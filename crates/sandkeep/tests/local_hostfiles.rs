@@ -148,7 +148,7 @@ async fn what_others_cannot_read_on_the_host_is_unreadable_inside() {
 
     // A second state directory with a live sandbox whose spec.json holds
     // a secret (its API_KEY).
-    let other_home = state_dir();
+    let other_home = visible_state_dir();
     let other = provider(other_home.path());
     let other_secret = format!("sk-other-api-key-{tag}");
     let other_info = other
@@ -212,12 +212,15 @@ async fn what_others_cannot_read_on_the_host_is_unreadable_inside() {
     }
     let out = sh(&p, id, &format!("ls -A {} 2>&1", home.path().display())).await;
     assert!(
-        text(&out.stdout).trim().is_empty() || text(&out.stdout).contains("Permission denied"),
+        text(&out.stdout).trim().is_empty()
+            || ["Permission denied", "No such file or directory"]
+                .iter()
+                .any(|refusal| text(&out.stdout).contains(refusal)),
         "the sandbox's own state directory shows: {}",
         text(&out.stdout)
     );
 
-    // /etc stays writable copy-on-write: an existing file and a new one.
+    // /etc is the sandbox's own, writable: an existing file and a new one.
     let hosts = std::fs::read("/etc/hosts").unwrap();
     let new_file = format!("/etc/sk-hf-{tag}-new");
     let out = sh(
@@ -232,7 +235,7 @@ async fn what_others_cannot_read_on_the_host_is_unreadable_inside() {
     assert_eq!(
         text(&out.stdout),
         "1\nmade\n",
-        "/etc is not writable copy-on-write: {}",
+        "/etc is not writable: {}",
         text(&out.stderr)
     );
     assert_eq!(
@@ -247,4 +250,59 @@ async fn what_others_cannot_read_on_the_host_is_unreadable_inside() {
 
     assert!(p.kill(id).await.unwrap());
     assert!(other.kill(&other_info.sandbox_id).await.unwrap());
+}
+
+/// Host files that become private after the sandbox exists stay out of
+/// its reach: new 0600 and 0640 files and 0700 directories, and files
+/// that were world-readable at create and are then made private and
+/// given a secret, in /etc (the sandbox's root owns its /etc), /var,
+/// /opt, /srv and /usr/local; as the sandbox's root and as another user.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_becomes_private_after_create_stays_unreadable() {
+    if !require(
+        rustix::process::geteuid().is_root(),
+        "planting root-only host files needs root",
+    ) {
+        return;
+    }
+    let earlier = Planted::new(&tag("before"));
+    let (_home, p, info) = fresh_sandbox(120).await;
+    let id = &info.sandbox_id;
+    // The sandbox saw the world-readable files as they were.
+    let out = sh(&p, id, &earlier.probe()).await;
+    earlier.check(
+        "sandbox root, before",
+        &text(&out.stdout),
+        &text(&out.stderr),
+    );
+
+    let later = Planted::new(&tag("after"));
+    let secret = later.secret.clone();
+    for (file, _) in &earlier.open {
+        std::fs::set_permissions(file, std::fs::Permissions::from_mode(0o600)).unwrap();
+        std::fs::write(file, &secret).unwrap();
+    }
+    for dir in &earlier.private_dirs {
+        std::fs::write(dir.join("inner"), &secret).unwrap();
+    }
+    let mut probe = later.probe();
+    for (file, _) in &earlier.open {
+        probe.push_str(&format!("cat {} 2>/dev/null; echo; ", file.display()));
+    }
+    for dir in &earlier.private_dirs {
+        probe.push_str(&format!("cat {}/inner 2>/dev/null; ", dir.display()));
+    }
+    for (who, command) in [
+        ("sandbox root", probe.clone()),
+        ("a sandbox user", as_user(&probe)),
+    ] {
+        let out = sh(&p, id, &command).await;
+        let stdout = text(&out.stdout);
+        assert!(
+            !stdout.contains(&secret) && !stdout.contains("READ ") && !stdout.contains("LISTED "),
+            "{who} got at a host file made private after create:\n{stdout}\n{}",
+            text(&out.stderr)
+        );
+    }
+    assert!(p.kill(id).await.unwrap());
 }

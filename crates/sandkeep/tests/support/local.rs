@@ -22,6 +22,19 @@ pub fn state_dir() -> tempfile::TempDir {
         .unwrap()
 }
 
+/// A state directory in a host tree that sandboxes see (`/var/lib`, as
+/// root: where a system-wide install keeps its state), for the tests that
+/// check it is masked; elsewhere [`state_dir`].
+pub fn visible_state_dir() -> tempfile::TempDir {
+    if !rustix::process::geteuid().is_root() {
+        return state_dir();
+    }
+    tempfile::Builder::new()
+        .prefix("sk-local-")
+        .tempdir_in("/var/lib")
+        .unwrap()
+}
+
 pub fn provider(home: &Path) -> LocalProvider {
     LocalProvider::new(LocalConfig::new(home, EXE)).expect("local provider")
 }
