@@ -7,9 +7,10 @@
 
 mod support;
 
+use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::Command;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use sandkeep::provider::{FileKind, Provider, ProviderError};
 use support::local::*;
@@ -30,6 +31,7 @@ fn unprivileged_mode_works_and_holds() {
     }
     let _user = ThrowawayUser::ensure(USER);
     let (uid, gid) = (id_of("-u"), id_of("-g"));
+    let later = MadePrivateLater::plant(uid, gid);
     let out = Command::new("setpriv")
         .args([
             &format!("--reuid={uid}"),
@@ -43,14 +45,120 @@ fn unprivileged_mode_works_and_holds() {
         .env("HOME", "/var/tmp")
         .env("PATH", "/usr/local/bin:/usr/bin:/bin")
         .env("SK_UNPRIVILEGED_INNER", "1")
+        .env(LATER, &later.sync)
         .output()
         .expect("run setpriv");
+    later.finish();
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
         out.status.success() && stdout.contains("1 passed"),
         "the unprivileged run as {USER} failed ({}):\n{stdout}\n{stderr}",
         out.status
+    );
+}
+
+/// Names the directory through which the inner test and
+/// [`MadePrivateLater`] take turns.
+const LATER: &str = "SK_UNPRIVILEGED_LATER";
+/// What the host writes into the files it made private.
+const LATER_SECRET: &str = "sk-unpriv-made-private-later";
+
+/// Root's world-readable files in /etc, /opt, /var and /usr/local, made
+/// private and given a secret once the inner test's sandbox has read them
+/// (`ready` in the sync directory; root answers `go`): the sandbox of an
+/// ordinary user must not read the secret either.
+struct MadePrivateLater {
+    sync: std::path::PathBuf,
+    files: Vec<std::path::PathBuf>,
+    turn: Option<std::thread::JoinHandle<()>>,
+}
+
+impl MadePrivateLater {
+    fn plant(uid: u32, gid: u32) -> Self {
+        let tag = tag("later");
+        let sync = Path::new("/var/tmp").join(format!("sk-unpriv-sync-{tag}"));
+        std::fs::create_dir(&sync).unwrap();
+        std::os::unix::fs::chown(&sync, Some(uid), Some(gid)).unwrap();
+        let files: Vec<_> = ["/etc", "/opt", "/var", "/usr/local"]
+            .iter()
+            .map(|place| Path::new(place).join(format!("sk-unpriv-{tag}")))
+            .collect();
+        for f in &files {
+            std::fs::write(f, format!("open-{tag}\n")).unwrap();
+        }
+        let list: String = files.iter().map(|f| format!("{}\n", f.display())).collect();
+        std::fs::write(sync.join("files"), list).unwrap();
+        let (ready, go, made) = (sync.join("ready"), sync.join("go"), files.clone());
+        let turn = std::thread::spawn(move || {
+            poll(
+                Duration::from_secs(120),
+                "the inner test's sandbox read the files",
+                || ready.exists().then_some(()),
+            );
+            for f in &made {
+                std::fs::set_permissions(f, std::fs::Permissions::from_mode(0o600)).unwrap();
+                std::fs::write(f, LATER_SECRET).unwrap();
+            }
+            std::fs::write(go, "").unwrap();
+        });
+        Self {
+            sync,
+            files,
+            turn: Some(turn),
+        }
+    }
+
+    fn finish(mut self) {
+        self.turn
+            .take()
+            .unwrap()
+            .join()
+            .expect("the host's turn failed");
+    }
+}
+
+impl Drop for MadePrivateLater {
+    fn drop(&mut self) {
+        for f in &self.files {
+            let _ = std::fs::remove_file(f);
+        }
+        let _ = std::fs::remove_dir_all(&self.sync);
+    }
+}
+
+/// The inner half of [`MadePrivateLater`].
+async fn made_private_later_stays_unreadable(
+    p: &sandkeep::provider::local::LocalProvider,
+    id: &sandkeep::provider::SandboxId,
+) {
+    let Some(sync) = std::env::var_os(LATER).map(std::path::PathBuf::from) else {
+        return;
+    };
+    let files = std::fs::read_to_string(sync.join("files")).unwrap();
+    let probe: String = files.lines().map(|f| format!("cat {f}; ")).collect();
+    let before = text(&sh(p, id, &probe).await.stdout);
+    assert_eq!(
+        before.matches("open-").count(),
+        files.lines().count(),
+        "{before}"
+    );
+    std::fs::write(sync.join("ready"), "").unwrap();
+    let go = sync.join("go");
+    until(
+        Duration::from_secs(120),
+        "the host made the files private",
+        || {
+            let there = go.exists();
+            async move { there }
+        },
+    )
+    .await;
+    let out = sh(p, id, &probe).await;
+    assert!(
+        !text(&out.stdout).contains(LATER_SECRET),
+        "an ordinary user's sandbox read a host file made private after it looked:\n{}",
+        text(&out.stdout)
     );
 }
 
@@ -184,6 +292,8 @@ async fn checks() {
     let bnd =
         u64::from_str_radix(text(&out.stdout).split_whitespace().nth(1).unwrap(), 16).unwrap();
     assert_eq!(bnd & (1 << 21), 0, "CAP_SYS_ADMIN kept: {bnd:x}");
+
+    made_private_later_stays_unreadable(&p, id).await;
 
     // Destruction, also of escaping processes.
     let m = tag("9191");
