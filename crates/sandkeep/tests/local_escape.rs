@@ -216,6 +216,138 @@ for name, nr in [("io_uring_setup", 425), ("io_uring_enter", 426), ("io_uring_re
     assert!(p.kill(&info.sandbox_id).await.unwrap());
 }
 
+/// Only the socket families a sandbox needs: others (vsock above all,
+/// which no network namespace fences and which reaches the hypervisor)
+/// fail with EAFNOSUPPORT, netlink protocols other than routing and socket
+/// diagnostics with EPROTONOSUPPORT, while `ip`, `ss` and name lookups
+/// keep working.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_unix_inet_and_netlink_sockets_are_allowed() {
+    let (_home, p, info) = fresh_sandbox(120).await;
+    let id = &info.sandbox_id;
+    let probe = r#"python3 -c '
+import errno, socket
+def attempt(make, *args):
+    try:
+        make(*args)
+        return "ok"
+    except OSError as e:
+        return errno.errorcode[e.errno]
+S = socket
+for name, make, args in [
+    ("AF_VSOCK", S.socket, (S.AF_VSOCK, S.SOCK_STREAM)),
+    ("AF_PACKET", S.socket, (S.AF_PACKET, S.SOCK_DGRAM)),
+    ("AF_KEY", S.socket, (15, S.SOCK_RAW, 2)),
+    ("AF_BLUETOOTH", S.socket, (31, S.SOCK_STREAM)),
+    ("AF_ALG", S.socket, (38, S.SOCK_SEQPACKET)),
+    ("NETLINK_AUDIT", S.socket, (S.AF_NETLINK, S.SOCK_RAW, 9)),
+    ("NETLINK_NETFILTER", S.socket, (S.AF_NETLINK, S.SOCK_RAW, 12)),
+    ("AF_UNIX", S.socket, (S.AF_UNIX, S.SOCK_STREAM)),
+    ("AF_UNIX pair", S.socketpair, (S.AF_UNIX, S.SOCK_STREAM)),
+    ("AF_INET", S.socket, (S.AF_INET, S.SOCK_STREAM)),
+    ("AF_INET6", S.socket, (S.AF_INET6, S.SOCK_DGRAM)),
+    ("NETLINK_ROUTE", S.socket, (S.AF_NETLINK, S.SOCK_RAW, 0)),
+    ("NETLINK_SOCK_DIAG", S.socket, (S.AF_NETLINK, S.SOCK_RAW, 4)),
+]:
+    print(name, attempt(make, *args), sep=":")
+'"#;
+    let out = sh(&p, id, probe).await;
+    assert_eq!(out.exit_code, Some(0), "{}", text(&out.stderr));
+    let expected = "AF_VSOCK:EAFNOSUPPORT\nAF_PACKET:EAFNOSUPPORT\nAF_KEY:EAFNOSUPPORT\n\
+                    AF_BLUETOOTH:EAFNOSUPPORT\nAF_ALG:EAFNOSUPPORT\n\
+                    NETLINK_AUDIT:EPROTONOSUPPORT\nNETLINK_NETFILTER:EPROTONOSUPPORT\n\
+                    AF_UNIX:ok\nAF_UNIX pair:ok\nAF_INET:ok\nAF_INET6:ok\n\
+                    NETLINK_ROUTE:ok\nNETLINK_SOCK_DIAG:ok\n";
+    assert_eq!(text(&out.stdout), expected);
+    // Root on the host opens a packet socket: the probe can tell.
+    let host = Command::new("bash").args(["-c", probe]).output().unwrap();
+    assert!(
+        text(&host.stdout).contains("AF_PACKET:ok\n"),
+        "{}",
+        text(&host.stdout)
+    );
+    // The tools that talk netlink (routing, socket diagnostics) and
+    // glibc's resolver.
+    let out = sh(
+        &p,
+        id,
+        "ip -o addr show dev lo && ss -ltn | head -n1 && \
+         python3 -c 'import socket; print(len(socket.getaddrinfo(\"localhost\", 80)) > 0)'",
+    )
+    .await;
+    assert_eq!(out.exit_code, Some(0), "{}", text(&out.stderr));
+    let s = text(&out.stdout);
+    assert!(
+        s.contains("inet 127.0.0.1/8") && s.contains("State") && s.ends_with("True\n"),
+        "{s}"
+    );
+    assert!(p.kill(id).await.unwrap());
+}
+
+/// A 32-bit `socketcall` (through `int 0x80`) cannot get around the socket
+/// families: any syscall of another arch than x86_64 kills the process.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_i386_socketcall_is_killed() {
+    let (_home, p, info) = fresh_sandbox(120).await;
+    // push rbx; socketcall(SYS_SOCKET, NULL); pop rbx; ret: on an
+    // unfiltered host the kernel answers -EFAULT.
+    let probe = r#"python3 -c '
+import ctypes, mmap
+m = mmap.mmap(-1, 4096, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)
+m.write(bytes.fromhex("53b866000000bb0100000031c9cd805bc3"))
+print(ctypes.CFUNCTYPE(ctypes.c_int)(ctypes.addressof(ctypes.c_char.from_buffer(m)))())
+'"#;
+    let out = sh(&p, &info.sandbox_id, probe).await;
+    assert_eq!(
+        (out.exit_code, text(&out.stdout)),
+        (Some(128 + libc::SIGSYS), String::new()),
+        "{}",
+        text(&out.stderr)
+    );
+    let host = Command::new("bash").args(["-c", probe]).output().unwrap();
+    assert_eq!(text(&host.stdout), format!("-{}\n", libc::EFAULT));
+    assert!(p.kill(&info.sandbox_id).await.unwrap());
+}
+
+/// Calls and personalities Docker's profile leaves out: `memfd_secret` and
+/// `modify_ldt` fail as if the kernel lacked them, and `personality` may
+/// only query or pick the Linux personas (READ_IMPLIES_EXEC would make
+/// every readable mapping executable, ADDR_NO_RANDOMIZE turn off ASLR).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memfd_secret_modify_ldt_and_odd_personalities_are_refused() {
+    let (_home, p, info) = fresh_sandbox(120).await;
+    let probe = r#"python3 -c '
+import ctypes, errno
+libc = ctypes.CDLL(None, use_errno=True)
+buf = ctypes.create_string_buffer(16)
+for name, nr, arg0, arg1 in [
+    ("memfd_secret", 447, 0, None),
+    ("modify_ldt", 154, 0, buf),
+    ("READ_IMPLIES_EXEC", 135, 0x0400000, None),
+    ("ADDR_NO_RANDOMIZE", 135, 0x0040000, None),
+    ("PER_LINUX", 135, 0, None),
+    ("query", 135, 0xffffffff, None),
+]:
+    r = libc.syscall(ctypes.c_long(nr), ctypes.c_ulong(arg0), arg1, ctypes.c_ulong(16))
+    print(name, "ok" if r != -1 else errno.errorcode[ctypes.get_errno()], sep=":")
+'"#;
+    let out = sh(&p, &info.sandbox_id, probe).await;
+    assert_eq!(out.exit_code, Some(0), "{}", text(&out.stderr));
+    assert_eq!(
+        text(&out.stdout),
+        "memfd_secret:ENOSYS\nmodify_ldt:ENOSYS\nREAD_IMPLIES_EXEC:EPERM\n\
+         ADDR_NO_RANDOMIZE:EPERM\nPER_LINUX:ok\nquery:ok\n"
+    );
+    // Unfiltered, the same calls succeed: the probe can tell.
+    let host = Command::new("bash").args(["-c", probe]).output().unwrap();
+    let host = text(&host.stdout);
+    assert!(
+        host.contains("modify_ldt:ok\n") && host.contains("READ_IMPLIES_EXEC:ok\n"),
+        "{host}"
+    );
+    assert!(p.kill(&info.sandbox_id).await.unwrap());
+}
+
 /// sandkeep's own state (here under /var/lib, a tree sandboxes see).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sandkeeps_state_directory_is_unreachable() {
