@@ -60,6 +60,16 @@ const MASKED_DIRS: &[&str] = &[
 /// Device nodes bound from the host into the sandbox's `/dev`.
 const DEVICES: &[&str] = &["null", "zero", "full", "random", "urandom", "tty"];
 
+/// The most ptys a sandbox holds at once (its devpts instance's `max=`).
+/// Every devpts instance draws on one host-wide pool (`kernel.pty.max`
+/// less `kernel.pty.reserve`: 3,072 by default), so without a bound one
+/// sandbox could take them all and `openpty` would fail in every other
+/// sandbox and for host users. 256 is far beyond what terminals, `script`
+/// or test suites open. It bounds each sandbox, not all together: twelve
+/// at their bound still drain the default pool (a host that runs many
+/// raises `kernel.pty.max`).
+const PTYS_MAX: u32 = 256;
+
 /// How the sandbox's files are owned on the host.
 #[derive(Debug, Clone, Copy)]
 pub enum Owner {
@@ -452,12 +462,16 @@ fn build_dev(disk: &Path, dev: &Path) -> Result<(), String> {
     }
     let pts = dev.join("pts");
     fs::create_dir(&pts).map_err(ctx("mkdir /dev/pts"))?;
+    let options = std::ffi::CString::new(format!(
+        "newinstance,ptmxmode=0666,mode=0620,max={PTYS_MAX}"
+    ))
+    .expect("no NUL");
     rustix::mount::mount(
         "devpts",
         &pts,
         "devpts",
         MountFlags::NOSUID | MountFlags::NOEXEC,
-        c"newinstance,ptmxmode=0666,mode=0620",
+        options.as_c_str(),
     )
     .map_err(ctx("mount devpts"))?;
     let shm = dev.join("shm");

@@ -677,3 +677,72 @@ async fn the_committed_memory_ceiling_counts_every_live_sandbox() {
     client.cancel().await.unwrap();
     server.stop().await;
 }
+
+/// The host's pty pool (`kernel.pty.max` less `kernel.pty.reserve`, 3,072
+/// by default) is shared by every devpts instance: a sandbox opening ptys
+/// in a loop stops at its own bound (rootfs.rs `PTYS_MAX`, 256) with
+/// ENOSPC while it holds them, and a neighbour still opens one. Bounded:
+/// the hog tries at most 600, so a build without the bound shows here
+/// without draining the host's pool.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sandbox_holds_at_most_its_ptys_and_the_neighbour_opens_one() {
+    let home = state_dir();
+    let p = provider(home.path());
+    let timeout = 120 * u64::from(patience());
+    let hog = create(&p, timeout).await;
+    let neighbour = create(&p, timeout).await;
+    // Each pty is held by its master alone (one descriptor); the result
+    // goes to a file and the holder stays until the sandbox is killed.
+    let probe = r#"cat > /tmp/hog.py <<'EOF'
+import errno, os, resource, signal
+_, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+held = []
+try:
+    for _ in range(600):
+        master, slave = os.openpty()
+        os.close(slave)
+        held.append(master)
+    result = "opened %d" % len(held)
+except OSError as e:
+    result = "failed after %d %s" % (len(held), errno.errorcode[e.errno])
+with open("/tmp/ptys.part", "w") as f:
+    f.write(result + "\n")
+os.rename("/tmp/ptys.part", "/tmp/ptys")
+signal.pause()
+EOF
+python3 /tmp/hog.py >/dev/null 2>/tmp/hog.err </dev/null &
+echo started"#;
+    let out = run(&p, &hog.sandbox_id, probe).await;
+    assert_eq!(text(&out.stdout), "started\n", "{}", text(&out.stderr));
+    let started = std::time::Instant::now();
+    let result = loop {
+        let out = sh(&p, &hog.sandbox_id, "cat /tmp/ptys /tmp/hog.err 2>/dev/null").await;
+        if !out.stdout.is_empty() {
+            break text(&out.stdout);
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30) * patience(),
+            "the pty hog wrote no result in 30 s"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(
+        result, "failed after 256 ENOSPC\n",
+        "a sandbox must stop at its own 256 ptys"
+    );
+    let out = sh(
+        &p,
+        &neighbour.sandbox_id,
+        "python3 -c 'import os; os.openpty(); print(\"opened\")'",
+    )
+    .await;
+    assert_eq!(
+        text(&out.stdout),
+        "opened\n",
+        "the neighbour cannot open a pty: {}",
+        text(&out.stderr)
+    );
+    p.kill(&hog.sandbox_id).await.unwrap();
+    p.kill(&neighbour.sandbox_id).await.unwrap();
+}
