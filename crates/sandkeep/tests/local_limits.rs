@@ -678,6 +678,54 @@ async fn the_committed_memory_ceiling_counts_every_live_sandbox() {
     server.stop().await;
 }
 
+/// Runs in the background of sandbox `id` a python3 loop that calls
+/// `open_one` (an expression; `setup` may define it) at most `attempts`
+/// times and holds everything it opened until the sandbox is killed;
+/// returns, once the loop ended, `opened N` or `failed after N ERRNO`.
+async fn hold_until_refused(
+    p: &sandkeep::provider::local::LocalProvider,
+    id: &SandboxId,
+    setup: &str,
+    open_one: &str,
+    attempts: u32,
+) -> String {
+    let probe = format!(
+        r#"cat > /tmp/hog.py <<'EOF'
+import ctypes, errno, os, resource, signal
+_, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+{setup}
+held = []
+try:
+    for _ in range({attempts}):
+        held.append({open_one})
+    result = "opened %d" % len(held)
+except OSError as e:
+    result = "failed after %d %s" % (len(held), errno.errorcode[e.errno])
+with open("/tmp/held.part", "w") as f:
+    f.write(result + "\n")
+os.rename("/tmp/held.part", "/tmp/held")
+signal.pause()
+EOF
+python3 /tmp/hog.py >/dev/null 2>/tmp/hog.err </dev/null &
+echo started"#
+    );
+    let out = run(p, id, &probe).await;
+    assert_eq!(text(&out.stdout), "started\n", "{}", text(&out.stderr));
+    let started = std::time::Instant::now();
+    loop {
+        let out = sh(p, id, "cat /tmp/held /tmp/hog.err 2>/dev/null").await;
+        if !out.stdout.is_empty() {
+            return text(&out.stdout);
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30) * patience(),
+            "the hog in {id} wrote no result in 30 s"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// The host's pty pool (`kernel.pty.max` less `kernel.pty.reserve`, 3,072
 /// by default) is shared by every devpts instance: a sandbox opening ptys
 /// in a loop stops at its own bound (rootfs.rs `PTYS_MAX`, 256) with
@@ -691,42 +739,7 @@ async fn a_sandbox_holds_at_most_its_ptys_and_the_neighbour_opens_one() {
     let timeout = 120 * u64::from(patience());
     let hog = create(&p, timeout).await;
     let neighbour = create(&p, timeout).await;
-    // Each pty is held by its master alone (one descriptor); the result
-    // goes to a file and the holder stays until the sandbox is killed.
-    let probe = r#"cat > /tmp/hog.py <<'EOF'
-import errno, os, resource, signal
-_, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-held = []
-try:
-    for _ in range(600):
-        master, slave = os.openpty()
-        os.close(slave)
-        held.append(master)
-    result = "opened %d" % len(held)
-except OSError as e:
-    result = "failed after %d %s" % (len(held), errno.errorcode[e.errno])
-with open("/tmp/ptys.part", "w") as f:
-    f.write(result + "\n")
-os.rename("/tmp/ptys.part", "/tmp/ptys")
-signal.pause()
-EOF
-python3 /tmp/hog.py >/dev/null 2>/tmp/hog.err </dev/null &
-echo started"#;
-    let out = run(&p, &hog.sandbox_id, probe).await;
-    assert_eq!(text(&out.stdout), "started\n", "{}", text(&out.stderr));
-    let started = std::time::Instant::now();
-    let result = loop {
-        let out = sh(&p, &hog.sandbox_id, "cat /tmp/ptys /tmp/hog.err 2>/dev/null").await;
-        if !out.stdout.is_empty() {
-            break text(&out.stdout);
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(30) * patience(),
-            "the pty hog wrote no result in 30 s"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let result = hold_until_refused(&p, &hog.sandbox_id, "", "os.openpty()", 600).await;
     assert_eq!(
         result, "failed after 256 ENOSPC\n",
         "a sandbox must stop at its own 256 ptys"
@@ -745,4 +758,83 @@ echo started"#;
     );
     p.kill(&hog.sandbox_id).await.unwrap();
     p.kill(&neighbour.sandbox_id).await.unwrap();
+}
+
+/// `inotify_init1` through ctypes, raising OSError as os functions do.
+const INOTIFY_INIT: &str = r#"libc = ctypes.CDLL(None, use_errno=True)
+def inotify_init():
+    fd = libc.inotify_init1(0)
+    if fd < 0:
+        raise OSError(ctypes.get_errno(), "inotify_init1")
+    return fd"#;
+
+/// inotify instances are counted per user up the user-namespace chain, to
+/// the owner of each namespace (`fs.inotify.max_user_instances`, 128 by
+/// default): a sandbox that takes every instance it can gets EMFILE at
+/// its own bound and leaves host root's and a neighbour's alone; the
+/// task waiters keep working in both (the hog's own fall back to
+/// looking). Bounded: at most 300 instances.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sandbox_cannot_take_host_roots_inotify_instances() {
+    if !require(
+        root(),
+        "root's sandboxes share host root's inotify instances",
+    ) {
+        return;
+    }
+    let home = state_dir();
+    let p = provider(home.path());
+    let timeout = 120 * u64::from(patience());
+    let hog = create(&p, timeout).await;
+    let neighbour = create(&p, timeout).await;
+    let result = hold_until_refused(&p, &hog.sandbox_id, INOTIFY_INIT, "inotify_init()", 300).await;
+    // Everything is looked at while the hog holds its instances, and
+    // asserted only once both sandboxes are gone: a failure here must not
+    // leave host root without inotify until the hog's deadline.
+    let host = rustix::fs::inotify::init(rustix::fs::inotify::CreateFlags::CLOEXEC);
+    let probe = format!(
+        "python3 - <<'EOF'\nimport ctypes, os\n{INOTIFY_INIT}\ninotify_init()\nprint(\"created\")\nEOF"
+    );
+    let neighbours = sh(&p, &neighbour.sandbox_id, &probe).await;
+    let mut waits = Vec::new();
+    for (n, id, task) in [
+        (1, &neighbour.sandbox_id, "neighbour"),
+        (2, &hog.sandbox_id, "hog"),
+    ] {
+        let helper = p.task_helper(id).await.unwrap();
+        let task_id = format!("{n:032x}");
+        let order = serde_json::json!({"task_id": task_id, "command": "echo done", "timeout": 60});
+        let started = run(&p, id, &format!("{helper} start '{order}'")).await;
+        let wait = serde_json::json!({"task_id": task_id, "timeout": 30});
+        let waited = run(&p, id, &format!("{helper} wait '{wait}'")).await;
+        waits.push((task, started, waited));
+    }
+    p.kill(&hog.sandbox_id).await.unwrap();
+    p.kill(&neighbour.sandbox_id).await.unwrap();
+    assert!(
+        result.starts_with("failed after") && result.ends_with(" EMFILE\n"),
+        "300 inotify instances in one sandbox: {result}"
+    );
+    assert!(
+        host.is_ok(),
+        "host root cannot create an inotify instance while a sandbox holds {result}: {host:?}"
+    );
+    assert_eq!(
+        text(&neighbours.stdout),
+        "created\n",
+        "the neighbour cannot create an inotify instance: {}",
+        text(&neighbours.stderr)
+    );
+    for (task, started, waited) in waits {
+        assert_eq!(
+            started.exit_code,
+            Some(0),
+            "start in the {task}: {}{}",
+            text(&started.stdout),
+            text(&started.stderr)
+        );
+        let v: serde_json::Value = serde_json::from_slice(&waited.stdout)
+            .unwrap_or_else(|e| panic!("wait in the {task}: {e}: {}", text(&waited.stderr)));
+        assert_eq!(v["state"], "succeeded", "wait in the {task}: {v}");
+    }
 }
