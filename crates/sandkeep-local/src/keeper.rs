@@ -17,7 +17,7 @@
 use std::fs;
 use std::io::{self, Write};
 use std::os::fd::{AsFd, OwnedFd};
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -821,8 +821,18 @@ pub const UID_SLOTS: &str = "/run/sandkeep/uid-slots";
 /// first host uid.
 fn allocate_slot(home: &Home, id: &SandboxId) -> Result<u32, String> {
     let slots = Path::new(UID_SLOTS);
-    fs::create_dir_all(slots).map_err(|e| format!("create {UID_SLOTS}: {e}"))?;
+    fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(slots)
+        .map_err(|e| format!("create {UID_SLOTS}: {e}"))?;
     state::check_trusted(slots).map_err(|e| e.to_string())?;
+    // Root's alone (also where an older sandkeep made them 0755): the
+    // slots name the sandbox directories of every state directory.
+    for dir in [slots.parent().expect("UID_SLOTS has a parent"), slots] {
+        fs::set_permissions(dir, fs::Permissions::from_mode(0o700))
+            .map_err(|e| format!("chmod {}: {e}", dir.display()))?;
+    }
     let _lock = Lock::acquire(&slots.join(".lock")).map_err(|e| format!("lock uid slots: {e}"))?;
     let n = free_slot(slots)?;
     fs::OpenOptions::new()

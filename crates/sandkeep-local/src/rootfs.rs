@@ -152,12 +152,17 @@ pub fn build(
     // Over the sandbox's own directory, seen so in this mount namespace
     // only: nothing of the sandbox's is made on the host's filesystem
     // (the init needs none of the records it hides).
-    let disk = dir.path.clone();
     mount_tmpfs(
-        &disk,
+        &dir.path,
         &format!("mode=0700,size={}m", disk_mib(spec)),
         nosuid,
     )?;
+    // From here on the disk is the working directory, and named so
+    // (`./upper/usr`): an overlay keeps the paths it was given in the
+    // mount table, which the sandbox reads, and where its directory lies
+    // on the host is none of the sandbox's business.
+    std::env::set_current_dir(&dir.path).map_err(ctx("chdir to the sandbox's disk"))?;
+    let disk = PathBuf::from(".");
     let root = disk.join("root");
     // The disk's own root is never seen; each of these is, as the
     // directory the comment names, owned by sandbox root.

@@ -440,20 +440,34 @@ async fn no_cgroup_outlives_its_sandbox() {
 }
 
 /// Checks that the init (pid 1) and a command of sandbox `id` are in
-/// every cgroup the sandbox has, on each hierarchy.
+/// every cgroup the sandbox has, on each hierarchy. Looked at from the
+/// host: inside, a cgroup namespace shows the sandbox's cgroups as `/`.
 async fn assert_confined_from_the_start(
     p: &sandkeep::provider::local::LocalProvider,
+    home: &Path,
     id: &SandboxId,
 ) {
     let leaves = cgroup_dirs_of(id).len();
     assert!(leaves > 0, "the sandbox has no cgroup");
-    let out = sh(p, id, "cat /proc/1/cgroup; echo --; cat /proc/self/cgroup").await;
-    let listing = text(&out.stdout);
-    let (init, command) = listing
-        .split_once("--\n")
-        .unwrap_or_else(|| panic!("no listing: {listing} {}", text(&out.stderr)));
+    let marker = tag("cg");
+    let out = sh(
+        p,
+        id,
+        &format!("setsid sleep 1000.{marker} </dev/null >/dev/null 2>&1 & echo started"),
+    )
+    .await;
+    assert_eq!(text(&out.stdout), "started\n", "{}", text(&out.stderr));
+    until(
+        Duration::from_secs(5),
+        "the sandbox's command visible on the host",
+        || async { !host_pids_with(&format!("1000.{marker}")).is_empty() },
+    )
+    .await;
+    let command = host_pids_with(&format!("1000.{marker}"))[0];
+    let init = recorded_pid(home, id, "init");
     let leaf = format!("/sandkeep/{}", id.as_str());
-    for (who, lines) in [("the init", init), ("a command", command)] {
+    for (who, pid) in [("the init", init), ("a command", command)] {
+        let lines = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap();
         let inside = lines.lines().filter(|l| l.ends_with(&leaf)).count();
         assert_eq!(
             inside, leaves,
@@ -467,8 +481,8 @@ async fn the_init_and_its_commands_are_in_every_cgroup() {
     if !require(root(), "cgroup limits are set up as root") {
         return;
     }
-    let (_home, p, info) = fresh_sandbox(60).await;
-    assert_confined_from_the_start(&p, &info.sandbox_id).await;
+    let (home, p, info) = fresh_sandbox(60).await;
+    assert_confined_from_the_start(&p, home.path(), &info.sandbox_id).await;
     p.kill(&info.sandbox_id).await.unwrap();
 }
 
@@ -485,8 +499,8 @@ fn no_clone3_inner() {
     // cgroup, and the init moves itself in.
     support::fake_kernel::refuse(&[], 0);
     support::fake_kernel::block_on(async {
-        let (_home, p, info) = fresh_sandbox(60).await;
-        assert_confined_from_the_start(&p, &info.sandbox_id).await;
+        let (home, p, info) = fresh_sandbox(60).await;
+        assert_confined_from_the_start(&p, home.path(), &info.sandbox_id).await;
         p.kill(&info.sandbox_id).await.unwrap();
     });
     println!("NO-CLONE3 CHECKED");
@@ -508,7 +522,6 @@ async fn a_sandbox_root_cannot_leave_its_cgroups() {
     }
     let (_home, p, info) = fresh_sandbox(60).await;
     let id = &info.sandbox_id;
-    let leaves = cgroup_dirs_of(id).len();
     // As the sandbox's root: write itself into every cgroup file it can
     // find, in the hierarchies shown and in freshly mounted ones, and
     // look for a cgroup descriptor the init might have left open.
@@ -529,9 +542,12 @@ async fn a_sandbox_root_cannot_leave_its_cgroups() {
         attempts.contains("TRIED") && !attempts.contains("MOVED") && !attempts.contains("OPEN"),
         "{attempts}"
     );
-    let leaf = format!("/sandkeep/{}", id.as_str());
-    let inside = after.lines().filter(|l| l.ends_with(&leaf)).count();
-    assert_eq!(inside, leaves, "after the attempts:\n{after}");
+    // The sandbox's cgroup namespace is rooted at its cgroups: still `/`
+    // in every hierarchy means still in them.
+    assert!(
+        !after.is_empty() && after.lines().all(|l| l.ends_with(":/")),
+        "after the attempts:\n{after}"
+    );
     p.kill(id).await.unwrap();
 }
 
