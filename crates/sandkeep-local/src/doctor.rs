@@ -332,6 +332,30 @@ fn resource_checks() -> Vec<Check> {
         .collect()
 }
 
+/// What to say first when sandboxes here go without a memory, pids or cpu
+/// limit (`resources` are [`resource_checks`]): nothing else bounds what
+/// one sandbox takes of the host, which a row of the table undersells. An
+/// ordinary user on a cgroup v1 host is the usual case: v1 hierarchies
+/// are root's, and v1 has no delegation.
+fn unbounded_warning(resources: &[Check]) -> Option<String> {
+    let missing: Vec<&str> = resources
+        .iter()
+        .filter(|c| !c.ok)
+        .map(|c| c.name.trim_end_matches(" limit"))
+        .collect();
+    let (last, rest) = missing.split_last()?;
+    let names = match rest {
+        [] => (*last).to_owned(),
+        _ => format!("{} or {last}", rest.join(", ")),
+    };
+    Some(format!(
+        "WARNING: sandboxes here get NO {names} limit, not even the defaults: any one of them can \
+         take all of this host's memory, processes or CPU. An ordinary user gets these limits only \
+         from a delegated cgroup v2 subtree (systemd: Delegate=yes); on a cgroup v1 host only root \
+         can set them: run sandkeep as root"
+    ))
+}
+
 /// The body of `sandkeep __keeper probe`.
 pub fn probe_main() -> i32 {
     let root = rustix::process::geteuid().is_root();
@@ -394,7 +418,9 @@ pub fn probe_main() -> i32 {
     };
     let mut checks = checks;
     checks.push(landlock);
-    checks.extend(resource_checks());
+    let resources = resource_checks();
+    let unbounded = unbounded_warning(&resources);
+    checks.extend(resources);
     checks.push(Check {
         name: "disk limit".into(),
         ok: namespaces_ok,
@@ -407,7 +433,7 @@ pub fn probe_main() -> i32 {
                 .into()
         },
     });
-    let (isolation, reason, remediation) = match (namespaces_ok, root) {
+    let (isolation, reason, mut remediation) = match (namespaces_ok, root) {
         (true, true) => (
             "userns-idmap",
             "running as root: private pid/mount/uts/ipc/network namespaces, sandbox root is an unprivileged \
@@ -435,6 +461,8 @@ pub fn probe_main() -> i32 {
             ],
         ),
     };
+    // First: the one thing here that lets a sandbox take the whole host.
+    remediation.splice(0..0, unbounded);
     let report = DoctorReport {
         isolation: isolation.into(),
         reason: reason.into(),

@@ -191,11 +191,15 @@ fn setup(
     etc_copy: Option<OwnedFd>,
 ) -> Result<(String, Vec<String>, bool, ProxySocket), InitReport> {
     sys::set_signal_mask(&[]).map_err(|e| format!("signal mask: {e}"))?;
-    let flags = UnshareFlags::NEWNS | UnshareFlags::NEWUTS | UnshareFlags::NEWIPC;
+    // The cgroup namespace roots each hierarchy at the cgroups the init
+    // has just entered: the sandbox sees `/`, not the host's path of its
+    // cgroups.
+    let flags =
+        UnshareFlags::NEWNS | UnshareFlags::NEWUTS | UnshareFlags::NEWIPC | UnshareFlags::NEWCGROUP;
     // SAFETY: the init is single-threaded; unsharing these namespaces
     // affects only this process.
     unsafe { rustix::thread::unshare_unsafe(flags) }
-        .map_err(|e| format!("unshare mount/uts/ipc namespaces: {e}"))?;
+        .map_err(|e| format!("unshare mount/uts/ipc/cgroup namespaces: {e}"))?;
     let mut warnings = Vec::new();
     let isolated = net.isolate && own_network(spec, net, &mut warnings)?;
     let proxy = if isolated { network(net)? } else { None };
@@ -203,6 +207,7 @@ fn setup(
         .map_err(|e| format!("sethostname: {e}"))?;
     let idmap = userns.as_ref().map(|f| f.as_fd());
     let built = rootfs::build(dir, spec, owner, idmap, memory_cgroup, etc_copy)?;
+    retitle(spec.sandbox_id.as_str());
     enter_sandbox_identity(owner, userns)?;
     // The keeper's death must end the sandbox. Set only now: credential
     // changes clear it. Should the keeper already be gone, the report
@@ -221,6 +226,49 @@ fn setup(
     };
     warnings.extend(built.warnings);
     Ok((isolation.to_owned(), warnings, isolated, proxy))
+}
+
+/// Overwrites the init's command line (the keeper's argument strings, in
+/// this process's memory) with `sandkeep-init ID` and NULs, through
+/// /proc/self/mem: no privilege needed (PR_SET_MM would want
+/// CAP_SYS_RESOURCE over the host) and no raw pointer. The keeper's
+/// arguments name its executable's path, its build and (when started
+/// for one sandbox) the state directory, all of which `/proc/1/cmdline`
+/// showed inside; the sandbox id is the sandbox's own hostname, and lets
+/// the host tell inits apart. Best effort: a sandbox showing the keeper's
+/// arguments still works.
+fn retitle(id: &str) {
+    let _ = rustix::thread::set_name(c"sandkeep-init");
+    let Some((start, end)) = argument_range() else {
+        return;
+    };
+    let Ok(len) = usize::try_from(end.saturating_sub(start)) else {
+        return;
+    };
+    // Ending in a NUL, so that the kernel shows the range as it is (the
+    // keeper's path alone is longer than the title).
+    let title = format!("sandkeep-init {id}");
+    let shown = title.len().min(len.saturating_sub(1));
+    let mut args = vec![0u8; len];
+    args[..shown].copy_from_slice(&title.as_bytes()[..shown]);
+    if let Ok(mem) = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/proc/self/mem")
+    {
+        use std::os::unix::fs::FileExt;
+        let _ = mem.write_all_at(&args, start);
+    }
+}
+
+/// `arg_start` and `arg_end` of this process (fields 48 and 49 of
+/// /proc/self/stat, counted after the parenthesised command name, which
+/// may hold spaces).
+fn argument_range() -> Option<(u64, u64)> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    let mut fields = stat.get(stat.rfind(')')? + 2..)?.split(' ').skip(48 - 3);
+    let start = fields.next()?.parse().ok()?;
+    let end = fields.next()?.parse().ok()?;
+    Some((start, end))
 }
 
 /// Unshares the network namespace. A kernel without network namespaces

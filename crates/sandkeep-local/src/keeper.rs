@@ -17,7 +17,7 @@
 use std::fs;
 use std::io::{self, Write};
 use std::os::fd::{AsFd, OwnedFd};
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -278,10 +278,9 @@ fn start(home: &Home, dir: &SandboxDir) -> Result<Running, SetupError> {
     };
     let mut warnings = Vec::new();
     let mut net = net_plan(&spec);
-    let userns_child = if root && !spec.process_only {
-        Some(fork_userns_child()?)
-    } else {
-        None
+    let userns_child = match base {
+        Some(base) if !spec.process_only => Some(fork_userns_child(base)?),
+        _ => None,
     };
     // Children that finish their work early and exit on their own: reaped
     // once the provider has its answer, off the create's path.
@@ -823,8 +822,18 @@ pub const UID_SLOTS: &str = "/run/sandkeep/uid-slots";
 /// first host uid.
 fn allocate_slot(home: &Home, id: &SandboxId) -> Result<u32, String> {
     let slots = Path::new(UID_SLOTS);
-    fs::create_dir_all(slots).map_err(|e| format!("create {UID_SLOTS}: {e}"))?;
+    fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(slots)
+        .map_err(|e| format!("create {UID_SLOTS}: {e}"))?;
     state::check_trusted(slots).map_err(|e| e.to_string())?;
+    // Root's alone (also where an older sandkeep made them 0755): the
+    // slots name the sandbox directories of every state directory.
+    for dir in [slots.parent().expect("UID_SLOTS has a parent"), slots] {
+        fs::set_permissions(dir, fs::Permissions::from_mode(0o700))
+            .map_err(|e| format!("chmod {}: {e}", dir.display()))?;
+    }
     let _lock = Lock::acquire(&slots.join(".lock")).map_err(|e| format!("lock uid slots: {e}"))?;
     let n = free_slot(slots)?;
     fs::OpenOptions::new()
@@ -905,7 +914,7 @@ struct UsernsChild {
     done: OwnedFd,
 }
 
-fn fork_userns_child() -> Result<UsernsChild, String> {
+fn fork_userns_child(base: u32) -> Result<UsernsChild, String> {
     let (go_r, go_w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
         .map_err(|e| format!("pipe: {e}"))?;
     let (done_r, done_w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
@@ -914,8 +923,7 @@ fn fork_userns_child() -> Result<UsernsChild, String> {
         sys::Forked::Child => {
             drop(go_r);
             drop(done_w);
-            // SAFETY: this child is single-threaded.
-            let ok = unsafe { rustix::thread::unshare_unsafe(UnshareFlags::NEWUSER) }.is_ok();
+            let ok = unshare_owned_by(base).is_ok();
             let _ = rustix::io::write(&go_w, if ok { b"y" } else { b"n" });
             let mut b = [0u8; 1];
             let _ = rustix::io::read(&done_r, &mut b);
@@ -927,6 +935,30 @@ fn fork_userns_child() -> Result<UsernsChild, String> {
             done: done_w,
         }),
     }
+}
+
+/// Unshares a user namespace whose owner is host uid `base`, the sandbox
+/// root's own, rather than host root. The kernel counts what processes of
+/// a user namespace hold (inotify instances and watches, user
+/// namespaces...) against their uid there and against the owner of each
+/// namespace up the chain, under the host's per-user limits: owned by
+/// host root, every sandbox's inotify instances were host root's, and one
+/// sandbox could take all 128 of `fs.inotify.max_user_instances` from
+/// host root and every other sandbox. Owned by `base`, a sandbox spends
+/// only its own uid's. No host process runs as `base` (it is the first
+/// uid of the sandbox's block), so the owner's rights in the namespace
+/// are nobody's. Only the effective ids change, every capability kept (no
+/// setuid fixup), which creating a user namespace needs where
+/// unprivileged ones are restricted. This throwaway child's credentials
+/// are all it changes.
+fn unshare_owned_by(base: u32) -> rustix::io::Result<()> {
+    use rustix::process::{Gid, Uid};
+    use rustix::thread::CapabilitiesSecureBits;
+    rustix::thread::set_capabilities_secure_bits(CapabilitiesSecureBits::NO_SETUID_FIXUP)?;
+    rustix::thread::set_thread_res_gid(None, Gid::from_raw(base), None)?;
+    rustix::thread::set_thread_res_uid(None, Uid::from_raw(base), None)?;
+    // SAFETY: this child is single-threaded.
+    unsafe { rustix::thread::unshare_unsafe(UnshareFlags::NEWUSER) }
 }
 
 /// Root mode: a user namespace mapping sandbox ids 0..65536 to the block at

@@ -65,6 +65,16 @@ const MASKED_DIRS: &[&str] = &[
 /// Device nodes bound from the host into the sandbox's `/dev`.
 const DEVICES: &[&str] = &["null", "zero", "full", "random", "urandom", "tty"];
 
+/// The most ptys a sandbox holds at once (its devpts instance's `max=`).
+/// Every devpts instance draws on one host-wide pool (`kernel.pty.max`
+/// less `kernel.pty.reserve`: 3,072 by default), so without a bound one
+/// sandbox could take them all and `openpty` would fail in every other
+/// sandbox and for host users. 256 is far beyond what terminals, `script`
+/// or test suites open. It bounds each sandbox, not all together: twelve
+/// at their bound still drain the default pool (a host that runs many
+/// raises `kernel.pty.max`).
+const PTYS_MAX: u32 = 256;
+
 /// How the sandbox's files are owned on the host.
 #[derive(Debug, Clone, Copy)]
 pub enum Owner {
@@ -147,12 +157,17 @@ pub fn build(
     // Over the sandbox's own directory, seen so in this mount namespace
     // only: nothing of the sandbox's is made on the host's filesystem
     // (the init needs none of the records it hides).
-    let disk = dir.path.clone();
     mount_tmpfs(
-        &disk,
+        &dir.path,
         &format!("mode=0700,size={}m", disk_mib(spec)),
         nosuid,
     )?;
+    // From here on the disk is the working directory, and named so
+    // (`./upper/usr`): an overlay keeps the paths it was given in the
+    // mount table, which the sandbox reads, and where its directory lies
+    // on the host is none of the sandbox's business.
+    std::env::set_current_dir(&dir.path).map_err(ctx("chdir to the sandbox's disk"))?;
+    let disk = PathBuf::from(".");
     let root = disk.join("root");
     // The disk's own root is never seen; each of these is, as the
     // directory the comment names, owned by sandbox root.
@@ -473,12 +488,16 @@ fn build_dev(disk: &Path, dev: &Path) -> Result<(), String> {
     }
     let pts = dev.join("pts");
     fs::create_dir(&pts).map_err(ctx("mkdir /dev/pts"))?;
+    let options = std::ffi::CString::new(format!(
+        "newinstance,ptmxmode=0666,mode=0620,max={PTYS_MAX}"
+    ))
+    .expect("no NUL");
     rustix::mount::mount(
         "devpts",
         &pts,
         "devpts",
         MountFlags::NOSUID | MountFlags::NOEXEC,
-        c"newinstance,ptmxmode=0666,mode=0620",
+        options.as_c_str(),
     )
     .map_err(ctx("mount devpts"))?;
     let shm = dev.join("shm");

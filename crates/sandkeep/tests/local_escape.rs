@@ -434,3 +434,94 @@ async fn the_task_helper_is_read_only() {
     assert!(text(&out.stdout).contains("DENIED"));
     assert!(p.kill(id).await.unwrap());
 }
+
+/// The sandbox's directory on the host (`$SANDKEEP_HOME/sb/ID`, where its
+/// disk is mounted before the pivot) is named nowhere in its mount table.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_mount_table_names_no_sandbox_directory() {
+    let (home, p, info) = fresh_sandbox(120).await;
+    let id = &info.sandbox_id;
+    let out = sh(&p, id, "cat /proc/self/mountinfo").await;
+    let mounts = text(&out.stdout);
+    let sandboxes = home.path().join("sb").display().to_string();
+    assert!(p.kill(id).await.unwrap());
+    assert!(mounts.contains(" /proc "), "no mount table: {mounts}");
+    assert!(
+        !mounts.contains(&sandboxes),
+        "the mount table names {sandboxes}: {mounts}"
+    );
+}
+
+/// pid 1's command line inside names neither the keeper's executable,
+/// nor its build, nor the state directory: only the sandbox.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pid_1_shows_no_host_command_line() {
+    let (home, p, info) = fresh_sandbox(120).await;
+    let id = &info.sandbox_id;
+    let out = sh(&p, id, "tr '\\0' ' ' < /proc/1/cmdline").await;
+    let cmdline = text(&out.stdout);
+    assert!(p.kill(id).await.unwrap());
+    let exe_dir = std::path::Path::new(EXE).parent().unwrap();
+    assert!(
+        !cmdline.is_empty(),
+        "no command line: {}",
+        text(&out.stderr)
+    );
+    for host in [
+        exe_dir.display().to_string(),
+        home.path().display().to_string(),
+        "keeper".to_owned(),
+    ] {
+        assert!(
+            !cmdline.contains(&host),
+            "pid 1's command line shows {host}: {cmdline}"
+        );
+    }
+    // No build fingerprint either: the keeper's arguments are gone.
+    assert_eq!(
+        cmdline.split_whitespace().collect::<Vec<_>>(),
+        ["sandkeep-init", id.as_str()]
+    );
+}
+
+/// The sandbox sees its own cgroups as the root of each hierarchy, not
+/// their host paths (a cgroup namespace).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_host_cgroup_paths_do_not_show() {
+    let (_home, p, info) = fresh_sandbox(120).await;
+    let id = &info.sandbox_id;
+    let out = sh(&p, id, "cat /proc/self/cgroup").await;
+    let cgroups = text(&out.stdout);
+    assert!(p.kill(id).await.unwrap());
+    assert!(!cgroups.is_empty(), "{}", text(&out.stderr));
+    for line in cgroups.lines() {
+        assert!(
+            line.ends_with(":/"),
+            "a host cgroup path shows inside: {cgroups}"
+        );
+    }
+}
+
+/// Root's uid-slot registry names the sandbox directories of every state
+/// directory on the host: only root may list it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn roots_uid_slot_registry_is_private() {
+    use std::os::unix::fs::PermissionsExt;
+    if !support::require(rustix::process::geteuid().is_root(), "uid slots are root's") {
+        return;
+    }
+    let (_home, p, info) = fresh_sandbox(120).await;
+    let modes: Vec<(&str, u32)> = ["/run/sandkeep", "/run/sandkeep/uid-slots"]
+        .into_iter()
+        .map(|d| {
+            (
+                d,
+                std::fs::metadata(d).unwrap().permissions().mode() & 0o777,
+            )
+        })
+        .collect();
+    assert!(p.kill(&info.sandbox_id).await.unwrap());
+    for (dir, mode) in modes {
+        assert_eq!(mode, 0o700, "{dir} has mode {mode:o}");
+    }
+}

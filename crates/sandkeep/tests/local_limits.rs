@@ -440,20 +440,34 @@ async fn no_cgroup_outlives_its_sandbox() {
 }
 
 /// Checks that the init (pid 1) and a command of sandbox `id` are in
-/// every cgroup the sandbox has, on each hierarchy.
+/// every cgroup the sandbox has, on each hierarchy. Looked at from the
+/// host: inside, a cgroup namespace shows the sandbox's cgroups as `/`.
 async fn assert_confined_from_the_start(
     p: &sandkeep::provider::local::LocalProvider,
+    home: &Path,
     id: &SandboxId,
 ) {
     let leaves = cgroup_dirs_of(id).len();
     assert!(leaves > 0, "the sandbox has no cgroup");
-    let out = sh(p, id, "cat /proc/1/cgroup; echo --; cat /proc/self/cgroup").await;
-    let listing = text(&out.stdout);
-    let (init, command) = listing
-        .split_once("--\n")
-        .unwrap_or_else(|| panic!("no listing: {listing} {}", text(&out.stderr)));
+    let marker = tag("cg");
+    let out = sh(
+        p,
+        id,
+        &format!("setsid sleep 1000.{marker} </dev/null >/dev/null 2>&1 & echo started"),
+    )
+    .await;
+    assert_eq!(text(&out.stdout), "started\n", "{}", text(&out.stderr));
+    until(
+        Duration::from_secs(5),
+        "the sandbox's command visible on the host",
+        || async { !host_pids_with(&format!("1000.{marker}")).is_empty() },
+    )
+    .await;
+    let command = host_pids_with(&format!("1000.{marker}"))[0];
+    let init = recorded_pid(home, id, "init");
     let leaf = format!("/sandkeep/{}", id.as_str());
-    for (who, lines) in [("the init", init), ("a command", command)] {
+    for (who, pid) in [("the init", init), ("a command", command)] {
+        let lines = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap();
         let inside = lines.lines().filter(|l| l.ends_with(&leaf)).count();
         assert_eq!(
             inside, leaves,
@@ -467,8 +481,8 @@ async fn the_init_and_its_commands_are_in_every_cgroup() {
     if !require(root(), "cgroup limits are set up as root") {
         return;
     }
-    let (_home, p, info) = fresh_sandbox(60).await;
-    assert_confined_from_the_start(&p, &info.sandbox_id).await;
+    let (home, p, info) = fresh_sandbox(60).await;
+    assert_confined_from_the_start(&p, home.path(), &info.sandbox_id).await;
     p.kill(&info.sandbox_id).await.unwrap();
 }
 
@@ -485,8 +499,8 @@ fn no_clone3_inner() {
     // cgroup, and the init moves itself in.
     support::fake_kernel::refuse(&[], 0);
     support::fake_kernel::block_on(async {
-        let (_home, p, info) = fresh_sandbox(60).await;
-        assert_confined_from_the_start(&p, &info.sandbox_id).await;
+        let (home, p, info) = fresh_sandbox(60).await;
+        assert_confined_from_the_start(&p, home.path(), &info.sandbox_id).await;
         p.kill(&info.sandbox_id).await.unwrap();
     });
     println!("NO-CLONE3 CHECKED");
@@ -508,7 +522,6 @@ async fn a_sandbox_root_cannot_leave_its_cgroups() {
     }
     let (_home, p, info) = fresh_sandbox(60).await;
     let id = &info.sandbox_id;
-    let leaves = cgroup_dirs_of(id).len();
     // As the sandbox's root: write itself into every cgroup file it can
     // find, in the hierarchies shown and in freshly mounted ones, and
     // look for a cgroup descriptor the init might have left open.
@@ -529,9 +542,12 @@ async fn a_sandbox_root_cannot_leave_its_cgroups() {
         attempts.contains("TRIED") && !attempts.contains("MOVED") && !attempts.contains("OPEN"),
         "{attempts}"
     );
-    let leaf = format!("/sandkeep/{}", id.as_str());
-    let inside = after.lines().filter(|l| l.ends_with(&leaf)).count();
-    assert_eq!(inside, leaves, "after the attempts:\n{after}");
+    // The sandbox's cgroup namespace is rooted at its cgroups: still `/`
+    // in every hierarchy means still in them.
+    assert!(
+        !after.is_empty() && after.lines().all(|l| l.ends_with(":/")),
+        "after the attempts:\n{after}"
+    );
     p.kill(id).await.unwrap();
 }
 
@@ -676,4 +692,165 @@ async fn the_committed_memory_ceiling_counts_every_live_sandbox() {
     }
     client.cancel().await.unwrap();
     server.stop().await;
+}
+
+/// Runs in the background of sandbox `id` a python3 loop that calls
+/// `open_one` (an expression; `setup` may define it) at most `attempts`
+/// times and holds everything it opened until the sandbox is killed;
+/// returns, once the loop ended, `opened N` or `failed after N ERRNO`.
+async fn hold_until_refused(
+    p: &sandkeep::provider::local::LocalProvider,
+    id: &SandboxId,
+    setup: &str,
+    open_one: &str,
+    attempts: u32,
+) -> String {
+    let probe = format!(
+        r#"cat > /tmp/hog.py <<'EOF'
+import ctypes, errno, os, resource, signal
+_, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+{setup}
+held = []
+try:
+    for _ in range({attempts}):
+        held.append({open_one})
+    result = "opened %d" % len(held)
+except OSError as e:
+    result = "failed after %d %s" % (len(held), errno.errorcode[e.errno])
+with open("/tmp/held.part", "w") as f:
+    f.write(result + "\n")
+os.rename("/tmp/held.part", "/tmp/held")
+signal.pause()
+EOF
+python3 /tmp/hog.py >/dev/null 2>/tmp/hog.err </dev/null &
+echo started"#
+    );
+    let out = run(p, id, &probe).await;
+    assert_eq!(text(&out.stdout), "started\n", "{}", text(&out.stderr));
+    let started = std::time::Instant::now();
+    loop {
+        let out = sh(p, id, "cat /tmp/held /tmp/hog.err 2>/dev/null").await;
+        if !out.stdout.is_empty() {
+            return text(&out.stdout);
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30) * patience(),
+            "the hog in {id} wrote no result in 30 s"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The host's pty pool (`kernel.pty.max` less `kernel.pty.reserve`, 3,072
+/// by default) is shared by every devpts instance: a sandbox opening ptys
+/// in a loop stops at its own bound (rootfs.rs `PTYS_MAX`, 256) with
+/// ENOSPC while it holds them, and a neighbour still opens one. Bounded:
+/// the hog tries at most 600, so a build without the bound shows here
+/// without draining the host's pool.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sandbox_holds_at_most_its_ptys_and_the_neighbour_opens_one() {
+    let home = state_dir();
+    let p = provider(home.path());
+    let timeout = 120 * u64::from(patience());
+    let hog = create(&p, timeout).await;
+    let neighbour = create(&p, timeout).await;
+    let result = hold_until_refused(&p, &hog.sandbox_id, "", "os.openpty()", 600).await;
+    assert_eq!(
+        result, "failed after 256 ENOSPC\n",
+        "a sandbox must stop at its own 256 ptys"
+    );
+    let out = sh(
+        &p,
+        &neighbour.sandbox_id,
+        "python3 -c 'import os; os.openpty(); print(\"opened\")'",
+    )
+    .await;
+    assert_eq!(
+        text(&out.stdout),
+        "opened\n",
+        "the neighbour cannot open a pty: {}",
+        text(&out.stderr)
+    );
+    p.kill(&hog.sandbox_id).await.unwrap();
+    p.kill(&neighbour.sandbox_id).await.unwrap();
+}
+
+/// `inotify_init1` through ctypes, raising OSError as os functions do.
+const INOTIFY_INIT: &str = r#"libc = ctypes.CDLL(None, use_errno=True)
+def inotify_init():
+    fd = libc.inotify_init1(0)
+    if fd < 0:
+        raise OSError(ctypes.get_errno(), "inotify_init1")
+    return fd"#;
+
+/// inotify instances are counted per user up the user-namespace chain, to
+/// the owner of each namespace (`fs.inotify.max_user_instances`, 128 by
+/// default): a sandbox that takes every instance it can gets EMFILE at
+/// its own bound and leaves host root's and a neighbour's alone; the
+/// task waiters keep working in both (the hog's own fall back to
+/// looking). Bounded: at most 300 instances.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sandbox_cannot_take_host_roots_inotify_instances() {
+    if !require(
+        root(),
+        "root's sandboxes share host root's inotify instances",
+    ) {
+        return;
+    }
+    let home = state_dir();
+    let p = provider(home.path());
+    let timeout = 120 * u64::from(patience());
+    let hog = create(&p, timeout).await;
+    let neighbour = create(&p, timeout).await;
+    let result = hold_until_refused(&p, &hog.sandbox_id, INOTIFY_INIT, "inotify_init()", 300).await;
+    // Everything is looked at while the hog holds its instances, and
+    // asserted only once both sandboxes are gone: a failure here must not
+    // leave host root without inotify until the hog's deadline.
+    let host = rustix::fs::inotify::init(rustix::fs::inotify::CreateFlags::CLOEXEC);
+    let probe = format!(
+        "python3 - <<'EOF'\nimport ctypes, os\n{INOTIFY_INIT}\ninotify_init()\nprint(\"created\")\nEOF"
+    );
+    let neighbours = sh(&p, &neighbour.sandbox_id, &probe).await;
+    let mut waits = Vec::new();
+    for (n, id, task) in [
+        (1, &neighbour.sandbox_id, "neighbour"),
+        (2, &hog.sandbox_id, "hog"),
+    ] {
+        let helper = p.task_helper(id).await.unwrap();
+        let task_id = format!("{n:032x}");
+        let order = serde_json::json!({"task_id": task_id, "command": "echo done", "timeout": 60});
+        let started = run(&p, id, &format!("{helper} start '{order}'")).await;
+        let wait = serde_json::json!({"task_id": task_id, "timeout": 30});
+        let waited = run(&p, id, &format!("{helper} wait '{wait}'")).await;
+        waits.push((task, started, waited));
+    }
+    p.kill(&hog.sandbox_id).await.unwrap();
+    p.kill(&neighbour.sandbox_id).await.unwrap();
+    assert!(
+        result.starts_with("failed after") && result.ends_with(" EMFILE\n"),
+        "300 inotify instances in one sandbox: {result}"
+    );
+    assert!(
+        host.is_ok(),
+        "host root cannot create an inotify instance while a sandbox holds {result}: {host:?}"
+    );
+    assert_eq!(
+        text(&neighbours.stdout),
+        "created\n",
+        "the neighbour cannot create an inotify instance: {}",
+        text(&neighbours.stderr)
+    );
+    for (task, started, waited) in waits {
+        assert_eq!(
+            started.exit_code,
+            Some(0),
+            "start in the {task}: {}{}",
+            text(&started.stdout),
+            text(&started.stderr)
+        );
+        let v: serde_json::Value = serde_json::from_slice(&waited.stdout)
+            .unwrap_or_else(|e| panic!("wait in the {task}: {e}: {}", text(&waited.stderr)));
+        assert_eq!(v["state"], "succeeded", "wait in the {task}: {v}");
+    }
 }

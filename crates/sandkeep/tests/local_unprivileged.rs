@@ -210,6 +210,21 @@ async fn limits_are_reported_as_the_doctor_says(
         ok("cpu limit") || 2000 >= 1000 * cores
     );
     assert_eq!(info.limits.disk_mib, Some(4096));
+    // Going without them is said first and loudly, not only in a row of
+    // the table: nothing else bounds what one sandbox takes of the host.
+    let unbounded: Vec<&str> = ["memory", "pids", "cpu"]
+        .into_iter()
+        .filter(|c| !ok(&format!("{c} limit")))
+        .collect();
+    if !unbounded.is_empty() {
+        let first = report.remediation.first().map_or("", String::as_str);
+        assert!(
+            first.starts_with("WARNING: sandboxes here get NO ")
+                && unbounded.iter().all(|c| first.contains(c)),
+            "the doctor does not say first that sandboxes go without {unbounded:?}: {:?}",
+            report.remediation
+        );
+    }
     if !ok("memory limit") {
         let asked = sandkeep::provider::CreateSpec {
             limits: sandkeep::provider::Limits {
