@@ -449,7 +449,8 @@ async fn assert_confined_from_the_start(
 ) {
     let leaves = cgroup_dirs_of(id).len();
     assert!(leaves > 0, "the sandbox has no cgroup");
-    let marker = tag("cg");
+    // Digits only: `sleep` must read it as a number of seconds.
+    let marker = tag("4242");
     let out = sh(
         p,
         id,
