@@ -5,15 +5,15 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use sandkeep::provider::local::{LocalConfig, LocalProvider};
+use sandkeep::provider::local::{HostBounds, LocalConfig, LocalProvider};
 use sandkeep::provider::{CreateSpec, ExecOutput, ExecRequest, Provider, SandboxId, SandboxInfo};
 
 use super::{host_pids_with, until};
 
 pub const EXE: &str = env!("CARGO_BIN_EXE_sandkeep");
 
-/// A state directory under /var/tmp: inside an overlaid host directory, so
-/// the tests also prove that the sandbox cannot see it.
+/// A state directory under /var/tmp, which sandboxes do not see (theirs
+/// is their own); [`visible_state_dir`] makes one in a tree they see.
 pub fn state_dir() -> tempfile::TempDir {
     std::fs::create_dir_all("/var/tmp").unwrap();
     tempfile::Builder::new()
@@ -35,8 +35,15 @@ pub fn visible_state_dir() -> tempfile::TempDir {
         .unwrap()
 }
 
+/// A provider on `home` whose memory ceiling stays out of the tests' way
+/// (its default, 80% of RAM, admits a single default sandbox in the small
+/// cgroup v2 VM); the tests of the host-wide bounds set their own.
 pub fn provider(home: &Path) -> LocalProvider {
-    LocalProvider::new(LocalConfig::new(home, EXE)).expect("local provider")
+    let bounds = HostBounds {
+        memory_mib: 1 << 30,
+        ..HostBounds::of_this_host()
+    };
+    LocalProvider::new(LocalConfig::new(home, EXE).with_bounds(bounds)).expect("local provider")
 }
 
 pub fn spec(timeout: u64) -> CreateSpec {
