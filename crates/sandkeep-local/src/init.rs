@@ -84,9 +84,9 @@ pub struct InitContext {
     /// The sandbox's memory cgroup on the host, when it has a memory
     /// limit: shown read-only inside (see [`rootfs::build`]).
     pub memory_cgroup: Option<std::path::PathBuf>,
-    /// The copier of the host's /etc (root, `base`): see
-    /// [`super::etc_copy`].
-    pub etc_copy: Option<OwnedFd>,
+    /// Where the snapshot of the host's /etc is answered (root, `base`):
+    /// see [`super::etc_snapshot`].
+    pub etc_snapshot: Option<OwnedFd>,
     pub listener: OwnedFd,
     /// The doors of the cgroups the init enters itself, first thing
     /// (see [`cgroup::Doors`]); it was born in the others.
@@ -123,7 +123,7 @@ pub fn run(ctx: InitContext) -> ! {
         mode,
         net,
         memory_cgroup,
-        etc_copy,
+        etc_snapshot,
         listener,
         cgroups,
         report,
@@ -142,7 +142,7 @@ pub fn run(ctx: InitContext) -> ! {
         ))),
         (Ok(()), Mode::Namespaces { owner, userns }) => {
             let memory_cgroup = memory_cgroup.as_deref();
-            setup(&spec, &dir, owner, userns, net, memory_cgroup, etc_copy).map(
+            setup(&spec, &dir, owner, userns, net, memory_cgroup, etc_snapshot).map(
                 |(isolation, warnings, isolated, p)| {
                     proxy = p;
                     network = isolated;
@@ -188,7 +188,7 @@ fn setup(
     userns: Option<OwnedFd>,
     net: NetPlan,
     memory_cgroup: Option<&std::path::Path>,
-    etc_copy: Option<OwnedFd>,
+    etc_snapshot: Option<OwnedFd>,
 ) -> Result<(String, Vec<String>, bool, ProxySocket), InitReport> {
     sys::set_signal_mask(&[]).map_err(|e| format!("signal mask: {e}"))?;
     // The cgroup namespace roots each hierarchy at the cgroups the init
@@ -206,7 +206,7 @@ fn setup(
     rustix::system::sethostname(spec.sandbox_id.as_str().as_bytes())
         .map_err(|e| format!("sethostname: {e}"))?;
     let idmap = userns.as_ref().map(|f| f.as_fd());
-    let built = rootfs::build(dir, spec, owner, idmap, memory_cgroup, etc_copy)?;
+    let built = rootfs::build(dir, spec, owner, idmap, memory_cgroup, etc_snapshot)?;
     retitle(spec.sandbox_id.as_str());
     enter_sandbox_identity(owner, userns)?;
     // The keeper's death must end the sandbox. Set only now: credential

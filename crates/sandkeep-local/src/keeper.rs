@@ -31,7 +31,7 @@ use super::init::{self, InitContext, InitReport, Mode, NetPlan};
 use super::proxy::{Policy as ProxyPolicy, Proxy};
 use super::rootfs::Owner;
 use super::state::{self, Home, Lock, Meta, SandboxDir, Spec};
-use super::{doctor, etc_copy, sys, wire};
+use super::{doctor, etc_snapshot, sys, wire};
 use sandkeep_proto::procfs;
 use sandkeep_proto::record::ProcessIdentity;
 use sandkeep_provider::{Limits, Network, SandboxId, SandboxInfo};
@@ -234,7 +234,7 @@ fn report(fd: OwnedFd, readiness: &Readiness) {
 
 struct Running {
     meta: Meta,
-    /// Children done with their work and exiting (the /etc copier, whose
+    /// Children done with their work and exiting (the /etc snapshotter, whose
     /// clone of /etc dissolves at its exit, and the user-namespace maker):
     /// reaped once the provider has its answer.
     exiting: Vec<i32>,
@@ -266,13 +266,14 @@ fn start(home: &Home, dir: &SandboxDir) -> Result<Running, SetupError> {
     } else {
         None
     };
-    // Root's base template gets its own copy of /etc, made as the
-    // sandbox's root by a copier forked now, while this process still
-    // sees the host's (see `etc_copy`); the longest part of a create on
-    // a busy machine, it runs while the init builds.
-    let mut etc_copy = match base {
+    // Root's base template shows a snapshot of what others may read of
+    // the host's /etc, found (or made) by a snapshotter forked now, while
+    // this process still sees the host's (see `etc_snapshot`); the
+    // longest part of a create on a busy machine, it runs while the init
+    // builds.
+    let mut etc_snapshot = match base {
         Some(base) if spec.template_dir.is_none() && !spec.process_only => {
-            Some(etc_copy::start(base)?)
+            Some(etc_snapshot::start(home, base)?)
         }
         _ => None,
     };
@@ -284,7 +285,7 @@ fn start(home: &Home, dir: &SandboxDir) -> Result<Running, SetupError> {
     };
     // Children that finish their work early and exit on their own: reaped
     // once the provider has its answer, off the create's path.
-    let exiting: Vec<i32> = etc_copy
+    let exiting: Vec<i32> = etc_snapshot
         .iter()
         .map(|w| w.pid)
         .chain(userns_child.iter().map(|c| c.pid))
@@ -326,8 +327,8 @@ fn start(home: &Home, dir: &SandboxDir) -> Result<Running, SetupError> {
         };
         proxy = None;
     }
-    let (etc_copy, copy_go) = match etc_copy.take() {
-        Some(c) => (Some(c.channel).filter(|_| !process_only), Some(c.go)),
+    let (etc_snapshot, snapshot_go) = match etc_snapshot.take() {
+        Some(s) => (Some(s.answer).filter(|_| !process_only), Some(s.go)),
         None => (None, None),
     };
     if process_only {
@@ -414,7 +415,7 @@ fn start(home: &Home, dir: &SandboxDir) -> Result<Running, SetupError> {
             mode,
             net,
             memory_cgroup,
-            etc_copy,
+            etc_snapshot,
             listener,
             cgroups: tasks,
             report: report_w,
@@ -422,11 +423,11 @@ fn start(home: &Home, dir: &SandboxDir) -> Result<Running, SetupError> {
         sys::Forked::Parent(pid) => pid,
     };
     // From here the keeper only waits while the init builds the sandbox:
-    // the copy has a core to itself (see `etc_copy`).
-    drop(copy_go);
+    // the snapshotter has a core to itself (see `etc_snapshot`).
+    drop(snapshot_go);
     drop(tasks);
     drop(report_w);
-    drop(etc_copy);
+    drop(etc_snapshot);
     drop(listener);
     drop(mode);
     let init_pidfd = rustix::process::pidfd_open(

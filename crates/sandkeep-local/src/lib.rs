@@ -27,7 +27,7 @@ mod cgroup;
 mod client;
 mod config;
 mod doctor;
-mod etc_copy;
+mod etc_snapshot;
 mod file_reply;
 mod fileops;
 mod init;

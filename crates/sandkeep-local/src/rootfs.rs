@@ -8,7 +8,7 @@
 //! it became so); everything else (other homes, `/root`, `/run`, `/tmp`,
 //! `/mnt`, sandkeep's state) is simply absent. Under root the base
 //! template's `/etc` is instead a copy the sandbox's root owns (see
-//! `etc_copy`). Host secrets that the allowed directories contain are
+//! `etc_snapshot`). Host secrets that the allowed directories contain are
 //! masked besides. This module only mounts; it decides no identity and
 //! runs no sandbox code.
 //!
@@ -29,7 +29,7 @@ use rustix::mount::{
     MountFlags, MountPropagationFlags, MoveMountFlags, OpenTreeFlags, UnmountFlags,
 };
 
-use super::etc_copy;
+use super::etc_snapshot;
 use super::state::{HELPER_DIR, HELPER_NAME, SandboxDir, Spec};
 use super::sys;
 
@@ -145,7 +145,7 @@ pub fn build(
     owner: Owner,
     idmap: Option<BorrowedFd<'_>>,
     memory_cgroup: Option<&Path>,
-    etc_copy: Option<OwnedFd>,
+    etc_snapshot: Option<OwnedFd>,
 ) -> Result<Built, String> {
     // Nothing mounted from here on may propagate back to the host.
     rustix::mount::mount_change(
@@ -209,8 +209,9 @@ pub fn build(
             // A mount point of its own, for pivot_root.
             bind_with(&root, &root, nosuid)?;
             for name in ALLOWED {
-                match (&etc_copy, *name) {
-                    (Some(copier), "etc") => etc_place(&root, owner, copier)?,
+                match (&etc_snapshot, *name) {
+                    // Mounted last, once the snapshotter has answered.
+                    (Some(_), "etc") => mount_point(&root.join("etc"), owner)?,
                     _ => host_entry(&disk, &root, name, owner, &mut built)?,
                 }
             }
@@ -272,10 +273,19 @@ pub fn build(
     fs::File::create(&helper).map_err(ctx("create the helper mount point"))?;
     bind(&spec.exe, &helper, true)?;
 
-    // Taken as late as possible: the copy runs while all of the above is
-    // built.
-    if let Some(copier) = etc_copy {
-        etc_copy::finish(copier)?;
+    // Taken as late as possible: the snapshotter works while all of the
+    // above is built.
+    if let Some(answer) = etc_snapshot {
+        let snapshot = etc_snapshot::collect(answer)?;
+        overlay(
+            &disk,
+            "etc",
+            &snapshot,
+            &root.join("etc"),
+            owner,
+            idmap,
+            &mut built,
+        )?;
     }
     mask(&root, spec)?;
 
@@ -284,17 +294,10 @@ pub fn build(
     Ok(built)
 }
 
-/// The sandbox's own `/etc`: an empty directory, owned by its root with
-/// the mode of the host's, handed to the copier to fill.
-fn etc_place(root: &Path, owner: Owner, copier: &OwnedFd) -> Result<(), String> {
-    use std::os::unix::fs::MetadataExt;
-    let target = root.join("etc");
-    let mode = fs::metadata("/etc").map_or(0o755, |m| m.mode() & 0o7777);
-    fs::create_dir(&target).map_err(ctx("mkdir /etc"))?;
-    fs::set_permissions(&target, fs::Permissions::from_mode(mode)).map_err(ctx("chmod /etc"))?;
-    chown(&target, owner, 0, 0)?;
-    let dir = fs::File::open(&target).map_err(ctx("open /etc"))?;
-    etc_copy::hand_over(copier, dir.as_fd())
+/// An empty directory owned by the sandbox's root, to mount on.
+fn mount_point(target: &Path, owner: Owner) -> Result<(), String> {
+    fs::create_dir(target).map_err(ctx(format!("mkdir {}", target.display())))?;
+    chown(target, owner, 0, 0)
 }
 
 /// One allowed top-level entry of the host: the same symlink, or an

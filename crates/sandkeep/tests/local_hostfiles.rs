@@ -24,6 +24,10 @@ const PLACES: &[&str] = &["/etc", "/var", "/opt", "/srv", "/usr/local"];
 /// The sandbox user a non-root probe runs as.
 const SANDBOX_USER: u32 = 1000;
 
+/// Held by each test here for its whole run: each changes the host's
+/// /etc, and the snapshot test counts the snapshots those changes make.
+static ETC: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// Files and directories planted on the host, removed when dropped (also
 /// when an assertion fails).
 struct Planted {
@@ -137,6 +141,7 @@ fn as_user(command: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn what_others_cannot_read_on_the_host_is_unreadable_inside() {
+    let _etc = ETC.lock().await;
     if !require(
         rustix::process::geteuid().is_root(),
         "planting root-only host files needs root",
@@ -259,6 +264,7 @@ async fn what_others_cannot_read_on_the_host_is_unreadable_inside() {
 /// /opt, /srv and /usr/local; as the sandbox's root and as another user.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn what_becomes_private_after_create_stays_unreadable() {
+    let _etc = ETC.lock().await;
     if !require(
         rustix::process::geteuid().is_root(),
         "planting root-only host files needs root",
@@ -305,4 +311,96 @@ async fn what_becomes_private_after_create_stays_unreadable() {
         );
     }
     assert!(p.kill(id).await.unwrap());
+}
+
+/// A sandbox shows the host's /etc as it was at its create, from a
+/// snapshot its state directory shares: sandboxes created while /etc is
+/// unchanged share one; a file changed or made private on the host shows
+/// so in the next sandbox and not in the running one; a snapshot that no
+/// live sandbox can be using is removed when the next one is made.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_sandbox_shows_etc_as_it_was_at_create() {
+    if !require(
+        rustix::process::geteuid().is_root(),
+        "changing the host's /etc needs root",
+    ) {
+        return;
+    }
+    let _etc = ETC.lock().await;
+    let home = state_dir();
+    let p = provider(home.path());
+    let store = home.path().join("etc-snapshots");
+    let snapshots = || -> Vec<PathBuf> {
+        let mut found: Vec<PathBuf> = std::fs::read_dir(&store)
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| !p.file_name().unwrap().to_string_lossy().starts_with('.'))
+            .collect();
+        found.sort();
+        found
+    };
+    let file = PathBuf::from(format!("/etc/sk-hf-{}-snap", tag("")));
+    let planted = Planted {
+        paths: vec![file.clone()],
+        secret: String::new(),
+        private_files: Vec::new(),
+        private_dirs: Vec::new(),
+        open: Vec::new(),
+    };
+    let show = format!("cat {} 2>/dev/null; echo end", file.display());
+    std::fs::write(&file, "one\n").unwrap();
+
+    let a = create(&p, 120).await;
+    let b = create(&p, 120).await;
+    assert_eq!(snapshots().len(), 1, "an unchanged /etc made two snapshots");
+    let first = snapshots().remove(0);
+    for id in [&a.sandbox_id, &b.sandbox_id] {
+        assert_eq!(text(&sh(&p, id, &show).await.stdout), "one\nend\n");
+    }
+
+    std::fs::write(&file, "two\n").unwrap();
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let c = create(&p, 120).await;
+    assert_eq!(
+        text(&sh(&p, &c.sandbox_id, &show).await.stdout),
+        "end\n",
+        "a file made private before create shows"
+    );
+    assert_eq!(
+        text(&sh(&p, &a.sandbox_id, &show).await.stdout),
+        "one\nend\n",
+        "a running sandbox's /etc changed"
+    );
+    assert_eq!(snapshots().len(), 2);
+    let second = snapshots().into_iter().find(|s| *s != first).unwrap();
+
+    // a and b go; c (on the second snapshot) stays. Both snapshots are
+    // dated back, to be older than c's creation by more than the clock's
+    // second.
+    assert!(p.kill(&a.sandbox_id).await.unwrap());
+    assert!(p.kill(&b.sandbox_id).await.unwrap());
+    let ago = |secs| std::time::SystemTime::now() - std::time::Duration::from_secs(secs);
+    for (snapshot, secs) in [(&first, 3600), (&second, 1800)] {
+        std::fs::File::open(snapshot)
+            .unwrap()
+            .set_modified(ago(secs))
+            .unwrap();
+    }
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
+    std::fs::write(&file, "three\n").unwrap();
+    let d = create(&p, 120).await;
+    assert_eq!(
+        text(&sh(&p, &d.sandbox_id, &show).await.stdout),
+        "three\nend\n"
+    );
+    let left = snapshots();
+    assert!(
+        !left.contains(&first) && left.contains(&second) && left.len() == 2,
+        "the snapshot no sandbox uses stays, or c's went: {left:?}"
+    );
+    for id in [&c.sandbox_id, &d.sandbox_id] {
+        assert!(p.kill(id).await.unwrap());
+    }
+    drop(planted);
 }
