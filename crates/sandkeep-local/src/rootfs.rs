@@ -2,19 +2,20 @@
 //! mount namespace before it gives up its privileges.
 //!
 //! The root is a tmpfs populated from an allow-list of the host's top-level
-//! directories, each a copy-on-write overlay whose host owners stay
-//! unmapped in the sandbox (only the "other" permission bits count, so
+//! directories; everything else (other homes, `/root`, `/run`, `/tmp`,
+//! `/mnt`, sandkeep's state) is simply absent. Their host owners stay
+//! unmapped in the sandbox, so only the "other" permission bits count and
 //! what others cannot read on the host stays unreadable inside, whenever
-//! it became so); everything else (other homes, `/root`, `/run`, `/tmp`,
-//! `/mnt`, sandkeep's state) is simply absent. Under root the base
-//! template's `/etc` is instead a copy the sandbox's root owns (see
+//! it became so: as root they are the host's directories, read-only; as
+//! an ordinary user, copy-on-write overlays. Under root the base
+//! template's `/etc` is a copy-on-write overlay of a snapshot instead (see
 //! `etc_snapshot`). Host secrets that the allowed directories contain are
 //! masked besides. This module only mounts; it decides no identity and
 //! runs no sandbox code.
 //!
 //! Everything the sandbox can write lives on **one** tmpfs of `disk_mib`
 //! (the "disk"): the root directory, the overlays' upper and work layers,
-//! `/root`, `/tmp`, `/run`, `/dev` and `/dev/shm` are directories of it
+//! `/root`, `/tmp`, `/var/tmp`, `/run`, `/dev` and `/dev/shm` are directories of it
 //! (bind mounts), so the sandbox's writes together end in ENOSPC at
 //! `disk_mib` and never reach the host's disk. Its pages are memory,
 //! charged to the writer's memory cgroup: files count against `memory_mib`
