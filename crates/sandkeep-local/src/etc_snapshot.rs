@@ -48,6 +48,7 @@ use serde::Deserialize;
 
 use super::state::Home;
 use super::sys;
+use sandkeep_provider::SandboxId;
 
 /// The host directory snapshotted.
 const HOST_ETC: &str = "/etc";
@@ -297,8 +298,11 @@ fn remove_unused(home: &Home, store: &Path, current: &Path) {
     };
     let mut oldest = u64::MAX;
     for entry in sandboxes.flatten() {
+        let Ok(id) = SandboxId::parse(&entry.file_name().to_string_lossy()) else {
+            continue;
+        };
         // A sandbox whose creation time cannot be read keeps every snapshot.
-        let created = super::state::read_json::<Created>(&entry.path().join("spec.json"))
+        let created = super::state::read_json::<Created>(&home.sandbox(&id).spec())
             .map_or(0, |c| c.created_at);
         oldest = oldest.min(created);
     }
