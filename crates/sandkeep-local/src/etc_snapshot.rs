@@ -141,7 +141,7 @@ fn snapshot(home: &Home, base: u32) -> Result<PathBuf, String> {
     )
     .map_err(|e| format!("open_tree {HOST_ETC}: {e}"))?;
     let mut hasher = DefaultHasher::new();
-    fingerprint(open_dir_of(&tree)?, Path::new(""), &mut hasher, 0);
+    fingerprint(open_dir_of(&tree)?, &mut hasher, 0);
     let snapshot = store.join(format!("{:016x}", hasher.finish()));
     if snapshot.is_dir() {
         return Ok(snapshot);
@@ -164,32 +164,28 @@ fn open_dir_of(tree: &OwnedFd) -> Result<OwnedFd, String> {
 }
 
 /// Feeds every entry below `dir` (as root: private ones too) to `hasher`:
-/// its path and metadata, so that a change of content, mode, owner or
-/// name anywhere gives another fingerprint. Names are taken in order, so
-/// the same tree always gives the same one.
-fn fingerprint(dir: OwnedFd, at: &Path, hasher: &mut DefaultHasher, depth: usize) {
+/// its name, depth and metadata, so that a change of content, mode, owner
+/// or name anywhere gives another fingerprint. Entries are taken in the
+/// directory's own order, which changes only with the directory, whose
+/// metadata is in the fingerprint already.
+fn fingerprint(dir: OwnedFd, hasher: &mut DefaultHasher, depth: usize) {
     let Ok(mut dir) = Dir::new(dir) else { return };
-    let mut names = Vec::new();
     while let Some(Ok(entry)) = dir.read() {
         let name = entry.file_name();
-        if name != c"." && name != c".." {
-            names.push(name.to_owned());
+        if name == c"." || name == c".." {
+            continue;
         }
-    }
-    names.sort();
-    let Ok(fd) = dir.fd() else { return };
-    for name in names {
-        let path = at.join(std::ffi::OsStr::from_bytes(name.to_bytes()));
-        path.hash(hasher);
-        let Ok(st) = rustix::fs::statat(fd, &name, AtFlags::SYMLINK_NOFOLLOW) else {
+        let Ok(fd) = dir.fd() else { return };
+        (depth, name.to_bytes()).hash(hasher);
+        let Ok(st) = rustix::fs::statat(fd, name, AtFlags::SYMLINK_NOFOLLOW) else {
             continue;
         };
         (st.st_ino, st.st_mode, st.st_uid, st.st_gid, st.st_size).hash(hasher);
         (st.st_mtime, st.st_mtime_nsec, st.st_ctime, st.st_ctime_nsec).hash(hasher);
         if FileType::from_raw_mode(st.st_mode) == FileType::Directory && depth < MAX_DEPTH {
             let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-            if let Ok(child) = rustix::fs::openat(fd, &name, flags, Mode::empty()) {
-                fingerprint(child, &path, hasher, depth + 1);
+            if let Ok(child) = rustix::fs::openat(fd, name, flags, Mode::empty()) {
+                fingerprint(child, hasher, depth + 1);
             }
         }
     }
