@@ -196,10 +196,7 @@ fn setup(
     // cgroups.
     let flags =
         UnshareFlags::NEWNS | UnshareFlags::NEWUTS | UnshareFlags::NEWIPC | UnshareFlags::NEWCGROUP;
-    // SAFETY: the init is single-threaded; unsharing these namespaces
-    // affects only this process.
-    unsafe { rustix::thread::unshare_unsafe(flags) }
-        .map_err(|e| format!("unshare mount/uts/ipc/cgroup namespaces: {e}"))?;
+    sys::unshare(flags).map_err(|e| format!("unshare mount/uts/ipc/cgroup namespaces: {e}"))?;
     let mut warnings = Vec::new();
     let isolated = net.isolate && own_network(spec, net, &mut warnings)?;
     let proxy = if isolated { network(net)? } else { None };
@@ -275,8 +272,7 @@ fn argument_range() -> Option<(u64, u64)> {
 /// refuses a request that names `network` or `allow_hosts` (SPEC.md §10);
 /// without them the sandbox shares the host's network and says so.
 fn own_network(spec: &Spec, net: NetPlan, warnings: &mut Vec<String>) -> Result<bool, InitReport> {
-    // SAFETY: as above, single-threaded.
-    let Err(e) = (unsafe { rustix::thread::unshare_unsafe(UnshareFlags::NEWNET) }) else {
+    let Err(e) = sys::unshare(UnshareFlags::NEWNET) else {
         return Ok(true);
     };
     if net.explicit {
@@ -390,8 +386,7 @@ fn enter_sandbox_identity(owner: Owner, userns: Option<OwnedFd>) -> Result<(), S
             sys::become_id(0, 0, true).map_err(|e| format!("become sandbox root: {e}"))
         }
         (Owner::Invoker, None) => {
-            // SAFETY: single-threaded, as unshare(CLONE_NEWUSER) requires.
-            unsafe { rustix::thread::unshare_unsafe(UnshareFlags::NEWUSER) }
+            sys::unshare(UnshareFlags::NEWUSER)
                 .map_err(|e| format!("unshare the inner user namespace: {e}"))?;
             sys::write_id_maps(None, 0, 0, 1).map_err(|e| e.to_string())?;
             sys::become_id(0, 0, false).map_err(|e| format!("become sandbox root: {e}"))

@@ -645,10 +645,8 @@ fn namespaces(base: Option<u32>, userns_child: Option<UsernsChild>) -> Result<Mo
             }
         }
     };
-    // SAFETY: the keeper is single-threaded; only children enter the new
-    // pid namespace.
-    unsafe { rustix::thread::unshare_unsafe(UnshareFlags::NEWPID) }
-        .map_err(|e| format!("unshare(CLONE_NEWPID): {e}"))?;
+    // Only children enter the new pid namespace.
+    sys::unshare(UnshareFlags::NEWPID).map_err(|e| format!("unshare(CLONE_NEWPID): {e}"))?;
     Ok(mode)
 }
 
@@ -951,14 +949,13 @@ fn fork_userns_child(base: u32) -> Result<UsernsChild, String> {
 /// setuid fixup), which creating a user namespace needs where
 /// unprivileged ones are restricted. This throwaway child's credentials
 /// are all it changes.
-fn unshare_owned_by(base: u32) -> rustix::io::Result<()> {
+fn unshare_owned_by(base: u32) -> io::Result<()> {
     use rustix::process::{Gid, Uid};
     use rustix::thread::CapabilitiesSecureBits;
     rustix::thread::set_capabilities_secure_bits(CapabilitiesSecureBits::NO_SETUID_FIXUP)?;
     rustix::thread::set_thread_res_gid(None, Gid::from_raw(base), None)?;
     rustix::thread::set_thread_res_uid(None, Uid::from_raw(base), None)?;
-    // SAFETY: this child is single-threaded.
-    unsafe { rustix::thread::unshare_unsafe(UnshareFlags::NEWUSER) }
+    sys::unshare(UnshareFlags::NEWUSER)
 }
 
 /// Root mode: a user namespace mapping sandbox ids 0..65536 to the block at
@@ -985,8 +982,7 @@ fn shifted_userns(child: UsernsChild, base: u32) -> Result<OwnedFd, String> {
 fn enter_invoker_userns() -> Result<(), String> {
     let uid = rustix::process::geteuid().as_raw();
     let gid = rustix::process::getegid().as_raw();
-    // SAFETY: the keeper is single-threaded, as CLONE_NEWUSER requires.
-    unsafe { rustix::thread::unshare_unsafe(UnshareFlags::NEWUSER) }.map_err(|e| {
+    sys::unshare(UnshareFlags::NEWUSER).map_err(|e| {
         format!("unshare(CLONE_NEWUSER) failed ({e}); unprivileged user namespaces are disabled or restricted on this host (run `sandkeep doctor`)")
     })?;
     sys::write_id_maps(None, uid, gid, 1).map_err(|e| e.to_string())?;

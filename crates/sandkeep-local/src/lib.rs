@@ -22,6 +22,11 @@
 //! (the isolation probe), over `sys` (the only raw syscalls) and `wire`
 //! (the socket protocol).
 
+// `unsafe` lives in `sys` (thin wrappers over raw syscalls) and `seccomp`
+// (installing the filter) alone; everything else calls their safe,
+// checked functions.
+#![deny(unsafe_code)]
+
 mod bounds;
 mod cgroup;
 mod client;
@@ -37,9 +42,11 @@ mod presence;
 mod process;
 mod proxy;
 mod rootfs;
+#[allow(unsafe_code)]
 mod seccomp;
 mod spawn;
 mod state;
+#[allow(unsafe_code)]
 mod sys;
 mod wire;
 
