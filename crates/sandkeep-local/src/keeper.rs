@@ -17,8 +17,8 @@
 use std::fs;
 use std::io::{self, Write};
 use std::os::fd::{AsFd, OwnedFd};
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
-use std::path::{Path, PathBuf};
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::PathBuf;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use rustix::event::{PollFd, PollFlags};
@@ -30,17 +30,11 @@ use super::cgroup::{self, Resources};
 use super::init::{self, InitContext, InitReport, Mode, NetPlan};
 use super::proxy::{Policy as ProxyPolicy, Proxy};
 use super::rootfs::Owner;
-use super::state::{self, Home, Lock, Meta, SandboxDir, Spec};
-use super::{doctor, etc_copy, sys, wire};
+use super::state::{self, Home, Meta, SandboxDir, Spec};
+use super::{doctor, etc_copy, slots, sys, wire};
 use sandkeep_proto::procfs;
 use sandkeep_proto::record::ProcessIdentity;
 use sandkeep_provider::{Limits, Network, SandboxId, SandboxInfo};
-
-/// Size of each root-mode sandbox's uid/gid block.
-const BLOCK: u32 = 65536;
-/// First host uid handed to sandboxes: far above any real account.
-const FIRST_BLOCK: u32 = 1 << 30;
-const SLOTS: u32 = 16384;
 
 /// What the keeper prints on its stdout once, for the provider that
 /// started it.
@@ -221,7 +215,7 @@ fn run(home: Home, id: SandboxId) -> i32 {
             );
             cgroup::remove_recorded(&dir.path);
             let _ = state::remove_tree(&dir.path);
-            release_slot(&dir.path, None);
+            slots::release_slot(&dir.path, None);
             1
         }
     }
@@ -262,7 +256,7 @@ fn start(home: &Home, dir: &SandboxDir) -> Result<Running, SetupError> {
     let root = rustix::process::geteuid().is_root();
     // Root never runs a sandbox as itself: it gets a uid block either way.
     let base = if root {
-        Some(allocate_slot(home, &spec.sandbox_id)?)
+        Some(slots::allocate_slot(home, &spec.sandbox_id)?)
     } else {
         None
     };
@@ -301,7 +295,11 @@ fn start(home: &Home, dir: &SandboxDir) -> Result<Running, SetupError> {
             spec.egress_trust.clone(),
             home.root(),
         );
-        Some(Proxy::fork(policy, base.map(proxy_uid), &cgroups.doors)?)
+        Some(Proxy::fork(
+            policy,
+            base.map(slots::proxy_uid),
+            &cgroups.doors,
+        )?)
     } else {
         None
     };
@@ -724,7 +722,7 @@ fn destroy(dir: &SandboxDir, mut sandbox: Running) {
     if let Err(e) = state::remove_tree(&dir.path) {
         eprintln!("sandkeep keeper: removing {}: {e}", dir.path.display());
     }
-    release_slot(&dir.path, sandbox.uid_base);
+    slots::release_slot(&dir.path, sandbox.uid_base);
 }
 
 /// Process-only mode: SIGKILLs every process below the keeper (a
@@ -801,106 +799,6 @@ fn descendants(root: u32) -> Vec<ProcessIdentity> {
         .collect()
 }
 
-/// The host uid (and gid) root's egress proxy of the sandbox whose block
-/// starts at `base` runs as: one per slot, just below the first block, so
-/// that no sandbox maps it, no two proxies share it and no host account
-/// (`nobody` included) can signal it.
-fn proxy_uid(base: u32) -> u32 {
-    FIRST_BLOCK - SLOTS + (base - FIRST_BLOCK) / BLOCK
-}
-
-/// Where root's uid blocks are claimed, for every state directory on the
-/// host: two servers with different `SANDKEEP_HOME`s must never hand out
-/// the same block. Under /run, so it starts empty with the machine, as do
-/// the sandboxes.
-pub const UID_SLOTS: &str = "/run/sandkeep/uid-slots";
-
-/// Claims a free uid block for the sandbox: a slot file naming its
-/// directory, reclaimed once that directory is gone. Returns the block's
-/// first host uid.
-fn allocate_slot(home: &Home, id: &SandboxId) -> Result<u32, String> {
-    let slots = Path::new(UID_SLOTS);
-    fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(slots)
-        .map_err(|e| format!("create {UID_SLOTS}: {e}"))?;
-    state::check_trusted(slots).map_err(|e| e.to_string())?;
-    // Root's alone (also where an older sandkeep made them 0755): the
-    // slots name the sandbox directories of every state directory.
-    for dir in [slots.parent().expect("UID_SLOTS has a parent"), slots] {
-        fs::set_permissions(dir, fs::Permissions::from_mode(0o700))
-            .map_err(|e| format!("chmod {}: {e}", dir.display()))?;
-    }
-    let _lock = Lock::acquire(&slots.join(".lock")).map_err(|e| format!("lock uid slots: {e}"))?;
-    let n = free_slot(slots)?;
-    fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(slots.join(n.to_string()))
-        .and_then(|mut f| f.write_all(home.sandbox(id).path.as_os_str().as_encoded_bytes()))
-        .map_err(|e| format!("claim uid slot {n}: {e}"))?;
-    Ok(FIRST_BLOCK + n * BLOCK)
-}
-
-/// The lowest slot number without a file, from one read of the directory:
-/// reading every live sandbox's slot made a create with 200 live sandboxes
-/// a millisecond slower. Only when every number has a file is a stale one
-/// (its sandbox's directory gone, its keeper killed) taken over.
-fn free_slot(slots: &Path) -> Result<u32, String> {
-    let mut taken = vec![false; SLOTS as usize];
-    let entries = fs::read_dir(slots).map_err(|e| format!("read {}: {e}", slots.display()))?;
-    for entry in entries.flatten() {
-        let number = entry
-            .file_name()
-            .to_str()
-            .and_then(|n| n.parse::<u32>().ok());
-        if let Some(n) = number.filter(|&n| n < SLOTS) {
-            taken[n as usize] = true;
-        }
-    }
-    if let Some(n) = taken.iter().position(|&t| !t) {
-        return Ok(n as u32);
-    }
-    for n in 0..SLOTS {
-        let path = slots.join(n.to_string());
-        match fs::read_to_string(&path) {
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(n),
-            Err(e) => return Err(format!("read {}: {e}", path.display())),
-            Ok(holder) if !Path::new(holder.trim()).exists() => return Ok(n),
-            Ok(_) => {}
-        }
-    }
-    Err(format!(
-        "all {SLOTS} uid blocks are in use; kill some sandboxes"
-    ))
-}
-
-/// Removes the slot of the sandbox whose directory is `owner`: the one of
-/// `uid_base` when known, else whichever names that directory. A dead
-/// keeper's slot is removed so by whoever cleans up after it
-/// (`presence::clean_stale`); should nobody, a create takes it over only
-/// once every number has a slot.
-pub(crate) fn release_slot(owner: &Path, uid_base: Option<u32>) {
-    let slots = Path::new(UID_SLOTS);
-    let Ok(_lock) = Lock::acquire(&slots.join(".lock")) else {
-        return;
-    };
-    let held = |slot: &Path| fs::read_to_string(slot).is_ok_and(|o| Path::new(o.trim()) == owner);
-    let candidates: Vec<PathBuf> = match uid_base {
-        Some(base) => vec![slots.join(((base - FIRST_BLOCK) / BLOCK).to_string())],
-        None => match fs::read_dir(slots) {
-            Ok(entries) => entries.flatten().map(|e| e.path()).collect(),
-            Err(_) => return,
-        },
-    };
-    for slot in candidates.iter().filter(|s| held(s)) {
-        let _ = fs::remove_file(slot);
-    }
-}
-
 /// Root mode's user-namespace maker: a throwaway child that unshares a
 /// user namespace and stays until the keeper has mapped it. Forked early,
 /// so that its unshare overlaps the keeper's own work.
@@ -969,7 +867,7 @@ fn shifted_userns(child: UsernsChild, base: u32) -> Result<OwnedFd, String> {
     if !answered {
         return Err("unshare(CLONE_NEWUSER) failed; user namespaces are disabled on this host (run `sandkeep doctor`)".into());
     }
-    let userns = sys::write_id_maps(Some(pid), base, base, BLOCK)
+    let userns = sys::write_id_maps(Some(pid), base, base, slots::BLOCK)
         .and_then(|()| fs::File::open(format!("/proc/{pid}/ns/user")).map(OwnedFd::from))
         .map_err(|e| format!("map the sandbox user namespace: {e}"));
     // Released only now: the namespace lives on through its fd.
@@ -996,34 +894,6 @@ mod tests {
     use std::process::{Command, Stdio};
 
     use super::*;
-
-    #[test]
-    fn the_lowest_number_without_a_slot_file_is_free() {
-        let slots = tempfile::tempdir().unwrap();
-        assert_eq!(free_slot(slots.path()).unwrap(), 0);
-        for name in ["0", "1", "3", ".lock", "not-a-slot"] {
-            fs::write(slots.path().join(name), "/somewhere/sb/sb-0").unwrap();
-        }
-        assert_eq!(free_slot(slots.path()).unwrap(), 2);
-    }
-
-    /// With every number claimed, a slot whose sandbox directory is gone
-    /// is taken over; one that names a live directory never is.
-    #[test]
-    fn a_full_table_gives_up_only_stale_slots() {
-        let slots = tempfile::tempdir().unwrap();
-        let live = slots.path().to_str().unwrap();
-        for n in 0..SLOTS {
-            fs::write(slots.path().join(n.to_string()), live).unwrap();
-        }
-        assert!(
-            free_slot(slots.path())
-                .unwrap_err()
-                .contains("all 16384 uid blocks are in use")
-        );
-        fs::write(slots.path().join("9000"), "/gone/sb/sb-0\n").unwrap();
-        assert_eq!(free_slot(slots.path()).unwrap(), 9000);
-    }
 
     /// A pid found by the scan may be recycled before the kill: only the
     /// very process found (pid and start time) may be signalled.

@@ -44,6 +44,7 @@ mod proxy;
 mod rootfs;
 #[allow(unsafe_code)]
 mod seccomp;
+mod slots;
 mod spawn;
 mod state;
 #[allow(unsafe_code)]
