@@ -397,11 +397,13 @@ pub fn probe_main() -> i32 {
     ];
     let landlock = check(
         "landlock",
-        in_child(|| match super::init::landlock_writes(Path::new("/tmp")) {
-            Ok(true) => Ok(()),
-            Ok(false) => Err("not enforced by this kernel".into()),
-            Err(e) => Err(e.to_string()),
-        }),
+        in_child(
+            || match super::landlock::landlock_writes(Path::new("/tmp")) {
+                Ok(true) => Ok(()),
+                Ok(false) => Err("not enforced by this kernel".into()),
+                Err(e) => Err(e.to_string()),
+            },
+        ),
         "writes can be confined (used only by the fallback level)",
     );
     let namespaces_ok = checks.iter().take(4).all(|c| c.ok);

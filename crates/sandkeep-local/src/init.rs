@@ -19,6 +19,7 @@ use sandkeep_proto::shell::SHELLS;
 
 use super::cgroup;
 use super::fileops;
+use super::landlock;
 use super::rootfs::{self, Owner};
 use super::seccomp;
 use super::state::{SandboxDir, Spec};
@@ -333,7 +334,7 @@ fn setup_process_only(dir: &SandboxDir, uid: Option<u32>) -> Result<(String, Vec
     rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::NotDumpable)
         .map_err(|e| format!("non-dumpable: {e}"))?;
     let mut warnings = Vec::new();
-    let isolation = match landlock_writes(&dir.path) {
+    let isolation = match landlock::landlock_writes(&dir.path) {
         Ok(true) => "landlock",
         Ok(false) => {
             warnings.push(
@@ -346,31 +347,6 @@ fn setup_process_only(dir: &SandboxDir, uid: Option<u32>) -> Result<(String, Vec
     };
     seccomp::install()?;
     Ok((isolation.to_owned(), warnings))
-}
-
-/// Restricts writes to `sandbox` and a few device files; true when the
-/// kernel enforces it.
-pub(super) fn landlock_writes(sandbox: &std::path::Path) -> Result<bool, landlock::RulesetError> {
-    use landlock::{
-        ABI, AccessFs, Ruleset, RulesetAttr, RulesetCreatedAttr, RulesetStatus, Scope,
-        path_beneath_rules,
-    };
-    let abi = ABI::V6;
-    let writable = [
-        sandbox,
-        std::path::Path::new("/dev/null"),
-        std::path::Path::new("/dev/zero"),
-        std::path::Path::new("/dev/full"),
-        std::path::Path::new("/dev/tty"),
-    ];
-    let status = Ruleset::default()
-        .handle_access(AccessFs::from_write(abi))?
-        .scope(Scope::Signal)?
-        .scope(Scope::AbstractUnixSocket)?
-        .create()?
-        .add_rules(path_beneath_rules(writable, AccessFs::from_write(abi)))?
-        .restrict_self()?;
-    Ok(status.ruleset != RulesetStatus::NotEnforced)
 }
 
 /// Leaves the user namespace that owns the mount namespace, so that no

@@ -37,6 +37,7 @@ mod file_reply;
 mod fileops;
 mod init;
 mod keeper;
+mod landlock;
 mod netpolicy;
 mod presence;
 mod process;
