@@ -31,7 +31,7 @@ use super::init::{self, InitContext, InitReport, Mode, NetPlan};
 use super::proxy::{Policy as ProxyPolicy, Proxy};
 use super::rootfs::Owner;
 use super::state::{self, Home, Meta, SandboxDir, Spec};
-use super::{doctor, etc_copy, slots, sys, wire};
+use super::{etc_copy, slots, sys, wire};
 use sandkeep_proto::procfs;
 use sandkeep_proto::record::ProcessIdentity;
 use sandkeep_provider::{Limits, Network, SandboxId, SandboxInfo};
@@ -73,55 +73,11 @@ pub const BUILD: &str = env!("SANDKEEP_LOCAL_SOURCE");
 /// or none it knows) before doing anything.
 pub const REFUSED: i32 = 2;
 
-pub fn main(args: Vec<String>) -> i32 {
-    match args
-        .iter()
-        .map(String::as_str)
-        .collect::<Vec<_>>()
-        .as_slice()
-    {
-        ["run", _, _, build] if *build != BUILD => {
-            eprintln!(
-                "sandkeep keeper: built from other sources ({BUILD}) than its provider ({build})"
-            );
-            REFUSED
-        }
-        ["run", home, id, _] => match SandboxId::parse(id) {
-            Ok(id) => match detach() {
-                Ok(()) => run(Home::new(PathBuf::from(home)), id),
-                Err(e) => {
-                    eprintln!("sandkeep keeper: setsid: {e}");
-                    1
-                }
-            },
-            Err(e) => {
-                eprintln!("sandkeep keeper: {e}");
-                REFUSED
-            }
-        },
-        ["standby", build] if *build != BUILD => {
-            eprintln!(
-                "sandkeep keeper: built from other sources ({BUILD}) than its provider ({build})"
-            );
-            REFUSED
-        }
-        ["standby", _] => standby(),
-        ["probe"] => doctor::probe_main(),
-        _ => {
-            eprintln!(
-                "usage: sandkeep-keeper run HOME SANDBOX_ID BUILD | sandkeep-keeper standby BUILD | \
-                 sandkeep-keeper probe (internal)"
-            );
-            REFUSED
-        }
-    }
-}
-
 /// Started ahead of its sandbox (see `spawn::Standby`): reads `HOME<TAB>ID`
 /// from stdin up to its end (HOME as the bytes of the path, whatever they
 /// are), then is that sandbox's keeper. Nothing before the end means it is
 /// not needed.
-fn standby() -> i32 {
+pub fn standby() -> i32 {
     // Detached first: a Ctrl-C meant for the CLI must not reach it once it
     // has its sandbox.
     if let Err(e) = detach() {
@@ -165,11 +121,11 @@ fn standby() -> i32 {
 /// process-group signal reaches the keeper. It stays the provider's child,
 /// which does not wait for it: when the provider exits it goes to the
 /// host's init (or subreaper), like any orphan.
-fn detach() -> rustix::io::Result<()> {
+pub fn detach() -> rustix::io::Result<()> {
     rustix::process::setsid().map(drop)
 }
 
-fn run(home: Home, id: SandboxId) -> i32 {
+pub fn run(home: Home, id: SandboxId) -> i32 {
     let dir = home.sandbox(&id);
     // Our stdout is the provider's readiness pipe; keep it aside so that no
     // descendant inherits it as stdio.

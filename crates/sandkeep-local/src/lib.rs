@@ -54,7 +54,7 @@ mod wire;
 
 use std::os::fd::AsFd;
 use std::os::unix::fs::DirBuilderExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
@@ -68,6 +68,7 @@ pub use spawn::prestart;
 pub use state::trusted_path;
 
 use self::client::{CallError, Outcome};
+use self::keeper::{BUILD, REFUSED};
 use self::presence::{Presence, Until, inspect, lock_sandbox, terminate};
 use self::state::{Home, Meta, Spec};
 use self::wire::Request;
@@ -79,9 +80,52 @@ use sandkeep_provider::{
 /// The first argument that makes the `sandkeep` binary a keeper.
 pub const KEEPER_ARG: &str = "__keeper";
 
-/// Entry point of the per-sandbox keeper process; returns its exit code.
+/// Entry point of the per-sandbox keeper process (the arguments after
+/// [`KEEPER_ARG`], or the `sandkeep-keeper` executable's): runs a
+/// sandbox's keeper, a standby keeper or the isolation probe; returns its
+/// exit code.
 pub fn keeper_main(args: Vec<String>) -> i32 {
-    keeper::main(args)
+    match args
+        .iter()
+        .map(String::as_str)
+        .collect::<Vec<_>>()
+        .as_slice()
+    {
+        ["run", _, _, build] if *build != BUILD => {
+            eprintln!(
+                "sandkeep keeper: built from other sources ({BUILD}) than its provider ({build})"
+            );
+            REFUSED
+        }
+        ["run", home, id, _] => match SandboxId::parse(id) {
+            Ok(id) => match keeper::detach() {
+                Ok(()) => keeper::run(Home::new(PathBuf::from(home)), id),
+                Err(e) => {
+                    eprintln!("sandkeep keeper: setsid: {e}");
+                    1
+                }
+            },
+            Err(e) => {
+                eprintln!("sandkeep keeper: {e}");
+                REFUSED
+            }
+        },
+        ["standby", build] if *build != BUILD => {
+            eprintln!(
+                "sandkeep keeper: built from other sources ({BUILD}) than its provider ({build})"
+            );
+            REFUSED
+        }
+        ["standby", _] => keeper::standby(),
+        ["probe"] => doctor::probe_main(),
+        _ => {
+            eprintln!(
+                "usage: sandkeep-keeper run HOME SANDBOX_ID BUILD | sandkeep-keeper standby BUILD | \
+                 sandkeep-keeper probe (internal)"
+            );
+            REFUSED
+        }
+    }
 }
 
 /// The built-in template: the host's own system seen through the sandbox.
