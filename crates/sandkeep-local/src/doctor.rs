@@ -15,8 +15,7 @@ use std::path::{Path, PathBuf};
 use rustix::thread::UnshareFlags;
 use serde::{Deserialize, Serialize};
 
-use super::config::EGRESS_TRUST_VAR;
-use super::netpolicy::{self, EgressTrust, HostNetwork};
+use super::netpolicy::{self, EGRESS_TRUST_VAR, EgressTrust, HostNetwork};
 use super::sys;
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]

@@ -61,9 +61,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 pub use bounds::HostBounds;
-pub use config::{EGRESS_TRUST_VAR, LocalConfig};
+pub use config::LocalConfig;
 pub use doctor::{Check, DoctorReport};
-pub use netpolicy::{EgressTrust, TrustError};
+pub use netpolicy::{EGRESS_TRUST_VAR, EgressTrust, TrustError};
 pub use spawn::prestart;
 pub use state::trusted_path;
 
