@@ -32,9 +32,13 @@ use super::proxy::{Policy as ProxyPolicy, Proxy};
 use super::rootfs::Owner;
 use super::state::{self, Home, Meta, SandboxDir, Spec};
 use super::{etc_copy, slots, sys, wire};
-use sandkeep_proto::procfs;
 use sandkeep_proto::record::ProcessIdentity;
 use sandkeep_provider::{Limits, Network, SandboxId, SandboxInfo};
+
+use self::userns::UsernsChild;
+
+mod teardown;
+mod userns;
 
 /// What the keeper prints on its stdout once, for the provider that
 /// started it.
@@ -229,7 +233,7 @@ fn start(home: &Home, dir: &SandboxDir) -> Result<Running, SetupError> {
     let mut warnings = Vec::new();
     let mut net = net_plan(&spec);
     let userns_child = match base {
-        Some(base) if !spec.process_only => Some(fork_userns_child(base)?),
+        Some(base) if !spec.process_only => Some(userns::fork_userns_child(base)?),
         _ => None,
     };
     // Children that finish their work early and exit on their own: reaped
@@ -589,10 +593,10 @@ fn namespaces(base: Option<u32>, userns_child: Option<UsernsChild>) -> Result<Mo
     let mode = match base.zip(userns_child) {
         Some((base, child)) => Mode::Namespaces {
             owner: Owner::Shifted { base },
-            userns: Some(shifted_userns(child, base)?),
+            userns: Some(userns::shifted_userns(child, base)?),
         },
         None => {
-            enter_invoker_userns()?;
+            userns::enter_invoker_userns()?;
             Mode::Namespaces {
                 owner: Owner::Invoker,
                 userns: None,
@@ -663,7 +667,7 @@ fn destroy(dir: &SandboxDir, mut sandbox: Running) {
     // and the rest below is still under way.
     let _ = fs::remove_file(dir.meta());
     if sandbox.meta.process_only {
-        kill_descendants();
+        teardown::kill_descendants();
     }
     // Pid 1's death makes the kernel kill every process in the namespace,
     // including those that called setsid or double-forked. Its mount
@@ -679,206 +683,4 @@ fn destroy(dir: &SandboxDir, mut sandbox: Running) {
         eprintln!("sandkeep keeper: removing {}: {e}", dir.path.display());
     }
     slots::release_slot(&dir.path, sandbox.uid_base);
-}
-
-/// Process-only mode: SIGKILLs every process below the keeper (a
-/// subreaper, so setsid and double forks cannot leave the tree), the init
-/// included, until none is left. Killed processes cannot fork any more, so the
-/// loop ends.
-fn kill_descendants() {
-    let me = std::process::id();
-    for _ in 0..1000 {
-        let victims = descendants(me);
-        if victims.is_empty() {
-            return;
-        }
-        kill_all(&victims);
-        while sys::reap_any().is_some() {}
-        std::thread::yield_now();
-    }
-}
-
-/// SIGKILLs each process of `victims` that is still the very one found.
-/// A victim may exit and be reaped by its own parent after the scan, and
-/// its pid go to a host process: the pidfd pins whatever process holds the
-/// pid now, and the start time, read after opening it, tells whether that
-/// is still ours.
-fn kill_all(victims: &[ProcessIdentity]) {
-    for victim in victims {
-        let Some(pid) = Pid::from_raw(victim.pid as i32) else {
-            continue;
-        };
-        let Ok(fd) = rustix::process::pidfd_open(pid, PidfdFlags::empty()) else {
-            continue;
-        };
-        if victim.is_alive() {
-            let _ = rustix::process::pidfd_send_signal(&fd, Signal::KILL);
-        }
-    }
-}
-
-/// Live (non-zombie) processes whose ancestry leads to `root`, each with
-/// the start time read in the same look at its `/proc/PID/stat`.
-fn descendants(root: u32) -> Vec<ProcessIdentity> {
-    let mut parent_of = Vec::new();
-    if let Ok(entries) = fs::read_dir("/proc") {
-        for e in entries.flatten() {
-            let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
-                continue;
-            };
-            let Ok(stat) = procfs::stat(pid) else {
-                continue;
-            };
-            let id = ProcessIdentity {
-                pid,
-                start_time: stat.start_time,
-            };
-            parent_of.push((id, stat.ppid, !stat.is_running()));
-        }
-    }
-    let mut found = vec![root];
-    let mut i = 0;
-    while i < found.len() {
-        let p = found[i];
-        found.extend(
-            parent_of
-                .iter()
-                .filter(|(_, pp, _)| *pp == p)
-                .map(|(c, _, _)| c.pid),
-        );
-        i += 1;
-    }
-    parent_of
-        .into_iter()
-        .filter(|(c, _, zombie)| !zombie && c.pid != root && found.contains(&c.pid))
-        .map(|(c, _, _)| c)
-        .collect()
-}
-
-/// Root mode's user-namespace maker: a throwaway child that unshares a
-/// user namespace and stays until the keeper has mapped it. Forked early,
-/// so that its unshare overlaps the keeper's own work.
-struct UsernsChild {
-    pid: i32,
-    /// One byte: whether its unshare worked.
-    unshared: OwnedFd,
-    /// Closed once the keeper holds the namespace: then it exits.
-    done: OwnedFd,
-}
-
-fn fork_userns_child(base: u32) -> Result<UsernsChild, String> {
-    let (go_r, go_w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
-        .map_err(|e| format!("pipe: {e}"))?;
-    let (done_r, done_w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
-        .map_err(|e| format!("pipe: {e}"))?;
-    match sys::fork().map_err(|e| format!("fork: {e}"))? {
-        sys::Forked::Child => {
-            drop(go_r);
-            drop(done_w);
-            let ok = unshare_owned_by(base).is_ok();
-            let _ = rustix::io::write(&go_w, if ok { b"y" } else { b"n" });
-            let mut b = [0u8; 1];
-            let _ = rustix::io::read(&done_r, &mut b);
-            sys::exit_now(0)
-        }
-        sys::Forked::Parent(pid) => Ok(UsernsChild {
-            pid,
-            unshared: go_r,
-            done: done_w,
-        }),
-    }
-}
-
-/// Unshares a user namespace whose owner is host uid `base`, the sandbox
-/// root's own, rather than host root. The kernel counts what processes of
-/// a user namespace hold (inotify instances and watches, user
-/// namespaces...) against their uid there and against the owner of each
-/// namespace up the chain, under the host's per-user limits: owned by
-/// host root, every sandbox's inotify instances were host root's, and one
-/// sandbox could take all 128 of `fs.inotify.max_user_instances` from
-/// host root and every other sandbox. Owned by `base`, a sandbox spends
-/// only its own uid's. No host process runs as `base` (it is the first
-/// uid of the sandbox's block), so the owner's rights in the namespace
-/// are nobody's. Only the effective ids change, every capability kept (no
-/// setuid fixup), which creating a user namespace needs where
-/// unprivileged ones are restricted. This throwaway child's credentials
-/// are all it changes.
-fn unshare_owned_by(base: u32) -> io::Result<()> {
-    use rustix::process::{Gid, Uid};
-    use rustix::thread::CapabilitiesSecureBits;
-    rustix::thread::set_capabilities_secure_bits(CapabilitiesSecureBits::NO_SETUID_FIXUP)?;
-    rustix::thread::set_thread_res_gid(None, Gid::from_raw(base), None)?;
-    rustix::thread::set_thread_res_uid(None, Uid::from_raw(base), None)?;
-    sys::unshare(UnshareFlags::NEWUSER)
-}
-
-/// Root mode: a user namespace mapping sandbox ids 0..65536 to the block at
-/// `base`, made by `child` and kept alive by the returned fd (the child
-/// exits once it is released; the keeper reaps it later). The init joins
-/// it after building the root, and idmaps lower layers through it.
-fn shifted_userns(child: UsernsChild, base: u32) -> Result<OwnedFd, String> {
-    let pid = child.pid;
-    let mut b = [0u8; 1];
-    let answered = rustix::io::read(&child.unshared, &mut b).is_ok_and(|n| n == 1 && b[0] == b'y');
-    if !answered {
-        return Err("unshare(CLONE_NEWUSER) failed; user namespaces are disabled on this host (run `sandkeep doctor`)".into());
-    }
-    let userns = sys::write_id_maps(Some(pid), base, base, slots::BLOCK)
-        .and_then(|()| fs::File::open(format!("/proc/{pid}/ns/user")).map(OwnedFd::from))
-        .map_err(|e| format!("map the sandbox user namespace: {e}"));
-    // Released only now: the namespace lives on through its fd.
-    drop(child.done);
-    userns
-}
-
-/// Unprivileged mode: the keeper itself moves into a user namespace where
-/// the invoking user is root, so it may create the other namespaces.
-fn enter_invoker_userns() -> Result<(), String> {
-    let uid = rustix::process::geteuid().as_raw();
-    let gid = rustix::process::getegid().as_raw();
-    sys::unshare(UnshareFlags::NEWUSER).map_err(|e| {
-        format!("unshare(CLONE_NEWUSER) failed ({e}); unprivileged user namespaces are disabled or restricted on this host (run `sandkeep doctor`)")
-    })?;
-    sys::write_id_maps(None, uid, gid, 1).map_err(|e| e.to_string())?;
-    sys::become_id(0, 0, false).map_err(|e| format!("become root in the user namespace: {e}"))
-}
-
-#[cfg(test)]
-mod tests {
-    use std::io::{BufRead, BufReader, Write};
-    use std::os::unix::process::ExitStatusExt;
-    use std::process::{Command, Stdio};
-
-    use super::*;
-
-    /// A pid found by the scan may be recycled before the kill: only the
-    /// very process found (pid and start time) may be signalled.
-    #[test]
-    fn a_recycled_pid_is_never_killed() {
-        let mut child = Command::new("cat")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let found = ProcessIdentity::of(child.id()).unwrap();
-        let recycled = ProcessIdentity {
-            start_time: found.start_time + 1,
-            ..found
-        };
-        kill_all(&[recycled]);
-        // A SIGKILL is pending before kill(2) returns, so a process that
-        // was hit cannot echo this line back.
-        let mut stdin = child.stdin.take().unwrap();
-        stdin.write_all(b"alive\n").unwrap();
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        assert_eq!(
-            line, "alive\n",
-            "another process with the same pid was killed"
-        );
-        kill_all(&[found]);
-        assert_eq!(child.wait().unwrap().signal(), Some(libc::SIGKILL));
-    }
 }
