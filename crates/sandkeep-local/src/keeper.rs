@@ -246,35 +246,12 @@ fn start(home: &Home, dir: &SandboxDir) -> Result<Running, SetupError> {
     // Before any namespace: the cgroups are made with the host's view.
     let (cgroups, enforced) = limit_resources(&spec, dir, &mut warnings)?;
     let cgroup_dirs = cgroups.dirs.clone();
-    // Forked before any namespace is entered, so it lives on the host,
-    // and into the sandbox's cgroups, which bound its work as the
-    // sandbox's own.
     let mut proxy = if net.proxy {
-        let policy = ProxyPolicy::new(
-            spec.allow_hosts.clone(),
-            spec.egress_trust.clone(),
-            home.root(),
-        );
-        Some(Proxy::fork(
-            policy,
-            base.map(slots::proxy_uid),
-            &cgroups.doors,
-        )?)
+        Some(fork_proxy(&spec, home, base, &cgroups.doors)?)
     } else {
         None
     };
-    let attempt = if spec.process_only {
-        Err("the configuration asks for process-only sandboxes".to_owned())
-    } else {
-        namespaces(base, userns_child)
-    };
-    let mode = attempt.unwrap_or_else(|why| {
-        warnings.push(format!(
-            "no namespaces ({why}): sandbox processes share the host's process table, network and \
-             read view of the filesystem; run `sandkeep doctor`"
-        ));
-        Mode::ProcessOnly { uid: base }
-    });
+    let mode = choose_mode(&spec, base, userns_child, &mut warnings);
     let process_only = matches!(mode, Mode::ProcessOnly { .. });
     if process_only {
         net = NetPlan {
@@ -289,44 +266,10 @@ fn start(home: &Home, dir: &SandboxDir) -> Result<Running, SetupError> {
         None => (None, None),
     };
     if process_only {
-        // Its home and TMPDIR on the host (a namespaced sandbox has both
-        // on its disk, see `rootfs`).
-        for d in [dir.home(), dir.tmp()] {
-            fs::create_dir_all(&d).map_err(|e| format!("mkdir {}: {e}", d.display()))?;
-        }
-        fs::set_permissions(dir.home(), fs::Permissions::from_mode(0o700))
-            .map_err(|e| format!("chmod home: {e}"))?;
-        if let Some(base) = base {
-            for d in [dir.home(), dir.tmp()] {
-                std::os::unix::fs::chown(&d, Some(base), Some(base))
-                    .map_err(|e| format!("chown {}: {e}", d.display()))?;
-            }
-            // The sandbox's uid must reach its own directory on the host.
-            for d in [
-                home.root().to_path_buf(),
-                home.sandboxes(),
-                dir.path.clone(),
-            ] {
-                fs::set_permissions(&d, fs::Permissions::from_mode(0o711))
-                    .map_err(|e| format!("chmod {}: {e}", d.display()))?;
-            }
-        }
+        host_dirs(home, dir, base)?;
     }
-    let helper = if process_only {
-        let bin = dir.path.join("bin");
-        fs::create_dir_all(&bin).map_err(|e| format!("mkdir {}: {e}", bin.display()))?;
-        let link = bin.join(state::HELPER_NAME);
-        std::os::unix::fs::symlink(&spec.exe, &link)
-            .map_err(|e| format!("link the task helper: {e}"))?;
-        link.to_string_lossy().into_owned()
-    } else {
-        format!("/{}/{}", state::HELPER_DIR, state::HELPER_NAME)
-    };
-    let _ = fs::remove_file(dir.socket());
-    let listener =
-        wire::listen(&dir.socket()).map_err(|e| format!("listen on the sandbox socket: {e}"))?;
-    fs::set_permissions(dir.socket(), fs::Permissions::from_mode(0o600))
-        .map_err(|e| format!("chmod socket: {e}"))?;
+    let helper = helper_path(&spec, dir, process_only)?;
+    let listener = listen(dir)?;
     let (report_r, report_w) = rustix::net::socketpair(
         rustix::net::AddressFamily::UNIX,
         rustix::net::SocketType::SEQPACKET,
@@ -340,32 +283,10 @@ fn start(home: &Home, dir: &SandboxDir) -> Result<Running, SetupError> {
         rustix::process::set_child_subreaper(Some(rustix::process::getpid()))
             .map_err(|e| format!("PR_SET_CHILD_SUBREAPER: {e}"))?;
     }
-
-    let mut info = SandboxInfo {
-        sandbox_id: spec.sandbox_id.clone(),
-        template: spec.template.clone(),
-        created_at: spec.created_at,
-        expires_at: spec.created_at + spec.timeout,
-        timeout: spec.timeout,
-        retained: false,
-        isolation: String::new(),
-        // Filled in by record_network from what is actually enforced.
-        network: None,
-        allow_hosts: Vec::new(),
-        limits: enforced_limits(enforced, &spec, process_only)?,
-    };
-    record_network(&mut info, &spec, net)?;
+    let mut info = sandbox_info(&spec, enforced, process_only, net)?;
     let memory_cgroup = memory_cgroup(&cgroup_dirs, enforced);
     let cgroup::Doors { mut tasks, v2 } = cgroups.doors;
-    let forked = match v2 {
-        Some(v2) => sys::fork_into(v2.dir.as_fd()).or_else(|e| {
-            eprintln!("sandkeep keeper: cannot fork into the cgroup ({e}); the init moves itself");
-            tasks.push(v2.procs);
-            sys::fork()
-        }),
-        None => sys::fork(),
-    };
-    let init_pid = match forked.map_err(|e| format!("fork the init: {e}"))? {
+    let init_pid = match fork_into(v2, &mut tasks).map_err(|e| format!("fork the init: {e}"))? {
         sys::Forked::Child => init::run(InitContext {
             spec,
             dir: dir.clone(),
@@ -392,65 +313,20 @@ fn start(home: &Home, dir: &SandboxDir) -> Result<Running, SetupError> {
         PidfdFlags::empty(),
     )
     .map_err(|e| format!("pidfd_open: {e}"))?;
-    let mut buf = vec![0u8; 256 * 1024];
-    let (n, mut fds) = wire::recv(&report_r, &mut buf).unwrap_or_default();
-    buf.truncate(n);
-    let fail = |e: SetupError| {
+    if let Err(e) = read_report(&report_r, &mut info, &mut warnings, &mut proxy) {
         let _ = rustix::process::pidfd_send_signal(&init_pidfd, Signal::KILL);
         let _ = sys::wait_for(init_pid);
         // Done by now, or soon (the init no longer reads its answer).
         for &pid in &exiting {
             let _ = sys::wait_for(pid);
         }
-        Err(e)
-    };
-    info.isolation = match serde_json::from_slice::<InitReport>(&buf) {
-        Ok(InitReport::Ready {
-            isolation,
-            warnings: more,
-            network,
-        }) => {
-            warnings.extend(more);
-            if !network {
-                // No namespace to isolate: nothing is enforced, no proxy.
-                proxy = None;
-                info.network = None;
-                info.allow_hosts.clear();
-            }
-            isolation
-        }
-        Ok(InitReport::Unsupported(e)) => return fail(SetupError::Unsupported(e)),
-        Ok(InitReport::Failed(e)) => {
-            return fail(format!("building the sandbox failed: {e}").into());
-        }
-        Err(_) => return fail("the sandbox init died during setup".to_owned().into()),
-    };
-    if let Some(proxy) = proxy.as_mut() {
-        match fds.pop() {
-            Some(listener) => {
-                if let Err(e) = proxy.start(listener) {
-                    return fail(e.into());
-                }
-            }
-            None => {
-                return fail(
-                    "the init sent no socket for the egress proxy"
-                        .to_owned()
-                        .into(),
-                );
-            }
-        }
+        return Err(e);
     }
     let init = ProcessIdentity::of(init_pid as u32).map_err(|e| e.to_string())?;
-    // The init cannot have been reaped (its pidfd is ours, unwaited): the
-    // path names it. An ordinary user's keeper may not open it (the init
-    // is not dumpable); the teardown then stays in the init's exit.
     let mounts = if process_only {
         None
     } else {
-        let path = format!("/proc/{init_pid}/ns/mnt");
-        let flags = rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::CLOEXEC;
-        rustix::fs::open(path, flags, rustix::fs::Mode::empty()).ok()
+        mount_namespace(init_pid)
     };
     let signals = sys::signalfd(&[libc::SIGTERM, libc::SIGINT, libc::SIGHUP])
         .map_err(|e| format!("signalfd: {e}"))?;
@@ -473,6 +349,198 @@ fn start(home: &Home, dir: &SandboxDir) -> Result<Running, SetupError> {
         uid_base: base,
         mounts,
     })
+}
+
+/// The egress proxy of `spec`'s sandbox. Forked before any namespace is
+/// entered, so it lives on the host, and into the sandbox's cgroups,
+/// which bound its work as the sandbox's own.
+fn fork_proxy(
+    spec: &Spec,
+    home: &Home,
+    base: Option<u32>,
+    doors: &cgroup::Doors,
+) -> Result<Proxy, String> {
+    let policy = ProxyPolicy::new(
+        spec.allow_hosts.clone(),
+        spec.egress_trust.clone(),
+        home.root(),
+    );
+    Proxy::fork(policy, base.map(slots::proxy_uid), doors)
+}
+
+/// The sandbox's namespaces, or the process-only mode with a warning
+/// saying why when there are none (the configuration asks for it, or the
+/// kernel refuses one).
+fn choose_mode(
+    spec: &Spec,
+    base: Option<u32>,
+    userns_child: Option<UsernsChild>,
+    warnings: &mut Vec<String>,
+) -> Mode {
+    let attempt = if spec.process_only {
+        Err("the configuration asks for process-only sandboxes".to_owned())
+    } else {
+        namespaces(base, userns_child)
+    };
+    attempt.unwrap_or_else(|why| {
+        warnings.push(format!(
+            "no namespaces ({why}): sandbox processes share the host's process table, network and \
+             read view of the filesystem; run `sandkeep doctor`"
+        ));
+        Mode::ProcessOnly { uid: base }
+    })
+}
+
+/// A process-only sandbox's home and TMPDIR on the host (a namespaced
+/// sandbox has both on its disk, see `rootfs`), its uid's when it has one.
+fn host_dirs(home: &Home, dir: &SandboxDir, base: Option<u32>) -> Result<(), String> {
+    for d in [dir.home(), dir.tmp()] {
+        fs::create_dir_all(&d).map_err(|e| format!("mkdir {}: {e}", d.display()))?;
+    }
+    fs::set_permissions(dir.home(), fs::Permissions::from_mode(0o700))
+        .map_err(|e| format!("chmod home: {e}"))?;
+    if let Some(base) = base {
+        for d in [dir.home(), dir.tmp()] {
+            std::os::unix::fs::chown(&d, Some(base), Some(base))
+                .map_err(|e| format!("chown {}: {e}", d.display()))?;
+        }
+        // The sandbox's uid must reach its own directory on the host.
+        for d in [
+            home.root().to_path_buf(),
+            home.sandboxes(),
+            dir.path.clone(),
+        ] {
+            fs::set_permissions(&d, fs::Permissions::from_mode(0o711))
+                .map_err(|e| format!("chmod {}: {e}", d.display()))?;
+        }
+    }
+    Ok(())
+}
+
+/// Where the sandbox's processes find the task helper: a link to the
+/// executable in a process-only sandbox's directory, else the path the
+/// root filesystem binds it to.
+fn helper_path(spec: &Spec, dir: &SandboxDir, process_only: bool) -> Result<String, String> {
+    Ok(if process_only {
+        let bin = dir.path.join("bin");
+        fs::create_dir_all(&bin).map_err(|e| format!("mkdir {}: {e}", bin.display()))?;
+        let link = bin.join(state::HELPER_NAME);
+        std::os::unix::fs::symlink(&spec.exe, &link)
+            .map_err(|e| format!("link the task helper: {e}"))?;
+        link.to_string_lossy().into_owned()
+    } else {
+        format!("/{}/{}", state::HELPER_DIR, state::HELPER_NAME)
+    })
+}
+
+/// The sandbox's exec/file socket, its owner's alone.
+fn listen(dir: &SandboxDir) -> Result<OwnedFd, String> {
+    let _ = fs::remove_file(dir.socket());
+    let listener =
+        wire::listen(&dir.socket()).map_err(|e| format!("listen on the sandbox socket: {e}"))?;
+    fs::set_permissions(dir.socket(), fs::Permissions::from_mode(0o600))
+        .map_err(|e| format!("chmod socket: {e}"))?;
+    Ok(listener)
+}
+
+/// The sandbox's record as far as the keeper knows it before the init
+/// reports (no isolation level yet).
+fn sandbox_info(
+    spec: &Spec,
+    enforced: Resources,
+    process_only: bool,
+    net: NetPlan,
+) -> Result<SandboxInfo, SetupError> {
+    let mut info = SandboxInfo {
+        sandbox_id: spec.sandbox_id.clone(),
+        template: spec.template.clone(),
+        created_at: spec.created_at,
+        expires_at: spec.created_at + spec.timeout,
+        timeout: spec.timeout,
+        retained: false,
+        isolation: String::new(),
+        // Filled in by record_network from what is actually enforced.
+        network: None,
+        allow_hosts: Vec::new(),
+        limits: enforced_limits(enforced, spec, process_only)?,
+    };
+    record_network(&mut info, spec, net)?;
+    Ok(info)
+}
+
+/// Forks the init, born in the v2 cgroup when there is one; where the
+/// kernel cannot fork into it, the init enters it itself by its
+/// `cgroup.procs`, added to `tasks`.
+fn fork_into(v2: Option<cgroup::V2Door>, tasks: &mut Vec<OwnedFd>) -> io::Result<sys::Forked> {
+    match v2 {
+        Some(v2) => sys::fork_into(v2.dir.as_fd()).or_else(|e| {
+            eprintln!("sandkeep keeper: cannot fork into the cgroup ({e}); the init moves itself");
+            tasks.push(v2.procs);
+            sys::fork()
+        }),
+        None => sys::fork(),
+    }
+}
+
+/// Reads the init's report: its isolation level and warnings into `info`
+/// and `warnings`, and the egress proxy's listening socket, with which
+/// the proxy starts (or is dropped, when the sandbox got no network
+/// namespace). An error is why the sandbox was not made.
+fn read_report(
+    report: &OwnedFd,
+    info: &mut SandboxInfo,
+    warnings: &mut Vec<String>,
+    proxy: &mut Option<Proxy>,
+) -> Result<(), SetupError> {
+    let mut buf = vec![0u8; 256 * 1024];
+    let (n, mut fds) = wire::recv(report, &mut buf).unwrap_or_default();
+    buf.truncate(n);
+    info.isolation = match serde_json::from_slice::<InitReport>(&buf) {
+        Ok(InitReport::Ready {
+            isolation,
+            warnings: more,
+            network,
+        }) => {
+            warnings.extend(more);
+            if !network {
+                // No namespace to isolate: nothing is enforced, no proxy.
+                *proxy = None;
+                info.network = None;
+                info.allow_hosts.clear();
+            }
+            isolation
+        }
+        Ok(InitReport::Unsupported(e)) => return Err(SetupError::Unsupported(e)),
+        Ok(InitReport::Failed(e)) => {
+            return Err(format!("building the sandbox failed: {e}").into());
+        }
+        Err(_) => return Err("the sandbox init died during setup".to_owned().into()),
+    };
+    if let Some(proxy) = proxy.as_mut() {
+        match fds.pop() {
+            Some(listener) => {
+                if let Err(e) = proxy.start(listener) {
+                    return Err(e.into());
+                }
+            }
+            None => {
+                return Err("the init sent no socket for the egress proxy"
+                    .to_owned()
+                    .into());
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The init's mount namespace. The init cannot have been reaped (its
+/// pidfd is ours, unwaited): the path names it. An ordinary user's keeper
+/// may not open it (the init is not dumpable); the teardown then stays in
+/// the init's exit.
+fn mount_namespace(init_pid: i32) -> Option<OwnedFd> {
+    let path = format!("/proc/{init_pid}/ns/mnt");
+    let flags = rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::CLOEXEC;
+    rustix::fs::open(path, flags, rustix::fs::Mode::empty()).ok()
 }
 
 /// The resource limits the sandbox asks for, each its default when
