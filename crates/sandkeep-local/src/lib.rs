@@ -18,9 +18,12 @@
 //! (live or stale, cleanup, destruction), `spawn` (starting a keeper),
 //! `client` and `file_reply` (one fork-server call and its file-operation
 //! answer), `state` (the on-disk layout and records). In the keeper and
-//! the sandbox: `keeper`, `init`, `rootfs`, `fileops`, `seccomp`, `doctor`
-//! (the isolation probe), over `sys` (the only raw syscalls) and `wire`
-//! (the socket protocol).
+//! the sandbox: `keeper` (with its `userns` and `teardown` helpers),
+//! `init` (the setup; `init::fork_server` serves exec and file
+//! operations), `rootfs`, `fileops`, `seccomp`, `landlock`, `slots` (root's
+//! uid blocks), `doctor` (the isolation probe), over `sys` (the only raw
+//! syscalls) and `wire` (the socket protocol). [`keeper_main`] dispatches
+//! the keeper executable's arguments to the keeper or the probe.
 
 // `unsafe` lives in `sys` (thin wrappers over raw syscalls) and `seccomp`
 // (installing the filter) alone; everything else calls their safe,
