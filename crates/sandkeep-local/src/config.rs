@@ -9,12 +9,7 @@ use crate::bounds::HostBounds;
 use sandkeep_proto::shell::state_base;
 use std::path::PathBuf;
 
-use crate::netpolicy::EgressTrust;
-
-/// The variable naming the ranges the egress proxy takes as public
-/// despite the special-purpose registries: the configuration of a host
-/// whose egress is intercepted or whose DNS answers with fake IPs.
-pub const EGRESS_TRUST_VAR: &str = "SANDKEEP_EGRESS_TRUST";
+use crate::netpolicy::{EGRESS_TRUST_VAR, EgressTrust};
 
 /// Where the provider keeps state and which executable it runs.
 #[derive(Debug, Clone)]

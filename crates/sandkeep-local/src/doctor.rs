@@ -15,8 +15,7 @@ use std::path::{Path, PathBuf};
 use rustix::thread::UnshareFlags;
 use serde::{Deserialize, Serialize};
 
-use super::config::EGRESS_TRUST_VAR;
-use super::netpolicy::{self, EgressTrust, HostNetwork};
+use super::netpolicy::{self, EGRESS_TRUST_VAR, EgressTrust, HostNetwork};
 use super::sys;
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
@@ -234,9 +233,7 @@ fn in_child(f: impl FnOnce() -> Result<(), String>) -> Result<(), String> {
 fn self_map() -> Result<(), String> {
     let uid = rustix::process::geteuid().as_raw();
     let gid = rustix::process::getegid().as_raw();
-    // SAFETY: probe children are single-threaded.
-    unsafe { rustix::thread::unshare_unsafe(UnshareFlags::NEWUSER) }
-        .map_err(|e| format!("unshare(CLONE_NEWUSER): {e}"))?;
+    sys::unshare(UnshareFlags::NEWUSER).map_err(|e| format!("unshare(CLONE_NEWUSER): {e}"))?;
     sys::write_id_maps(None, uid, gid, 1).map_err(|e| e.to_string())
 }
 
@@ -252,9 +249,7 @@ fn overlay_probe(root: bool) -> Result<(), String> {
     if !root {
         self_map()?;
     }
-    // SAFETY: probe children are single-threaded.
-    unsafe { rustix::thread::unshare_unsafe(UnshareFlags::NEWNS) }
-        .map_err(|e| format!("unshare(CLONE_NEWNS): {e}"))?;
+    sys::unshare(UnshareFlags::NEWNS).map_err(|e| format!("unshare(CLONE_NEWNS): {e}"))?;
     rustix::mount::mount_change(
         "/",
         rustix::mount::MountPropagationFlags::REC | rustix::mount::MountPropagationFlags::PRIVATE,
@@ -369,8 +364,7 @@ pub fn probe_main() -> i32 {
             if !root {
                 self_map()?;
             }
-            // SAFETY: probe children are single-threaded.
-            unsafe { rustix::thread::unshare_unsafe(flags) }.map_err(|e| format!("unshare: {e}"))
+            sys::unshare(flags).map_err(|e| format!("unshare: {e}"))
         })
     };
     let checks = vec![
@@ -393,8 +387,7 @@ pub fn probe_main() -> i32 {
                 if !root {
                     self_map()?;
                 }
-                // SAFETY: probe children are single-threaded.
-                unsafe { rustix::thread::unshare_unsafe(UnshareFlags::NEWNET) }
+                sys::unshare(UnshareFlags::NEWNET)
                     .map_err(|e| format!("unshare(CLONE_NEWNET): {e}"))?;
                 sys::loopback_up().map_err(|e| format!("bring up loopback: {e}"))
             }),
@@ -403,11 +396,13 @@ pub fn probe_main() -> i32 {
     ];
     let landlock = check(
         "landlock",
-        in_child(|| match super::init::landlock_writes(Path::new("/tmp")) {
-            Ok(true) => Ok(()),
-            Ok(false) => Err("not enforced by this kernel".into()),
-            Err(e) => Err(e.to_string()),
-        }),
+        in_child(
+            || match super::landlock::landlock_writes(Path::new("/tmp")) {
+                Ok(true) => Ok(()),
+                Ok(false) => Err("not enforced by this kernel".into()),
+                Err(e) => Err(e.to_string()),
+            },
+        ),
         "writes can be confined (used only by the fallback level)",
     );
     let namespaces_ok = checks.iter().take(4).all(|c| c.ok);

@@ -1,5 +1,6 @@
 //! The sandbox's pid 1: builds the root filesystem, takes the sandbox
-//! identity, then serves as the fork server for exec and file operations.
+//! identity, then serves as the fork server for exec and file operations
+//! (`fork_server`); this module is the setup, and what the keeper hands it.
 //!
 //! It is forked from the keeper (never exec'd, so its memory stays owned by
 //! the host's user namespace and sandbox root cannot ptrace it), reaps every
@@ -11,19 +12,19 @@
 
 use std::collections::BTreeMap;
 use std::ffi::CString;
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, OwnedFd};
 
-use rustix::event::{PollFd, PollFlags};
 use rustix::thread::{CapabilitySet, UnshareFlags};
-use sandkeep_proto::shell::SHELLS;
 
 use super::cgroup;
-use super::fileops;
+use super::landlock;
 use super::rootfs::{self, Owner};
 use super::seccomp;
 use super::state::{SandboxDir, Spec};
 use super::sys;
-use super::wire::{self, Control, Reply, Request};
+use super::wire;
+
+mod fork_server;
 
 /// The capabilities sandbox root keeps (Docker's default set): enough to
 /// install packages in its copy of the system, nothing that reaches the
@@ -178,7 +179,7 @@ pub fn run(ctx: InitContext) -> ! {
     }
     let proxy_port = proxy.map(|(_, port)| port);
     let env = environment(&spec, &home, proxy_port);
-    serve(listener, &env, &home)
+    fork_server::serve(listener, &env, &home)
 }
 
 fn setup(
@@ -196,10 +197,7 @@ fn setup(
     // cgroups.
     let flags =
         UnshareFlags::NEWNS | UnshareFlags::NEWUTS | UnshareFlags::NEWIPC | UnshareFlags::NEWCGROUP;
-    // SAFETY: the init is single-threaded; unsharing these namespaces
-    // affects only this process.
-    unsafe { rustix::thread::unshare_unsafe(flags) }
-        .map_err(|e| format!("unshare mount/uts/ipc/cgroup namespaces: {e}"))?;
+    sys::unshare(flags).map_err(|e| format!("unshare mount/uts/ipc/cgroup namespaces: {e}"))?;
     let mut warnings = Vec::new();
     let isolated = net.isolate && own_network(spec, net, &mut warnings)?;
     let proxy = if isolated { network(net)? } else { None };
@@ -275,8 +273,7 @@ fn argument_range() -> Option<(u64, u64)> {
 /// refuses a request that names `network` or `allow_hosts` (SPEC.md §10);
 /// without them the sandbox shares the host's network and says so.
 fn own_network(spec: &Spec, net: NetPlan, warnings: &mut Vec<String>) -> Result<bool, InitReport> {
-    // SAFETY: as above, single-threaded.
-    let Err(e) = (unsafe { rustix::thread::unshare_unsafe(UnshareFlags::NEWNET) }) else {
+    let Err(e) = sys::unshare(UnshareFlags::NEWNET) else {
         return Ok(true);
     };
     if net.explicit {
@@ -337,7 +334,7 @@ fn setup_process_only(dir: &SandboxDir, uid: Option<u32>) -> Result<(String, Vec
     rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::NotDumpable)
         .map_err(|e| format!("non-dumpable: {e}"))?;
     let mut warnings = Vec::new();
-    let isolation = match landlock_writes(&dir.path) {
+    let isolation = match landlock::landlock_writes(&dir.path) {
         Ok(true) => "landlock",
         Ok(false) => {
             warnings.push(
@@ -350,31 +347,6 @@ fn setup_process_only(dir: &SandboxDir, uid: Option<u32>) -> Result<(String, Vec
     };
     seccomp::install()?;
     Ok((isolation.to_owned(), warnings))
-}
-
-/// Restricts writes to `sandbox` and a few device files; true when the
-/// kernel enforces it.
-pub(super) fn landlock_writes(sandbox: &std::path::Path) -> Result<bool, landlock::RulesetError> {
-    use landlock::{
-        ABI, AccessFs, Ruleset, RulesetAttr, RulesetCreatedAttr, RulesetStatus, Scope,
-        path_beneath_rules,
-    };
-    let abi = ABI::V6;
-    let writable = [
-        sandbox,
-        std::path::Path::new("/dev/null"),
-        std::path::Path::new("/dev/zero"),
-        std::path::Path::new("/dev/full"),
-        std::path::Path::new("/dev/tty"),
-    ];
-    let status = Ruleset::default()
-        .handle_access(AccessFs::from_write(abi))?
-        .scope(Scope::Signal)?
-        .scope(Scope::AbstractUnixSocket)?
-        .create()?
-        .add_rules(path_beneath_rules(writable, AccessFs::from_write(abi)))?
-        .restrict_self()?;
-    Ok(status.ruleset != RulesetStatus::NotEnforced)
 }
 
 /// Leaves the user namespace that owns the mount namespace, so that no
@@ -390,8 +362,7 @@ fn enter_sandbox_identity(owner: Owner, userns: Option<OwnedFd>) -> Result<(), S
             sys::become_id(0, 0, true).map_err(|e| format!("become sandbox root: {e}"))
         }
         (Owner::Invoker, None) => {
-            // SAFETY: single-threaded, as unshare(CLONE_NEWUSER) requires.
-            unsafe { rustix::thread::unshare_unsafe(UnshareFlags::NEWUSER) }
+            sys::unshare(UnshareFlags::NEWUSER)
                 .map_err(|e| format!("unshare the inner user namespace: {e}"))?;
             sys::write_id_maps(None, 0, 0, 1).map_err(|e| e.to_string())?;
             sys::become_id(0, 0, false).map_err(|e| format!("become sandbox root: {e}"))
@@ -441,266 +412,4 @@ fn environment(spec: &Spec, home: &std::path::Path, proxy_port: Option<u16>) -> 
     env.into_iter()
         .filter_map(|(k, v)| CString::new(format!("{k}={v}")).ok())
         .collect()
-}
-
-struct Conn {
-    fd: Option<OwnedFd>,
-    /// The child serving this connection's request, once forked.
-    child: Option<i32>,
-}
-
-fn serve(listener: OwnedFd, env: &[CString], home: &std::path::Path) -> ! {
-    let Ok(sigchld) = sys::signalfd(&[libc::SIGCHLD]) else {
-        sys::exit_now(1)
-    };
-    // A descriptor leaked into sandbox commands could reach the host.
-    if sys::close_fds_except(&[listener.as_raw_fd(), sigchld.as_raw_fd()]).is_err() {
-        sys::exit_now(1)
-    }
-    let _ = rustix::io::ioctl_fionbio(&listener, true);
-    let mut conns: Vec<Conn> = Vec::new();
-    let mut buf = vec![0u8; wire::MAX_REQUEST];
-    loop {
-        let ready = {
-            let mut fds = vec![
-                PollFd::new(&listener, PollFlags::IN),
-                PollFd::new(&sigchld, PollFlags::IN),
-            ];
-            let live: Vec<usize> = (0..conns.len())
-                .filter(|&i| conns[i].fd.is_some())
-                .collect();
-            for &i in &live {
-                fds.push(PollFd::new(
-                    conns[i].fd.as_ref().expect("live"),
-                    PollFlags::IN,
-                ));
-            }
-            if rustix::event::poll(&mut fds, None).is_err() {
-                continue;
-            }
-            let flags: Vec<bool> = fds.iter().map(|f| !f.revents().is_empty()).collect();
-            (
-                flags[0],
-                flags[1],
-                live.into_iter()
-                    .zip(flags[2..].to_vec())
-                    .collect::<Vec<_>>(),
-            )
-        };
-        let (accept, reap, conn_ready) = ready;
-        for (i, is_ready) in conn_ready {
-            if is_ready {
-                on_message(&mut conns[i], &mut buf, env, home);
-            }
-        }
-        if reap {
-            sys::drain_signalfd(sigchld.as_fd());
-            while let Some((pid, code)) = sys::reap_any() {
-                if let Some(conn) = conns.iter_mut().find(|c| c.child == Some(pid)) {
-                    if let Some(fd) = conn.fd.take() {
-                        let reply = serde_json::to_vec(&Reply::Exited(code)).unwrap_or_default();
-                        let _ = wire::send(&fd, &reply, &[]);
-                    }
-                    conn.child = None;
-                }
-            }
-        }
-        if accept {
-            while let Ok(fd) = rustix::net::accept_with(
-                &listener,
-                rustix::net::SocketFlags::CLOEXEC | rustix::net::SocketFlags::NONBLOCK,
-            ) {
-                conns.push(Conn {
-                    fd: Some(fd),
-                    child: None,
-                });
-            }
-        }
-        conns.retain(|c| c.fd.is_some() || c.child.is_some());
-    }
-}
-
-fn on_message(conn: &mut Conn, buf: &mut [u8], env: &[CString], home: &std::path::Path) {
-    let Some(fd) = conn.fd.as_ref() else { return };
-    let received = wire::recv(fd, buf);
-    if let Some(pid) = conn.child {
-        // Anything but EAGAIN while the child runs (a kill request or the
-        // caller hanging up) ends the child's process group.
-        if let Err(e) = &received
-            && e.kind() == std::io::ErrorKind::WouldBlock
-        {
-            return;
-        }
-        if let Ok((n, _)) = &received
-            && let Ok(Control::Signal(signal)) = serde_json::from_slice(&buf[..*n])
-        {
-            // The leader only, as E2B's envd signals a process; a signal
-            // number the kernel refuses changes nothing.
-            if let (Some(leader), Some(signal)) = (
-                rustix::process::Pid::from_raw(pid),
-                rustix::process::Signal::from_named_raw(signal),
-            ) {
-                let _ = rustix::process::kill_process(leader, signal);
-            }
-            return;
-        }
-        // A vanished group is not an error worth reporting.
-        if let Some(group) = rustix::process::Pid::from_raw(pid) {
-            let _ = rustix::process::kill_process_group(group, rustix::process::Signal::KILL);
-        }
-        if !matches!(received, Ok((n, _)) if n > 0) {
-            conn.fd = None;
-        }
-        return;
-    }
-    let (n, fds) = match received {
-        Ok(r) => r,
-        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return,
-        Err(_) => {
-            conn.fd = None;
-            return;
-        }
-    };
-    if n == 0 {
-        conn.fd = None;
-        return;
-    }
-    let request: Request = match serde_json::from_slice(&buf[..n]) {
-        Ok(r) => r,
-        Err(e) => return fail(conn, format!("malformed request: {e}")),
-    };
-    let Ok([stdin, stdout, stderr]) = <[OwnedFd; 3]>::try_from(fds) else {
-        return fail(conn, "a request needs exactly three descriptors".into());
-    };
-    match sys::fork() {
-        Ok(sys::Forked::Child) => child(request, [stdin, stdout, stderr], env, home),
-        Ok(sys::Forked::Parent(pid)) => conn.child = Some(pid),
-        Err(e) => fail(conn, format!("fork: {e}")),
-    }
-}
-
-fn fail(conn: &mut Conn, message: String) {
-    if let Some(fd) = conn.fd.take() {
-        let reply = serde_json::to_vec(&Reply::Failed(message)).unwrap_or_default();
-        let _ = wire::send(&fd, &reply, &[]);
-    }
-}
-
-/// The forked child: its own session and process group, the caller's
-/// pipes as stdio, nothing else of the init's descriptors.
-fn child(request: Request, stdio: [OwnedFd; 3], env: &[CString], home: &std::path::Path) -> ! {
-    let _ = sys::set_signal_mask(&[]);
-    let _ = rustix::process::setsid();
-    let [stdin, stdout, stderr] = &stdio;
-    if rustix::stdio::dup2_stdin(stdin)
-        .and_then(|()| rustix::stdio::dup2_stdout(stdout))
-        .and_then(|()| rustix::stdio::dup2_stderr(stderr))
-        .is_err()
-    {
-        sys::exit_now(127);
-    }
-    if let Err(e) = sys::close_fds_except(&[]) {
-        eprintln!("sandkeep: cannot close the fork server's descriptors: {e}");
-        sys::exit_now(127);
-    }
-    if std::env::set_current_dir(home).is_err() {
-        sys::exit_now(127);
-    }
-    match request {
-        Request::Exec { command, cwd } => {
-            enter(cwd);
-            let Ok(cmd) = CString::new(command) else {
-                eprintln!("sandkeep: the command contains a NUL byte");
-                sys::exit_now(127);
-            };
-            // The same shells, in the same order, as a task's command.
-            for shell in SHELLS {
-                let path = CString::new(shell).expect("shell paths have no NUL");
-                let err = sys::execve(&path, &[path.clone(), c"-c".to_owned(), cmd.clone()], env);
-                if err.kind() != std::io::ErrorKind::NotFound || Some(&shell) == SHELLS.last() {
-                    eprintln!("sandkeep: cannot run {shell} in the sandbox: {err}");
-                    break;
-                }
-            }
-            sys::exit_now(127)
-        }
-        Request::Run {
-            argv,
-            env: extra,
-            cwd,
-        } => {
-            enter(cwd);
-            run_argv(&argv, env, &extra)
-        }
-        other => sys::exit_now(fileops::run(other)),
-    }
-}
-
-/// Changes to the requested working directory (the home otherwise).
-fn enter(cwd: Option<String>) {
-    if let Some(cwd) = cwd
-        && let Err(e) = std::env::set_current_dir(&cwd)
-    {
-        eprintln!("sandkeep: cannot change to directory {cwd:?}: {e}");
-        sys::exit_now(1);
-    }
-}
-
-/// Runs `argv` directly with the sandbox's environment plus `extra`:
-/// `argv[0]` as a path when it has a slash, else the first match on the
-/// resulting `PATH`, as `execvp` finds it.
-fn run_argv(argv: &[String], base: &[CString], extra: &[(String, String)]) -> ! {
-    let fail = |why: String| -> ! {
-        eprintln!("sandkeep: {why}");
-        sys::exit_now(127)
-    };
-    let to_c = |s: String| {
-        CString::new(s)
-            .unwrap_or_else(|_| fail("an argument or variable contains a NUL byte".into()))
-    };
-    let Some(program) = argv.first() else {
-        fail("no program to run".into())
-    };
-    let replaced = |entry: &CString| {
-        let entry = entry.as_bytes();
-        extra.iter().any(|(name, _)| {
-            entry.len() > name.len()
-                && entry.starts_with(name.as_bytes())
-                && entry[name.len()] == b'='
-        })
-    };
-    let mut env: Vec<CString> = base.iter().filter(|e| !replaced(e)).cloned().collect();
-    env.extend(
-        extra
-            .iter()
-            .map(|(name, value)| to_c(format!("{name}={value}"))),
-    );
-    let args: Vec<CString> = argv.iter().cloned().map(to_c).collect();
-    let candidates: Vec<String> = if program.contains('/') {
-        vec![program.clone()]
-    } else {
-        let path = env
-            .iter()
-            .find_map(|e| e.to_str().ok()?.strip_prefix("PATH="))
-            .unwrap_or("/usr/local/bin:/usr/bin:/bin")
-            .to_owned();
-        path.split(':')
-            .map(|dir| if dir.is_empty() { "." } else { dir })
-            .map(|dir| format!("{dir}/{program}"))
-            .collect()
-    };
-    let mut last = std::io::Error::from(std::io::ErrorKind::NotFound);
-    for candidate in candidates {
-        let err = sys::execve(&to_c(candidate), &args, &env);
-        // Like execvp: a miss or a refusal here tries the next directory.
-        let next = matches!(
-            err.raw_os_error(),
-            Some(libc::ENOENT | libc::ENOTDIR | libc::EACCES)
-        );
-        last = err;
-        if !next {
-            break;
-        }
-    }
-    fail(format!("cannot run {program:?} in the sandbox: {last}"))
 }

@@ -17,8 +17,8 @@
 use std::fs;
 use std::io::{self, Write};
 use std::os::fd::{AsFd, OwnedFd};
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
-use std::path::{Path, PathBuf};
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::PathBuf;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use rustix::event::{PollFd, PollFlags};
@@ -30,17 +30,15 @@ use super::cgroup::{self, Resources};
 use super::init::{self, InitContext, InitReport, Mode, NetPlan};
 use super::proxy::{Policy as ProxyPolicy, Proxy};
 use super::rootfs::Owner;
-use super::state::{self, Home, Lock, Meta, SandboxDir, Spec};
-use super::{doctor, etc_snapshot, sys, wire};
-use sandkeep_proto::procfs;
+use super::state::{self, Home, Meta, SandboxDir, Spec};
+use super::{etc_snapshot, slots, sys, wire};
 use sandkeep_proto::record::ProcessIdentity;
 use sandkeep_provider::{Limits, Network, SandboxId, SandboxInfo};
 
-/// Size of each root-mode sandbox's uid/gid block.
-const BLOCK: u32 = 65536;
-/// First host uid handed to sandboxes: far above any real account.
-const FIRST_BLOCK: u32 = 1 << 30;
-const SLOTS: u32 = 16384;
+use self::userns::UsernsChild;
+
+mod teardown;
+mod userns;
 
 /// What the keeper prints on its stdout once, for the provider that
 /// started it.
@@ -79,55 +77,11 @@ pub const BUILD: &str = env!("SANDKEEP_LOCAL_SOURCE");
 /// or none it knows) before doing anything.
 pub const REFUSED: i32 = 2;
 
-pub fn main(args: Vec<String>) -> i32 {
-    match args
-        .iter()
-        .map(String::as_str)
-        .collect::<Vec<_>>()
-        .as_slice()
-    {
-        ["run", _, _, build] if *build != BUILD => {
-            eprintln!(
-                "sandkeep keeper: built from other sources ({BUILD}) than its provider ({build})"
-            );
-            REFUSED
-        }
-        ["run", home, id, _] => match SandboxId::parse(id) {
-            Ok(id) => match detach() {
-                Ok(()) => run(Home::new(PathBuf::from(home)), id),
-                Err(e) => {
-                    eprintln!("sandkeep keeper: setsid: {e}");
-                    1
-                }
-            },
-            Err(e) => {
-                eprintln!("sandkeep keeper: {e}");
-                REFUSED
-            }
-        },
-        ["standby", build] if *build != BUILD => {
-            eprintln!(
-                "sandkeep keeper: built from other sources ({BUILD}) than its provider ({build})"
-            );
-            REFUSED
-        }
-        ["standby", _] => standby(),
-        ["probe"] => doctor::probe_main(),
-        _ => {
-            eprintln!(
-                "usage: sandkeep-keeper run HOME SANDBOX_ID BUILD | sandkeep-keeper standby BUILD | \
-                 sandkeep-keeper probe (internal)"
-            );
-            REFUSED
-        }
-    }
-}
-
 /// Started ahead of its sandbox (see `spawn::Standby`): reads `HOME<TAB>ID`
 /// from stdin up to its end (HOME as the bytes of the path, whatever they
 /// are), then is that sandbox's keeper. Nothing before the end means it is
 /// not needed.
-fn standby() -> i32 {
+pub fn standby() -> i32 {
     // Detached first: a Ctrl-C meant for the CLI must not reach it once it
     // has its sandbox.
     if let Err(e) = detach() {
@@ -171,11 +125,11 @@ fn standby() -> i32 {
 /// process-group signal reaches the keeper. It stays the provider's child,
 /// which does not wait for it: when the provider exits it goes to the
 /// host's init (or subreaper), like any orphan.
-fn detach() -> rustix::io::Result<()> {
+pub fn detach() -> rustix::io::Result<()> {
     rustix::process::setsid().map(drop)
 }
 
-fn run(home: Home, id: SandboxId) -> i32 {
+pub fn run(home: Home, id: SandboxId) -> i32 {
     let dir = home.sandbox(&id);
     // Our stdout is the provider's readiness pipe; keep it aside so that no
     // descendant inherits it as stdio.
@@ -221,7 +175,7 @@ fn run(home: Home, id: SandboxId) -> i32 {
             );
             cgroup::remove_recorded(&dir.path);
             let _ = state::remove_tree(&dir.path);
-            release_slot(&dir.path, None);
+            slots::release_slot(&dir.path, None);
             1
         }
     }
@@ -262,7 +216,7 @@ fn start(home: &Home, dir: &SandboxDir) -> Result<Running, SetupError> {
     let root = rustix::process::geteuid().is_root();
     // Root never runs a sandbox as itself: it gets a uid block either way.
     let base = if root {
-        Some(allocate_slot(home, &spec.sandbox_id)?)
+        Some(slots::allocate_slot(home, &spec.sandbox_id)?)
     } else {
         None
     };
@@ -280,7 +234,7 @@ fn start(home: &Home, dir: &SandboxDir) -> Result<Running, SetupError> {
     let mut warnings = Vec::new();
     let mut net = net_plan(&spec);
     let userns_child = match base {
-        Some(base) if !spec.process_only => Some(fork_userns_child(base)?),
+        Some(base) if !spec.process_only => Some(userns::fork_userns_child(base)?),
         _ => None,
     };
     // Children that finish their work early and exit on their own: reaped
@@ -293,31 +247,12 @@ fn start(home: &Home, dir: &SandboxDir) -> Result<Running, SetupError> {
     // Before any namespace: the cgroups are made with the host's view.
     let (cgroups, enforced) = limit_resources(&spec, dir, &mut warnings)?;
     let cgroup_dirs = cgroups.dirs.clone();
-    // Forked before any namespace is entered, so it lives on the host,
-    // and into the sandbox's cgroups, which bound its work as the
-    // sandbox's own.
     let mut proxy = if net.proxy {
-        let policy = ProxyPolicy::new(
-            spec.allow_hosts.clone(),
-            spec.egress_trust.clone(),
-            home.root(),
-        );
-        Some(Proxy::fork(policy, base.map(proxy_uid), &cgroups.doors)?)
+        Some(fork_proxy(&spec, home, base, &cgroups.doors)?)
     } else {
         None
     };
-    let attempt = if spec.process_only {
-        Err("the configuration asks for process-only sandboxes".to_owned())
-    } else {
-        namespaces(base, userns_child)
-    };
-    let mode = attempt.unwrap_or_else(|why| {
-        warnings.push(format!(
-            "no namespaces ({why}): sandbox processes share the host's process table, network and \
-             read view of the filesystem; run `sandkeep doctor`"
-        ));
-        Mode::ProcessOnly { uid: base }
-    });
+    let mode = choose_mode(&spec, base, userns_child, &mut warnings);
     let process_only = matches!(mode, Mode::ProcessOnly { .. });
     if process_only {
         net = NetPlan {
@@ -332,44 +267,10 @@ fn start(home: &Home, dir: &SandboxDir) -> Result<Running, SetupError> {
         None => (None, None),
     };
     if process_only {
-        // Its home and TMPDIR on the host (a namespaced sandbox has both
-        // on its disk, see `rootfs`).
-        for d in [dir.home(), dir.tmp()] {
-            fs::create_dir_all(&d).map_err(|e| format!("mkdir {}: {e}", d.display()))?;
-        }
-        fs::set_permissions(dir.home(), fs::Permissions::from_mode(0o700))
-            .map_err(|e| format!("chmod home: {e}"))?;
-        if let Some(base) = base {
-            for d in [dir.home(), dir.tmp()] {
-                std::os::unix::fs::chown(&d, Some(base), Some(base))
-                    .map_err(|e| format!("chown {}: {e}", d.display()))?;
-            }
-            // The sandbox's uid must reach its own directory on the host.
-            for d in [
-                home.root().to_path_buf(),
-                home.sandboxes(),
-                dir.path.clone(),
-            ] {
-                fs::set_permissions(&d, fs::Permissions::from_mode(0o711))
-                    .map_err(|e| format!("chmod {}: {e}", d.display()))?;
-            }
-        }
+        host_dirs(home, dir, base)?;
     }
-    let helper = if process_only {
-        let bin = dir.path.join("bin");
-        fs::create_dir_all(&bin).map_err(|e| format!("mkdir {}: {e}", bin.display()))?;
-        let link = bin.join(state::HELPER_NAME);
-        std::os::unix::fs::symlink(&spec.exe, &link)
-            .map_err(|e| format!("link the task helper: {e}"))?;
-        link.to_string_lossy().into_owned()
-    } else {
-        format!("/{}/{}", state::HELPER_DIR, state::HELPER_NAME)
-    };
-    let _ = fs::remove_file(dir.socket());
-    let listener =
-        wire::listen(&dir.socket()).map_err(|e| format!("listen on the sandbox socket: {e}"))?;
-    fs::set_permissions(dir.socket(), fs::Permissions::from_mode(0o600))
-        .map_err(|e| format!("chmod socket: {e}"))?;
+    let helper = helper_path(&spec, dir, process_only)?;
+    let listener = listen(dir)?;
     let (report_r, report_w) = rustix::net::socketpair(
         rustix::net::AddressFamily::UNIX,
         rustix::net::SocketType::SEQPACKET,
@@ -383,32 +284,10 @@ fn start(home: &Home, dir: &SandboxDir) -> Result<Running, SetupError> {
         rustix::process::set_child_subreaper(Some(rustix::process::getpid()))
             .map_err(|e| format!("PR_SET_CHILD_SUBREAPER: {e}"))?;
     }
-
-    let mut info = SandboxInfo {
-        sandbox_id: spec.sandbox_id.clone(),
-        template: spec.template.clone(),
-        created_at: spec.created_at,
-        expires_at: spec.created_at + spec.timeout,
-        timeout: spec.timeout,
-        retained: false,
-        isolation: String::new(),
-        // Filled in by record_network from what is actually enforced.
-        network: None,
-        allow_hosts: Vec::new(),
-        limits: enforced_limits(enforced, &spec, process_only)?,
-    };
-    record_network(&mut info, &spec, net)?;
+    let mut info = sandbox_info(&spec, enforced, process_only, net)?;
     let memory_cgroup = memory_cgroup(&cgroup_dirs, enforced);
     let cgroup::Doors { mut tasks, v2 } = cgroups.doors;
-    let forked = match v2 {
-        Some(v2) => sys::fork_into(v2.dir.as_fd()).or_else(|e| {
-            eprintln!("sandkeep keeper: cannot fork into the cgroup ({e}); the init moves itself");
-            tasks.push(v2.procs);
-            sys::fork()
-        }),
-        None => sys::fork(),
-    };
-    let init_pid = match forked.map_err(|e| format!("fork the init: {e}"))? {
+    let init_pid = match fork_into(v2, &mut tasks).map_err(|e| format!("fork the init: {e}"))? {
         sys::Forked::Child => init::run(InitContext {
             spec,
             dir: dir.clone(),
@@ -435,65 +314,20 @@ fn start(home: &Home, dir: &SandboxDir) -> Result<Running, SetupError> {
         PidfdFlags::empty(),
     )
     .map_err(|e| format!("pidfd_open: {e}"))?;
-    let mut buf = vec![0u8; 256 * 1024];
-    let (n, mut fds) = wire::recv(&report_r, &mut buf).unwrap_or_default();
-    buf.truncate(n);
-    let fail = |e: SetupError| {
+    if let Err(e) = read_report(&report_r, &mut info, &mut warnings, &mut proxy) {
         let _ = rustix::process::pidfd_send_signal(&init_pidfd, Signal::KILL);
         let _ = sys::wait_for(init_pid);
         // Done by now, or soon (the init no longer reads its answer).
         for &pid in &exiting {
             let _ = sys::wait_for(pid);
         }
-        Err(e)
-    };
-    info.isolation = match serde_json::from_slice::<InitReport>(&buf) {
-        Ok(InitReport::Ready {
-            isolation,
-            warnings: more,
-            network,
-        }) => {
-            warnings.extend(more);
-            if !network {
-                // No namespace to isolate: nothing is enforced, no proxy.
-                proxy = None;
-                info.network = None;
-                info.allow_hosts.clear();
-            }
-            isolation
-        }
-        Ok(InitReport::Unsupported(e)) => return fail(SetupError::Unsupported(e)),
-        Ok(InitReport::Failed(e)) => {
-            return fail(format!("building the sandbox failed: {e}").into());
-        }
-        Err(_) => return fail("the sandbox init died during setup".to_owned().into()),
-    };
-    if let Some(proxy) = proxy.as_mut() {
-        match fds.pop() {
-            Some(listener) => {
-                if let Err(e) = proxy.start(listener) {
-                    return fail(e.into());
-                }
-            }
-            None => {
-                return fail(
-                    "the init sent no socket for the egress proxy"
-                        .to_owned()
-                        .into(),
-                );
-            }
-        }
+        return Err(e);
     }
     let init = ProcessIdentity::of(init_pid as u32).map_err(|e| e.to_string())?;
-    // The init cannot have been reaped (its pidfd is ours, unwaited): the
-    // path names it. An ordinary user's keeper may not open it (the init
-    // is not dumpable); the teardown then stays in the init's exit.
     let mounts = if process_only {
         None
     } else {
-        let path = format!("/proc/{init_pid}/ns/mnt");
-        let flags = rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::CLOEXEC;
-        rustix::fs::open(path, flags, rustix::fs::Mode::empty()).ok()
+        mount_namespace(init_pid)
     };
     let signals = sys::signalfd(&[libc::SIGTERM, libc::SIGINT, libc::SIGHUP])
         .map_err(|e| format!("signalfd: {e}"))?;
@@ -516,6 +350,198 @@ fn start(home: &Home, dir: &SandboxDir) -> Result<Running, SetupError> {
         uid_base: base,
         mounts,
     })
+}
+
+/// The egress proxy of `spec`'s sandbox. Forked before any namespace is
+/// entered, so it lives on the host, and into the sandbox's cgroups,
+/// which bound its work as the sandbox's own.
+fn fork_proxy(
+    spec: &Spec,
+    home: &Home,
+    base: Option<u32>,
+    doors: &cgroup::Doors,
+) -> Result<Proxy, String> {
+    let policy = ProxyPolicy::new(
+        spec.allow_hosts.clone(),
+        spec.egress_trust.clone(),
+        home.root(),
+    );
+    Proxy::fork(policy, base.map(slots::proxy_uid), doors)
+}
+
+/// The sandbox's namespaces, or the process-only mode with a warning
+/// saying why when there are none (the configuration asks for it, or the
+/// kernel refuses one).
+fn choose_mode(
+    spec: &Spec,
+    base: Option<u32>,
+    userns_child: Option<UsernsChild>,
+    warnings: &mut Vec<String>,
+) -> Mode {
+    let attempt = if spec.process_only {
+        Err("the configuration asks for process-only sandboxes".to_owned())
+    } else {
+        namespaces(base, userns_child)
+    };
+    attempt.unwrap_or_else(|why| {
+        warnings.push(format!(
+            "no namespaces ({why}): sandbox processes share the host's process table, network and \
+             read view of the filesystem; run `sandkeep doctor`"
+        ));
+        Mode::ProcessOnly { uid: base }
+    })
+}
+
+/// A process-only sandbox's home and TMPDIR on the host (a namespaced
+/// sandbox has both on its disk, see `rootfs`), its uid's when it has one.
+fn host_dirs(home: &Home, dir: &SandboxDir, base: Option<u32>) -> Result<(), String> {
+    for d in [dir.home(), dir.tmp()] {
+        fs::create_dir_all(&d).map_err(|e| format!("mkdir {}: {e}", d.display()))?;
+    }
+    fs::set_permissions(dir.home(), fs::Permissions::from_mode(0o700))
+        .map_err(|e| format!("chmod home: {e}"))?;
+    if let Some(base) = base {
+        for d in [dir.home(), dir.tmp()] {
+            std::os::unix::fs::chown(&d, Some(base), Some(base))
+                .map_err(|e| format!("chown {}: {e}", d.display()))?;
+        }
+        // The sandbox's uid must reach its own directory on the host.
+        for d in [
+            home.root().to_path_buf(),
+            home.sandboxes(),
+            dir.path.clone(),
+        ] {
+            fs::set_permissions(&d, fs::Permissions::from_mode(0o711))
+                .map_err(|e| format!("chmod {}: {e}", d.display()))?;
+        }
+    }
+    Ok(())
+}
+
+/// Where the sandbox's processes find the task helper: a link to the
+/// executable in a process-only sandbox's directory, else the path the
+/// root filesystem binds it to.
+fn helper_path(spec: &Spec, dir: &SandboxDir, process_only: bool) -> Result<String, String> {
+    Ok(if process_only {
+        let bin = dir.path.join("bin");
+        fs::create_dir_all(&bin).map_err(|e| format!("mkdir {}: {e}", bin.display()))?;
+        let link = bin.join(state::HELPER_NAME);
+        std::os::unix::fs::symlink(&spec.exe, &link)
+            .map_err(|e| format!("link the task helper: {e}"))?;
+        link.to_string_lossy().into_owned()
+    } else {
+        format!("/{}/{}", state::HELPER_DIR, state::HELPER_NAME)
+    })
+}
+
+/// The sandbox's exec/file socket, its owner's alone.
+fn listen(dir: &SandboxDir) -> Result<OwnedFd, String> {
+    let _ = fs::remove_file(dir.socket());
+    let listener =
+        wire::listen(&dir.socket()).map_err(|e| format!("listen on the sandbox socket: {e}"))?;
+    fs::set_permissions(dir.socket(), fs::Permissions::from_mode(0o600))
+        .map_err(|e| format!("chmod socket: {e}"))?;
+    Ok(listener)
+}
+
+/// The sandbox's record as far as the keeper knows it before the init
+/// reports (no isolation level yet).
+fn sandbox_info(
+    spec: &Spec,
+    enforced: Resources,
+    process_only: bool,
+    net: NetPlan,
+) -> Result<SandboxInfo, SetupError> {
+    let mut info = SandboxInfo {
+        sandbox_id: spec.sandbox_id.clone(),
+        template: spec.template.clone(),
+        created_at: spec.created_at,
+        expires_at: spec.created_at + spec.timeout,
+        timeout: spec.timeout,
+        retained: false,
+        isolation: String::new(),
+        // Filled in by record_network from what is actually enforced.
+        network: None,
+        allow_hosts: Vec::new(),
+        limits: enforced_limits(enforced, spec, process_only)?,
+    };
+    record_network(&mut info, spec, net)?;
+    Ok(info)
+}
+
+/// Forks the init, born in the v2 cgroup when there is one; where the
+/// kernel cannot fork into it, the init enters it itself by its
+/// `cgroup.procs`, added to `tasks`.
+fn fork_into(v2: Option<cgroup::V2Door>, tasks: &mut Vec<OwnedFd>) -> io::Result<sys::Forked> {
+    match v2 {
+        Some(v2) => sys::fork_into(v2.dir.as_fd()).or_else(|e| {
+            eprintln!("sandkeep keeper: cannot fork into the cgroup ({e}); the init moves itself");
+            tasks.push(v2.procs);
+            sys::fork()
+        }),
+        None => sys::fork(),
+    }
+}
+
+/// Reads the init's report: its isolation level and warnings into `info`
+/// and `warnings`, and the egress proxy's listening socket, with which
+/// the proxy starts (or is dropped, when the sandbox got no network
+/// namespace). An error is why the sandbox was not made.
+fn read_report(
+    report: &OwnedFd,
+    info: &mut SandboxInfo,
+    warnings: &mut Vec<String>,
+    proxy: &mut Option<Proxy>,
+) -> Result<(), SetupError> {
+    let mut buf = vec![0u8; 256 * 1024];
+    let (n, mut fds) = wire::recv(report, &mut buf).unwrap_or_default();
+    buf.truncate(n);
+    info.isolation = match serde_json::from_slice::<InitReport>(&buf) {
+        Ok(InitReport::Ready {
+            isolation,
+            warnings: more,
+            network,
+        }) => {
+            warnings.extend(more);
+            if !network {
+                // No namespace to isolate: nothing is enforced, no proxy.
+                *proxy = None;
+                info.network = None;
+                info.allow_hosts.clear();
+            }
+            isolation
+        }
+        Ok(InitReport::Unsupported(e)) => return Err(SetupError::Unsupported(e)),
+        Ok(InitReport::Failed(e)) => {
+            return Err(format!("building the sandbox failed: {e}").into());
+        }
+        Err(_) => return Err("the sandbox init died during setup".to_owned().into()),
+    };
+    if let Some(proxy) = proxy.as_mut() {
+        match fds.pop() {
+            Some(listener) => {
+                if let Err(e) = proxy.start(listener) {
+                    return Err(e.into());
+                }
+            }
+            None => {
+                return Err("the init sent no socket for the egress proxy"
+                    .to_owned()
+                    .into());
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The init's mount namespace. The init cannot have been reaped (its
+/// pidfd is ours, unwaited): the path names it. An ordinary user's keeper
+/// may not open it (the init is not dumpable); the teardown then stays in
+/// the init's exit.
+fn mount_namespace(init_pid: i32) -> Option<OwnedFd> {
+    let path = format!("/proc/{init_pid}/ns/mnt");
+    let flags = rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::CLOEXEC;
+    rustix::fs::open(path, flags, rustix::fs::Mode::empty()).ok()
 }
 
 /// The resource limits the sandbox asks for, each its default when
@@ -636,20 +662,18 @@ fn namespaces(base: Option<u32>, userns_child: Option<UsernsChild>) -> Result<Mo
     let mode = match base.zip(userns_child) {
         Some((base, child)) => Mode::Namespaces {
             owner: Owner::Shifted { base },
-            userns: Some(shifted_userns(child, base)?),
+            userns: Some(userns::shifted_userns(child, base)?),
         },
         None => {
-            enter_invoker_userns()?;
+            userns::enter_invoker_userns()?;
             Mode::Namespaces {
                 owner: Owner::Invoker,
                 userns: None,
             }
         }
     };
-    // SAFETY: the keeper is single-threaded; only children enter the new
-    // pid namespace.
-    unsafe { rustix::thread::unshare_unsafe(UnshareFlags::NEWPID) }
-        .map_err(|e| format!("unshare(CLONE_NEWPID): {e}"))?;
+    // Only children enter the new pid namespace.
+    sys::unshare(UnshareFlags::NEWPID).map_err(|e| format!("unshare(CLONE_NEWPID): {e}"))?;
     Ok(mode)
 }
 
@@ -712,7 +736,7 @@ fn destroy(dir: &SandboxDir, mut sandbox: Running) {
     // and the rest below is still under way.
     let _ = fs::remove_file(dir.meta());
     if sandbox.meta.process_only {
-        kill_descendants();
+        teardown::kill_descendants();
     }
     // Pid 1's death makes the kernel kill every process in the namespace,
     // including those that called setsid or double-forked. Its mount
@@ -727,337 +751,5 @@ fn destroy(dir: &SandboxDir, mut sandbox: Running) {
     if let Err(e) = state::remove_tree(&dir.path) {
         eprintln!("sandkeep keeper: removing {}: {e}", dir.path.display());
     }
-    release_slot(&dir.path, sandbox.uid_base);
-}
-
-/// Process-only mode: SIGKILLs every process below the keeper (a
-/// subreaper, so setsid and double forks cannot leave the tree), the init
-/// included, until none is left. Killed processes cannot fork any more, so the
-/// loop ends.
-fn kill_descendants() {
-    let me = std::process::id();
-    for _ in 0..1000 {
-        let victims = descendants(me);
-        if victims.is_empty() {
-            return;
-        }
-        kill_all(&victims);
-        while sys::reap_any().is_some() {}
-        std::thread::yield_now();
-    }
-}
-
-/// SIGKILLs each process of `victims` that is still the very one found.
-/// A victim may exit and be reaped by its own parent after the scan, and
-/// its pid go to a host process: the pidfd pins whatever process holds the
-/// pid now, and the start time, read after opening it, tells whether that
-/// is still ours.
-fn kill_all(victims: &[ProcessIdentity]) {
-    for victim in victims {
-        let Some(pid) = Pid::from_raw(victim.pid as i32) else {
-            continue;
-        };
-        let Ok(fd) = rustix::process::pidfd_open(pid, PidfdFlags::empty()) else {
-            continue;
-        };
-        if victim.is_alive() {
-            let _ = rustix::process::pidfd_send_signal(&fd, Signal::KILL);
-        }
-    }
-}
-
-/// Live (non-zombie) processes whose ancestry leads to `root`, each with
-/// the start time read in the same look at its `/proc/PID/stat`.
-fn descendants(root: u32) -> Vec<ProcessIdentity> {
-    let mut parent_of = Vec::new();
-    if let Ok(entries) = fs::read_dir("/proc") {
-        for e in entries.flatten() {
-            let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
-                continue;
-            };
-            let Ok(stat) = procfs::stat(pid) else {
-                continue;
-            };
-            let id = ProcessIdentity {
-                pid,
-                start_time: stat.start_time,
-            };
-            parent_of.push((id, stat.ppid, !stat.is_running()));
-        }
-    }
-    let mut found = vec![root];
-    let mut i = 0;
-    while i < found.len() {
-        let p = found[i];
-        found.extend(
-            parent_of
-                .iter()
-                .filter(|(_, pp, _)| *pp == p)
-                .map(|(c, _, _)| c.pid),
-        );
-        i += 1;
-    }
-    parent_of
-        .into_iter()
-        .filter(|(c, _, zombie)| !zombie && c.pid != root && found.contains(&c.pid))
-        .map(|(c, _, _)| c)
-        .collect()
-}
-
-/// The host uid (and gid) root's egress proxy of the sandbox whose block
-/// starts at `base` runs as: one per slot, just below the first block, so
-/// that no sandbox maps it, no two proxies share it and no host account
-/// (`nobody` included) can signal it.
-fn proxy_uid(base: u32) -> u32 {
-    FIRST_BLOCK - SLOTS + (base - FIRST_BLOCK) / BLOCK
-}
-
-/// Where root's uid blocks are claimed, for every state directory on the
-/// host: two servers with different `SANDKEEP_HOME`s must never hand out
-/// the same block. Under /run, so it starts empty with the machine, as do
-/// the sandboxes.
-pub const UID_SLOTS: &str = "/run/sandkeep/uid-slots";
-
-/// Claims a free uid block for the sandbox: a slot file naming its
-/// directory, reclaimed once that directory is gone. Returns the block's
-/// first host uid.
-fn allocate_slot(home: &Home, id: &SandboxId) -> Result<u32, String> {
-    let slots = Path::new(UID_SLOTS);
-    fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(slots)
-        .map_err(|e| format!("create {UID_SLOTS}: {e}"))?;
-    state::check_trusted(slots).map_err(|e| e.to_string())?;
-    // Root's alone (also where an older sandkeep made them 0755): the
-    // slots name the sandbox directories of every state directory.
-    for dir in [slots.parent().expect("UID_SLOTS has a parent"), slots] {
-        fs::set_permissions(dir, fs::Permissions::from_mode(0o700))
-            .map_err(|e| format!("chmod {}: {e}", dir.display()))?;
-    }
-    let _lock = Lock::acquire(&slots.join(".lock")).map_err(|e| format!("lock uid slots: {e}"))?;
-    let n = free_slot(slots)?;
-    fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(slots.join(n.to_string()))
-        .and_then(|mut f| f.write_all(home.sandbox(id).path.as_os_str().as_encoded_bytes()))
-        .map_err(|e| format!("claim uid slot {n}: {e}"))?;
-    Ok(FIRST_BLOCK + n * BLOCK)
-}
-
-/// The lowest slot number without a file, from one read of the directory:
-/// reading every live sandbox's slot made a create with 200 live sandboxes
-/// a millisecond slower. Only when every number has a file is a stale one
-/// (its sandbox's directory gone, its keeper killed) taken over.
-fn free_slot(slots: &Path) -> Result<u32, String> {
-    let mut taken = vec![false; SLOTS as usize];
-    let entries = fs::read_dir(slots).map_err(|e| format!("read {}: {e}", slots.display()))?;
-    for entry in entries.flatten() {
-        let number = entry
-            .file_name()
-            .to_str()
-            .and_then(|n| n.parse::<u32>().ok());
-        if let Some(n) = number.filter(|&n| n < SLOTS) {
-            taken[n as usize] = true;
-        }
-    }
-    if let Some(n) = taken.iter().position(|&t| !t) {
-        return Ok(n as u32);
-    }
-    for n in 0..SLOTS {
-        let path = slots.join(n.to_string());
-        match fs::read_to_string(&path) {
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(n),
-            Err(e) => return Err(format!("read {}: {e}", path.display())),
-            Ok(holder) if !Path::new(holder.trim()).exists() => return Ok(n),
-            Ok(_) => {}
-        }
-    }
-    Err(format!(
-        "all {SLOTS} uid blocks are in use; kill some sandboxes"
-    ))
-}
-
-/// Removes the slot of the sandbox whose directory is `owner`: the one of
-/// `uid_base` when known, else whichever names that directory. A dead
-/// keeper's slot is removed so by whoever cleans up after it
-/// (`presence::clean_stale`); should nobody, a create takes it over only
-/// once every number has a slot.
-pub(crate) fn release_slot(owner: &Path, uid_base: Option<u32>) {
-    let slots = Path::new(UID_SLOTS);
-    let Ok(_lock) = Lock::acquire(&slots.join(".lock")) else {
-        return;
-    };
-    let held = |slot: &Path| fs::read_to_string(slot).is_ok_and(|o| Path::new(o.trim()) == owner);
-    let candidates: Vec<PathBuf> = match uid_base {
-        Some(base) => vec![slots.join(((base - FIRST_BLOCK) / BLOCK).to_string())],
-        None => match fs::read_dir(slots) {
-            Ok(entries) => entries.flatten().map(|e| e.path()).collect(),
-            Err(_) => return,
-        },
-    };
-    for slot in candidates.iter().filter(|s| held(s)) {
-        let _ = fs::remove_file(slot);
-    }
-}
-
-/// Root mode's user-namespace maker: a throwaway child that unshares a
-/// user namespace and stays until the keeper has mapped it. Forked early,
-/// so that its unshare overlaps the keeper's own work.
-struct UsernsChild {
-    pid: i32,
-    /// One byte: whether its unshare worked.
-    unshared: OwnedFd,
-    /// Closed once the keeper holds the namespace: then it exits.
-    done: OwnedFd,
-}
-
-fn fork_userns_child(base: u32) -> Result<UsernsChild, String> {
-    let (go_r, go_w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
-        .map_err(|e| format!("pipe: {e}"))?;
-    let (done_r, done_w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
-        .map_err(|e| format!("pipe: {e}"))?;
-    match sys::fork().map_err(|e| format!("fork: {e}"))? {
-        sys::Forked::Child => {
-            drop(go_r);
-            drop(done_w);
-            let ok = unshare_owned_by(base).is_ok();
-            let _ = rustix::io::write(&go_w, if ok { b"y" } else { b"n" });
-            let mut b = [0u8; 1];
-            let _ = rustix::io::read(&done_r, &mut b);
-            sys::exit_now(0)
-        }
-        sys::Forked::Parent(pid) => Ok(UsernsChild {
-            pid,
-            unshared: go_r,
-            done: done_w,
-        }),
-    }
-}
-
-/// Unshares a user namespace whose owner is host uid `base`, the sandbox
-/// root's own, rather than host root. The kernel counts what processes of
-/// a user namespace hold (inotify instances and watches, user
-/// namespaces...) against their uid there and against the owner of each
-/// namespace up the chain, under the host's per-user limits: owned by
-/// host root, every sandbox's inotify instances were host root's, and one
-/// sandbox could take all 128 of `fs.inotify.max_user_instances` from
-/// host root and every other sandbox. Owned by `base`, a sandbox spends
-/// only its own uid's. No host process runs as `base` (it is the first
-/// uid of the sandbox's block), so the owner's rights in the namespace
-/// are nobody's. Only the effective ids change, every capability kept (no
-/// setuid fixup), which creating a user namespace needs where
-/// unprivileged ones are restricted. This throwaway child's credentials
-/// are all it changes.
-fn unshare_owned_by(base: u32) -> rustix::io::Result<()> {
-    use rustix::process::{Gid, Uid};
-    use rustix::thread::CapabilitiesSecureBits;
-    rustix::thread::set_capabilities_secure_bits(CapabilitiesSecureBits::NO_SETUID_FIXUP)?;
-    rustix::thread::set_thread_res_gid(None, Gid::from_raw(base), None)?;
-    rustix::thread::set_thread_res_uid(None, Uid::from_raw(base), None)?;
-    // SAFETY: this child is single-threaded.
-    unsafe { rustix::thread::unshare_unsafe(UnshareFlags::NEWUSER) }
-}
-
-/// Root mode: a user namespace mapping sandbox ids 0..65536 to the block at
-/// `base`, made by `child` and kept alive by the returned fd (the child
-/// exits once it is released; the keeper reaps it later). The init joins
-/// it after building the root, and idmaps lower layers through it.
-fn shifted_userns(child: UsernsChild, base: u32) -> Result<OwnedFd, String> {
-    let pid = child.pid;
-    let mut b = [0u8; 1];
-    let answered = rustix::io::read(&child.unshared, &mut b).is_ok_and(|n| n == 1 && b[0] == b'y');
-    if !answered {
-        return Err("unshare(CLONE_NEWUSER) failed; user namespaces are disabled on this host (run `sandkeep doctor`)".into());
-    }
-    let userns = sys::write_id_maps(Some(pid), base, base, BLOCK)
-        .and_then(|()| fs::File::open(format!("/proc/{pid}/ns/user")).map(OwnedFd::from))
-        .map_err(|e| format!("map the sandbox user namespace: {e}"));
-    // Released only now: the namespace lives on through its fd.
-    drop(child.done);
-    userns
-}
-
-/// Unprivileged mode: the keeper itself moves into a user namespace where
-/// the invoking user is root, so it may create the other namespaces.
-fn enter_invoker_userns() -> Result<(), String> {
-    let uid = rustix::process::geteuid().as_raw();
-    let gid = rustix::process::getegid().as_raw();
-    // SAFETY: the keeper is single-threaded, as CLONE_NEWUSER requires.
-    unsafe { rustix::thread::unshare_unsafe(UnshareFlags::NEWUSER) }.map_err(|e| {
-        format!("unshare(CLONE_NEWUSER) failed ({e}); unprivileged user namespaces are disabled or restricted on this host (run `sandkeep doctor`)")
-    })?;
-    sys::write_id_maps(None, uid, gid, 1).map_err(|e| e.to_string())?;
-    sys::become_id(0, 0, false).map_err(|e| format!("become root in the user namespace: {e}"))
-}
-
-#[cfg(test)]
-mod tests {
-    use std::io::{BufRead, BufReader, Write};
-    use std::os::unix::process::ExitStatusExt;
-    use std::process::{Command, Stdio};
-
-    use super::*;
-
-    #[test]
-    fn the_lowest_number_without_a_slot_file_is_free() {
-        let slots = tempfile::tempdir().unwrap();
-        assert_eq!(free_slot(slots.path()).unwrap(), 0);
-        for name in ["0", "1", "3", ".lock", "not-a-slot"] {
-            fs::write(slots.path().join(name), "/somewhere/sb/sb-0").unwrap();
-        }
-        assert_eq!(free_slot(slots.path()).unwrap(), 2);
-    }
-
-    /// With every number claimed, a slot whose sandbox directory is gone
-    /// is taken over; one that names a live directory never is.
-    #[test]
-    fn a_full_table_gives_up_only_stale_slots() {
-        let slots = tempfile::tempdir().unwrap();
-        let live = slots.path().to_str().unwrap();
-        for n in 0..SLOTS {
-            fs::write(slots.path().join(n.to_string()), live).unwrap();
-        }
-        assert!(
-            free_slot(slots.path())
-                .unwrap_err()
-                .contains("all 16384 uid blocks are in use")
-        );
-        fs::write(slots.path().join("9000"), "/gone/sb/sb-0\n").unwrap();
-        assert_eq!(free_slot(slots.path()).unwrap(), 9000);
-    }
-
-    /// A pid found by the scan may be recycled before the kill: only the
-    /// very process found (pid and start time) may be signalled.
-    #[test]
-    fn a_recycled_pid_is_never_killed() {
-        let mut child = Command::new("cat")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let found = ProcessIdentity::of(child.id()).unwrap();
-        let recycled = ProcessIdentity {
-            start_time: found.start_time + 1,
-            ..found
-        };
-        kill_all(&[recycled]);
-        // A SIGKILL is pending before kill(2) returns, so a process that
-        // was hit cannot echo this line back.
-        let mut stdin = child.stdin.take().unwrap();
-        stdin.write_all(b"alive\n").unwrap();
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        assert_eq!(
-            line, "alive\n",
-            "another process with the same pid was killed"
-        );
-        kill_all(&[found]);
-        assert_eq!(child.wait().unwrap().signal(), Some(libc::SIGKILL));
-    }
+    slots::release_slot(&dir.path, sandbox.uid_base);
 }

@@ -18,9 +18,17 @@
 //! (live or stale, cleanup, destruction), `spawn` (starting a keeper),
 //! `client` and `file_reply` (one fork-server call and its file-operation
 //! answer), `state` (the on-disk layout and records). In the keeper and
-//! the sandbox: `keeper`, `init`, `rootfs`, `fileops`, `seccomp`, `doctor`
-//! (the isolation probe), over `sys` (the only raw syscalls) and `wire`
-//! (the socket protocol).
+//! the sandbox: `keeper` (with its `userns` and `teardown` helpers),
+//! `init` (the setup; `init::fork_server` serves exec and file
+//! operations), `rootfs`, `fileops`, `seccomp`, `landlock`, `slots` (root's
+//! uid blocks), `doctor` (the isolation probe), over `sys` (the only raw
+//! syscalls) and `wire` (the socket protocol). [`keeper_main`] dispatches
+//! the keeper executable's arguments to the keeper or the probe.
+
+// `unsafe` lives in `sys` (thin wrappers over raw syscalls) and `seccomp`
+// (installing the filter) alone; everything else calls their safe,
+// checked functions.
+#![deny(unsafe_code)]
 
 mod bounds;
 mod cgroup;
@@ -32,33 +40,38 @@ mod file_reply;
 mod fileops;
 mod init;
 mod keeper;
+mod landlock;
 mod netpolicy;
 mod presence;
 mod process;
 mod proxy;
 mod rootfs;
+#[allow(unsafe_code)]
 mod seccomp;
+mod slots;
 mod spawn;
 mod state;
+#[allow(unsafe_code)]
 mod sys;
 mod wire;
 
 use std::os::fd::AsFd;
 use std::os::unix::fs::DirBuilderExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
 use async_trait::async_trait;
 
 pub use bounds::HostBounds;
-pub use config::{EGRESS_TRUST_VAR, LocalConfig};
+pub use config::LocalConfig;
 pub use doctor::{Check, DoctorReport};
-pub use netpolicy::{EgressTrust, TrustError};
+pub use netpolicy::{EGRESS_TRUST_VAR, EgressTrust, TrustError};
 pub use spawn::prestart;
 pub use state::trusted_path;
 
 use self::client::{CallError, Outcome};
+use self::keeper::{BUILD, REFUSED};
 use self::presence::{Presence, Until, inspect, lock_sandbox, terminate};
 use self::state::{Home, Meta, Spec};
 use self::wire::Request;
@@ -70,9 +83,52 @@ use sandkeep_provider::{
 /// The first argument that makes the `sandkeep` binary a keeper.
 pub const KEEPER_ARG: &str = "__keeper";
 
-/// Entry point of the per-sandbox keeper process; returns its exit code.
+/// Entry point of the per-sandbox keeper process (the arguments after
+/// [`KEEPER_ARG`], or the `sandkeep-keeper` executable's): runs a
+/// sandbox's keeper, a standby keeper or the isolation probe; returns its
+/// exit code.
 pub fn keeper_main(args: Vec<String>) -> i32 {
-    keeper::main(args)
+    match args
+        .iter()
+        .map(String::as_str)
+        .collect::<Vec<_>>()
+        .as_slice()
+    {
+        ["run", _, _, build] if *build != BUILD => {
+            eprintln!(
+                "sandkeep keeper: built from other sources ({BUILD}) than its provider ({build})"
+            );
+            REFUSED
+        }
+        ["run", home, id, _] => match SandboxId::parse(id) {
+            Ok(id) => match keeper::detach() {
+                Ok(()) => keeper::run(Home::new(PathBuf::from(home)), id),
+                Err(e) => {
+                    eprintln!("sandkeep keeper: setsid: {e}");
+                    1
+                }
+            },
+            Err(e) => {
+                eprintln!("sandkeep keeper: {e}");
+                REFUSED
+            }
+        },
+        ["standby", build] if *build != BUILD => {
+            eprintln!(
+                "sandkeep keeper: built from other sources ({BUILD}) than its provider ({build})"
+            );
+            REFUSED
+        }
+        ["standby", _] => keeper::standby(),
+        ["probe"] => doctor::probe_main(),
+        _ => {
+            eprintln!(
+                "usage: sandkeep-keeper run HOME SANDBOX_ID BUILD | sandkeep-keeper standby BUILD | \
+                 sandkeep-keeper probe (internal)"
+            );
+            REFUSED
+        }
+    }
 }
 
 /// The built-in template: the host's own system seen through the sandbox.

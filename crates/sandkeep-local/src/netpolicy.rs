@@ -25,7 +25,10 @@ use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::str::FromStr;
 
-use crate::config::EGRESS_TRUST_VAR;
+/// The variable naming the ranges the egress proxy takes as public
+/// despite the special-purpose registries: the configuration of a host
+/// whose egress is intercepted or whose DNS answers with fake IPs.
+pub const EGRESS_TRUST_VAR: &str = "SANDKEEP_EGRESS_TRUST";
 
 /// Why a destination is refused; its `Display` is the body of the 403.
 #[derive(Debug, Clone, PartialEq, Eq)]

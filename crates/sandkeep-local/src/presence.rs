@@ -122,7 +122,7 @@ pub fn clean_stale(dir: &SandboxDir, meta: Option<&Meta>) {
     }
     crate::cgroup::remove_recorded(&dir.path);
     let _ = state::remove_tree(&dir.path);
-    crate::keeper::release_slot(&dir.path, None);
+    crate::slots::release_slot(&dir.path, None);
 }
 
 /// Polls a pidfd until the process exits or `timeout` passes.

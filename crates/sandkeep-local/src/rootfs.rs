@@ -552,7 +552,7 @@ fn mask(root: &Path, spec: &Spec) -> Result<(), String> {
 /// directory (`HOME/sb/ID`). Their contents are private already; masking
 /// them keeps even their names out of sight.
 fn other_state_dirs(own: &Path) -> Vec<PathBuf> {
-    let Ok(slots) = fs::read_dir(super::keeper::UID_SLOTS) else {
+    let Ok(slots) = fs::read_dir(super::slots::UID_SLOTS) else {
         return Vec::new();
     };
     let mut homes: Vec<PathBuf> = Vec::new();

@@ -23,6 +23,17 @@
 //! of every sandbox's creation, a search of depth 7 takes a few tens of
 //! microseconds (docs/benchmarks.md). libseccomp builds such trees but is
 //! a C library and a system package.
+//!
+//! The filter is x86_64's: its syscall numbers, its audit arch, its
+//! x32 and `int 0x80` doors. Built for another target it would check
+//! other numbers than it names, so sandkeep does not build there.
+
+#[cfg(not(target_arch = "x86_64"))]
+compile_error!(
+    "the seccomp filter of sandkeep-local is written for x86_64 (its syscall numbers and audit \
+     arch): on another architecture it would allow and deny the wrong calls; port ALLOWED and \
+     the filter's arch check before building sandkeep here"
+);
 
 use std::io;
 

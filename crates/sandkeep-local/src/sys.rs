@@ -1,6 +1,6 @@
 //! Thin, checked wrappers over the few syscalls that rustix does not cover
-//! safely (fork, _exit, execve, signal masks and signalfd, mount_setattr,
-//! close_range), and the process-wide uses of the ones it does (waiting,
+//! safely (fork, unshare, _exit, execve, signal masks and signalfd,
+//! mount_setattr, close_range), and the process-wide uses of the ones it does (waiting,
 //! ids, id maps), for the keeper and the init. Every function here is
 //! single-purpose and safe to call in a single-threaded process; nothing
 //! here may be called from the tokio server. Whatever rustix offers safely
@@ -11,6 +11,7 @@ use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 
 use rustix::process::{Gid, Pid, Uid, WaitOptions, WaitStatus};
+use rustix::thread::UnshareFlags;
 use sandkeep_proto::record::exit_code_of;
 
 fn check(ret: libc::c_int) -> io::Result<libc::c_int> {
@@ -31,7 +32,7 @@ pub enum Forked {
 /// (the allocator's) held forever; the keeper, its probes and the init are
 /// single-threaded, so their children may use the allocator freely.
 pub fn fork() -> io::Result<Forked> {
-    single_threaded()?;
+    single_threaded("fork")?;
     // SAFETY: this process is single-threaded (checked above; only a
     // thread of it could have started another since); the child continues
     // with a consistent copy of the whole address space.
@@ -48,7 +49,7 @@ const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;
 /// `cgroup::Doors`). Fails where the kernel refuses it (before 5.7, or a
 /// seccomp filter that denies clone3); the caller then forks and moves.
 pub fn fork_into(cgroup: BorrowedFd) -> io::Result<Forked> {
-    single_threaded()?;
+    single_threaded("fork")?;
     // SAFETY: clone_args is plain integers; zero is "unset" for each.
     let mut args: libc::clone_args = unsafe { std::mem::zeroed() };
     args.flags = CLONE_INTO_CGROUP;
@@ -71,11 +72,26 @@ pub fn fork_into(cgroup: BorrowedFd) -> io::Result<Forked> {
     Ok(forked(pid))
 }
 
-fn single_threaded() -> io::Result<()> {
+/// `unshare(flags)`, refused unless this process has a single thread. The
+/// namespaces and tables it unshares are the calling thread's alone: in a
+/// threaded process another thread would go on in the old ones (sharing
+/// descriptors across the split with `FILES`), and the kernel refuses a
+/// new user namespace there anyway. The keeper, its probes and the init
+/// are single-threaded.
+pub fn unshare(flags: UnshareFlags) -> io::Result<()> {
+    single_threaded("unshare")?;
+    // SAFETY: this process is single-threaded (checked above; only a
+    // thread of it could have started another since): no other thread
+    // can observe the descriptors, namespaces or attributes it unshares.
+    unsafe { rustix::thread::unshare_unsafe(flags) }?;
+    Ok(())
+}
+
+fn single_threaded(what: &str) -> io::Result<()> {
     let threads = std::fs::read_dir("/proc/self/task")?.count();
     if threads != 1 {
         return Err(io::Error::other(format!(
-            "fork refused: this process has {threads} threads, not one"
+            "{what} refused: this process has {threads} threads, not one"
         )));
     }
     Ok(())
@@ -442,6 +458,19 @@ mod tests {
             }
             Err(e) => assert!(e.to_string().contains("thread"), "{e}"),
         }
+        drop(tx);
+        let _ = other.join();
+    }
+
+    /// unshare(2) splits only the calling thread off: the others would go
+    /// on in the old namespaces.
+    #[test]
+    fn unshare_refuses_a_multi_threaded_process() {
+        let (tx, rx) = std::sync::mpsc::channel::<()>();
+        let other = std::thread::spawn(move || rx.recv());
+        // No flags: should the check fail, nothing is unshared.
+        let e = unshare(UnshareFlags::empty()).unwrap_err();
+        assert!(e.to_string().contains("thread"), "{e}");
         drop(tx);
         let _ = other.join();
     }

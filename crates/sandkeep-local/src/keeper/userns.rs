@@ -1,0 +1,101 @@
+//! The keeper's user namespaces: root's, owned by the sandbox's first
+//! uid and mapped onto its uid block by a throwaway child, and an ordinary
+//! user's, which the keeper itself enters to be root there. Only user
+//! namespaces and their id maps: the other namespaces are the keeper's
+//! and the init's.
+
+use std::fs;
+use std::io;
+use std::os::fd::OwnedFd;
+
+use rustix::thread::UnshareFlags;
+
+use crate::{slots, sys};
+
+/// Root mode's user-namespace maker: a throwaway child that unshares a
+/// user namespace and stays until the keeper has mapped it. Forked early,
+/// so that its unshare overlaps the keeper's own work.
+pub struct UsernsChild {
+    pub pid: i32,
+    /// One byte: whether its unshare worked.
+    unshared: OwnedFd,
+    /// Closed once the keeper holds the namespace: then it exits.
+    done: OwnedFd,
+}
+
+pub fn fork_userns_child(base: u32) -> Result<UsernsChild, String> {
+    let (go_r, go_w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
+        .map_err(|e| format!("pipe: {e}"))?;
+    let (done_r, done_w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
+        .map_err(|e| format!("pipe: {e}"))?;
+    match sys::fork().map_err(|e| format!("fork: {e}"))? {
+        sys::Forked::Child => {
+            drop(go_r);
+            drop(done_w);
+            let ok = unshare_owned_by(base).is_ok();
+            let _ = rustix::io::write(&go_w, if ok { b"y" } else { b"n" });
+            let mut b = [0u8; 1];
+            let _ = rustix::io::read(&done_r, &mut b);
+            sys::exit_now(0)
+        }
+        sys::Forked::Parent(pid) => Ok(UsernsChild {
+            pid,
+            unshared: go_r,
+            done: done_w,
+        }),
+    }
+}
+
+/// Unshares a user namespace whose owner is host uid `base`, the sandbox
+/// root's own, rather than host root. The kernel counts what processes of
+/// a user namespace hold (inotify instances and watches, user
+/// namespaces...) against their uid there and against the owner of each
+/// namespace up the chain, under the host's per-user limits: owned by
+/// host root, every sandbox's inotify instances were host root's, and one
+/// sandbox could take all 128 of `fs.inotify.max_user_instances` from
+/// host root and every other sandbox. Owned by `base`, a sandbox spends
+/// only its own uid's. No host process runs as `base` (it is the first
+/// uid of the sandbox's block), so the owner's rights in the namespace
+/// are nobody's. Only the effective ids change, every capability kept (no
+/// setuid fixup), which creating a user namespace needs where
+/// unprivileged ones are restricted. This throwaway child's credentials
+/// are all it changes.
+fn unshare_owned_by(base: u32) -> io::Result<()> {
+    use rustix::process::{Gid, Uid};
+    use rustix::thread::CapabilitiesSecureBits;
+    rustix::thread::set_capabilities_secure_bits(CapabilitiesSecureBits::NO_SETUID_FIXUP)?;
+    rustix::thread::set_thread_res_gid(None, Gid::from_raw(base), None)?;
+    rustix::thread::set_thread_res_uid(None, Uid::from_raw(base), None)?;
+    sys::unshare(UnshareFlags::NEWUSER)
+}
+
+/// Root mode: a user namespace mapping sandbox ids 0..65536 to the block at
+/// `base`, made by `child` and kept alive by the returned fd (the child
+/// exits once it is released; the keeper reaps it later). The init joins
+/// it after building the root, and idmaps lower layers through it.
+pub fn shifted_userns(child: UsernsChild, base: u32) -> Result<OwnedFd, String> {
+    let pid = child.pid;
+    let mut b = [0u8; 1];
+    let answered = rustix::io::read(&child.unshared, &mut b).is_ok_and(|n| n == 1 && b[0] == b'y');
+    if !answered {
+        return Err("unshare(CLONE_NEWUSER) failed; user namespaces are disabled on this host (run `sandkeep doctor`)".into());
+    }
+    let userns = sys::write_id_maps(Some(pid), base, base, slots::BLOCK)
+        .and_then(|()| fs::File::open(format!("/proc/{pid}/ns/user")).map(OwnedFd::from))
+        .map_err(|e| format!("map the sandbox user namespace: {e}"));
+    // Released only now: the namespace lives on through its fd.
+    drop(child.done);
+    userns
+}
+
+/// Unprivileged mode: the keeper itself moves into a user namespace where
+/// the invoking user is root, so it may create the other namespaces.
+pub fn enter_invoker_userns() -> Result<(), String> {
+    let uid = rustix::process::geteuid().as_raw();
+    let gid = rustix::process::getegid().as_raw();
+    sys::unshare(UnshareFlags::NEWUSER).map_err(|e| {
+        format!("unshare(CLONE_NEWUSER) failed ({e}); unprivileged user namespaces are disabled or restricted on this host (run `sandkeep doctor`)")
+    })?;
+    sys::write_id_maps(None, uid, gid, 1).map_err(|e| e.to_string())?;
+    sys::become_id(0, 0, false).map_err(|e| format!("become root in the user namespace: {e}"))
+}
