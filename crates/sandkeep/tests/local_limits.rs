@@ -822,7 +822,9 @@ async fn a_sandbox_cannot_take_host_roots_inotify_instances() {
         let task_id = format!("{n:032x}");
         let order = serde_json::json!({"task_id": task_id, "command": "echo done", "timeout": 60});
         let started = run(&p, id, &format!("{helper} start '{order}'")).await;
-        let wait = serde_json::json!({"task_id": task_id, "timeout": 30});
+        // Past the output it will write ("done\n"): a wait that sees the
+        // output grow before the end is recorded answers `running`.
+        let wait = serde_json::json!({"task_id": task_id, "timeout": 30, "stdout_offset": 5});
         let waited = run(&p, id, &format!("{helper} wait '{wait}'")).await;
         waits.push((task, started, waited));
     }
