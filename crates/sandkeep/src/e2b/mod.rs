@@ -35,6 +35,7 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::Response;
 use axum::routing::{get, post};
+use sandkeep_envd_wire as envd_wire;
 use serde::{Deserialize, Serialize};
 
 use crate::provider::{Provider, SandboxId};
@@ -42,8 +43,6 @@ use crate::provider::{Provider, SandboxId};
 /// The envd version advertised: the SDKs gate features on it, and this
 /// endpoint serves what envd 0.6.13 does (minus what docs/e2b.md lists).
 pub const ENVD_VERSION: &str = "0.6.13";
-/// The port envd listens on inside an E2B sandbox (host-name routing).
-const ENVD_PORT: &str = "49983";
 
 /// The largest body read whole (every route but `/files`, whose uploads
 /// stream into the sandbox): one Connect message with its envelopes, or a
@@ -225,13 +224,16 @@ fn sandbox_not_found(id: &str) -> Response {
 /// The sandbox an envd request is for: `E2b-Sandbox-Id`, else a host name
 /// `49983-ID.…` (E2B's proxy rules).
 fn target(headers: &HeaderMap) -> Option<String> {
-    if let Some(id) = headers.get("e2b-sandbox-id").and_then(|v| v.to_str().ok()) {
+    if let Some(id) = headers
+        .get(envd_wire::header::SANDBOX_ID)
+        .and_then(|v| v.to_str().ok())
+    {
         return Some(id.to_owned());
     }
     let host = headers.get(header::HOST)?.to_str().ok()?;
     let first = host.split('.').next()?;
     let (port, id) = first.split_once('-')?;
-    (port == ENVD_PORT).then(|| id.to_owned())
+    (port == envd_wire::ENVD_PORT.to_string()).then(|| id.to_owned())
 }
 
 impl FromRequestParts<Arc<E2b>> for Envd {
