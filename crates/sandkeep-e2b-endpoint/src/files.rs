@@ -3,7 +3,7 @@
 //! it (whole, or one `Range`), never holding a whole file in memory.
 //!
 //! Each transfer is one small `sh` script in the sandbox run through
-//! [`crate::provider::Provider::spawn`] (`cat` between the HTTP body and
+//! [`sandkeep_provider::Provider::spawn`] (`cat` between the HTTP body and
 //! the file), so it sees the sandbox's files exactly as its user does. An
 //! upload lands in a temporary file beside the target and is renamed over
 //! it only once the whole body arrived: a broken upload (the client goes
@@ -21,7 +21,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 
 use super::Envd;
 use super::envd::{absolute, clean, http_error};
-use crate::provider::{
+use sandkeep_provider::{
     ExecRequest, Program, Provider, ProviderError, RunningProcess, SandboxId, SpawnRequest, Spawned,
 };
 

@@ -14,7 +14,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::{E2b, ENVD_VERSION, Record, SmallBody};
-use crate::provider::{CreateSpec, Network, ProviderError, SandboxId, SandboxInfo};
+use sandkeep_provider::{CreateSpec, Network, ProviderError, SandboxId, SandboxInfo};
 
 /// The longest timeout a sandbox may ask for (E2B's Pro plan's 24 h).
 const MAX_TIMEOUT: u64 = 86_400;
@@ -198,7 +198,7 @@ async fn connect(e2b: &E2b, id: &str, body: &[u8], require_timeout: bool) -> Res
         Err(e) => return provider_error(&e),
     };
     if let Some(timeout) = request.timeout
-        && crate::provider::unix_now() + timeout > info.expires_at
+        && sandkeep_provider::unix_now() + timeout > info.expires_at
     {
         info = match e2b
             .provider

@@ -20,8 +20,8 @@ use sandkeep_envd_wire::header;
 use super::connect::{self, Code, RpcError};
 use super::process;
 use super::{BodyTooLarge, E2b, Envd, SmallBody};
-use crate::provider::{ExecRequest, SandboxId};
 use sandkeep_proto::wire::shell_quote;
+use sandkeep_provider::{ExecRequest, SandboxId};
 
 /// The time limit of one filesystem call.
 const FS_TIMEOUT: Duration = Duration::from_secs(60);

@@ -34,7 +34,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
 use super::connect::{self, Code, RpcError};
-use crate::provider::{Program, Provider, RunningProcess, SandboxId, SpawnRequest};
+use sandkeep_provider::{Program, Provider, RunningProcess, SandboxId, SpawnRequest};
 
 /// How long an ended process's end event is kept for Connect (envd's
 /// `terminatedRetentionTTL`).
