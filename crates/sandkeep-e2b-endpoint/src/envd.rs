@@ -122,14 +122,13 @@ fn entry(record: &str) -> Option<EntryInfo> {
         "l" => "FILE_TYPE_SYMLINK",
         _ => "FILE_TYPE_UNSPECIFIED",
     };
+    // Before the epoch (a negative mtime) reads as the epoch.
     let secs = mtime
         .split('.')
         .next()
-        .and_then(|s| s.parse::<i64>().ok())
+        .and_then(|s| s.parse::<u64>().ok())
         .unwrap_or(0);
-    let modified = chrono::DateTime::from_timestamp(secs, 0)
-        .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true))
-        .unwrap_or_default();
+    let modified = sandkeep_provider::rfc3339(secs);
     let symlink = kind == "l";
     Some(EntryInfo {
         name,

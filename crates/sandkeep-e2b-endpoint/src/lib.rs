@@ -194,11 +194,9 @@ impl Records {
     }
 }
 
-/// 128 bits from the OS as hex.
+/// 128 bits from the OS as hex: access tokens and temporary names.
 fn random_hex() -> String {
-    let mut bytes = [0u8; 16];
-    getrandom::fill(&mut bytes).expect("the OS random source works");
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+    sandkeep_provider::random_hex(16).expect("the OS random source works")
 }
 
 /// Constant-time comparison of secrets.

@@ -143,10 +143,9 @@ fn parse_time(text: &str) -> Option<u64> {
         .and_then(|t| u64::try_from(t.timestamp()).ok())
 }
 
+/// 64 bits from the OS as hex: the names of temporary uploads.
 fn random_hex() -> String {
-    let mut bytes = [0u8; 8];
-    getrandom::fill(&mut bytes).expect("the OS random source works");
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+    sandkeep_provider::random_hex(8).expect("the OS random source works")
 }
 
 impl E2bProvider {
