@@ -2,13 +2,12 @@
 //! official E2B SDKs read it (`E2B_API_KEY`, `E2B_DOMAIN`, `E2B_API_URL`,
 //! `E2B_SANDBOX_URL`), and where each sandbox's envd is reached.
 
+use sandkeep_envd_wire::ENVD_PORT;
 use sha2::{Digest, Sha256};
 
 /// The domains E2B itself runs, whose envd is one host routed by headers
 /// (the SDKs' `SUPPORTED_SANDBOX_DOMAINS`).
 const SHARED_HOST_DOMAINS: &[&str] = &["e2b.app", "e2b.dev", "e2b.pro", "e2b-staging.dev"];
-/// The port envd listens on inside every sandbox.
-pub const ENVD_PORT: u16 = 49983;
 
 #[derive(Clone)]
 pub struct E2bConfig {

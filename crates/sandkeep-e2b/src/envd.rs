@@ -7,22 +7,23 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use base64::Engine as _;
-use base64::engine::general_purpose::STANDARD as B64;
 use reqwest::StatusCode;
-use serde::Deserialize;
-use serde_json::{Value, json};
+use sandkeep_envd_wire::connect::{self, Code};
+use sandkeep_envd_wire::process::{
+    self as wire, Input, ProcessConfig, SelectRequest, SendInputRequest, StartRequest,
+};
+use sandkeep_envd_wire::{ENVD_PORT, base64_bytes, header};
+use serde::Serialize;
+use serde::de::{DeserializeOwned, IgnoredAny};
+use serde_json::Value;
 
 use crate::Stats;
-use crate::config::ENVD_PORT;
 
 /// The bound of a unary call or a file transfer.
 const CALL_TIMEOUT: Duration = Duration::from_secs(120);
 /// envd emits a keepalive event after this many seconds without data, so
 /// idle proxies do not cut a long stream (the SDKs send 50).
 const KEEPALIVE_SECS: &str = "50";
-/// Connect's envelope flag of the end-of-stream message.
-const END_STREAM: u8 = 0x02;
 
 #[derive(Debug, thiserror::Error)]
 pub enum EnvdError {
@@ -79,60 +80,12 @@ impl Tail {
     }
 }
 
-#[derive(Debug, Default, Deserialize)]
-struct RawEvent {
-    #[serde(default)]
-    start: Option<Value>,
-    #[serde(default)]
-    data: Option<Data>,
-    #[serde(default)]
-    end: Option<End>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-struct Data {
-    #[serde(default)]
-    stdout: Option<String>,
-    #[serde(default)]
-    stderr: Option<String>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct End {
-    #[serde(default)]
-    exit_code: i32,
-    #[serde(default)]
-    exited: bool,
-    #[serde(default)]
-    status: String,
-}
-
-impl End {
-    /// envd reports a signal death as exit code -1 and `signal: NAME`.
-    fn code(&self) -> i32 {
-        if self.exited {
-            return self.exit_code;
-        }
-        let signal = match self.status.strip_prefix("signal: ").unwrap_or("") {
-            "killed" => 9,
-            "terminated" => 15,
-            "interrupt" => 2,
-            "hangup" => 1,
-            "aborted" => 6,
-            "segmentation fault" => 11,
-            _ => return self.exit_code,
-        };
-        128 + signal
-    }
-}
-
 /// One event of a process stream.
 #[derive(Debug)]
 pub enum Event {
     /// Always first: envd's id of the process, for SendInput and CloseStdin.
     Start {
-        pid: Value,
+        pid: u32,
     },
     Stdout(Vec<u8>),
     Stderr(Vec<u8>),
@@ -143,26 +96,23 @@ pub enum Event {
 }
 
 impl Event {
-    fn from_json(v: &Value) -> Self {
-        let raw: RawEvent =
-            serde_json::from_value(v.get("event").cloned().unwrap_or_default()).unwrap_or_default();
-        let decode = |s: &str| B64.decode(s).unwrap_or_default();
-        if let Some(start) = raw.start {
-            return Self::Start {
-                pid: start.get("pid").cloned().unwrap_or(Value::Null),
-            };
-        }
-        if let Some(end) = raw.end {
-            return Self::End(end.code());
-        }
-        match raw.data {
-            Some(Data {
+    /// A stream message; what does not read as a known event is
+    /// [`Event::Other`] (envd may add events).
+    fn from_json(v: Value) -> Self {
+        let Ok(message) = serde_json::from_value::<wire::EventMessage>(v) else {
+            return Self::Other;
+        };
+        let decode = |s: &str| base64_bytes::decode(s).unwrap_or_default();
+        match message.event {
+            wire::Event::Start { pid } => Self::Start { pid },
+            wire::Event::End(end) => Self::End(end.code()),
+            wire::Event::Data(wire::Data {
                 stdout: Some(s), ..
             }) => Self::Stdout(decode(&s)),
-            Some(Data {
+            wire::Event::Data(wire::Data {
                 stderr: Some(s), ..
             }) => Self::Stderr(decode(&s)),
-            _ => Self::Other,
+            wire::Event::Data(_) | wire::Event::Keepalive {} => Self::Other,
         }
     }
 }
@@ -178,25 +128,29 @@ impl Stream {
     /// The next event; `Ok(None)` at the end-of-stream message.
     pub async fn next(&mut self) -> Result<Option<Event>, EnvdError> {
         loop {
-            if self.buf.len() >= 5 {
-                let b = &self.buf;
-                let len = u32::from_be_bytes([b[1], b[2], b[3], b[4]]) as usize;
-                if b.len() >= 5 + len {
-                    let flags = b[0];
-                    let frame: Vec<u8> = self.buf.drain(..5 + len).skip(5).collect();
-                    let v: Value = serde_json::from_slice(&frame).map_err(|e| {
-                        EnvdError::Broken(format!("unreadable message from envd: {e}"))
-                    })?;
-                    if flags & END_STREAM == 0 {
-                        return Ok(Some(Event::from_json(&v)));
-                    }
-                    return match v.get("error") {
-                        Some(error) => Err(EnvdError::Broken(format!(
-                            "the process stream ended with {error}"
-                        ))),
-                        None => Ok(None),
-                    };
+            if let Some((flags, len)) = connect::read_header(&self.buf)
+                && self.buf.len() >= connect::HEADER_LEN + len
+            {
+                let frame: Vec<u8> = self
+                    .buf
+                    .drain(..connect::HEADER_LEN + len)
+                    .skip(connect::HEADER_LEN)
+                    .collect();
+                let unreadable = |e: serde_json::Error| {
+                    EnvdError::Broken(format!("unreadable message from envd: {e}"))
+                };
+                if flags & connect::END_STREAM == 0 {
+                    let v: Value = serde_json::from_slice(&frame).map_err(unreadable)?;
+                    return Ok(Some(Event::from_json(v)));
                 }
+                let end: connect::EndStream = serde_json::from_slice(&frame).map_err(unreadable)?;
+                return match end.error {
+                    Some(error) => Err(EnvdError::Broken(format!(
+                        "the process stream ended with {}: {}",
+                        error.code, error.message
+                    ))),
+                    None => Ok(None),
+                };
             }
             match self.response.chunk().await {
                 Ok(Some(chunk)) => self.buf.extend_from_slice(&chunk),
@@ -236,10 +190,10 @@ impl Envd {
         let mut r = self
             .http
             .request(method, format!("{}{path}", self.base))
-            .header("E2b-Sandbox-Id", &self.sandbox_id)
-            .header("E2b-Sandbox-Port", ENVD_PORT.to_string());
+            .header(header::SANDBOX_ID, &self.sandbox_id)
+            .header(header::SANDBOX_PORT, ENVD_PORT.to_string());
         if let Some(token) = &self.token {
-            r = r.header("X-Access-Token", token);
+            r = r.header(header::ACCESS_TOKEN, token);
         }
         r
     }
@@ -260,7 +214,7 @@ impl Envd {
             Some(Value::String(s)) => s.clone(),
             _ => status.as_u16().to_string(),
         };
-        if code == "not_found" || status == StatusCode::NOT_FOUND {
+        if code == Code::NotFound.name() || status == StatusCode::NOT_FOUND {
             return EnvdError::PathNotFound(message);
         }
         EnvdError::Refused { code, message }
@@ -284,25 +238,25 @@ impl Envd {
         envs: &[(&str, &str)],
         stdin: bool,
     ) -> Result<Stream, EnvdError> {
-        let envs: serde_json::Map<String, Value> = envs
-            .iter()
-            .map(|(k, v)| ((*k).to_owned(), Value::from(*v)))
-            .collect();
-        let message = json!({
-            "process": { "cmd": cmd, "args": args, "envs": envs },
-            "stdin": stdin,
-        });
-        let payload = serde_json::to_vec(&message).expect("a request is JSON");
-        let mut body = Vec::with_capacity(payload.len() + 5);
-        body.push(0);
-        body.extend_from_slice(&(payload.len() as u32).to_be_bytes());
-        body.extend_from_slice(&payload);
+        let message = StartRequest {
+            process: ProcessConfig {
+                cmd: cmd.to_owned(),
+                args: args.iter().map(|&a| a.to_owned()).collect(),
+                envs: envs
+                    .iter()
+                    .map(|&(k, v)| (k.to_owned(), v.to_owned()))
+                    .collect(),
+                cwd: None,
+            },
+            stdin: Some(stdin),
+            ..StartRequest::default()
+        };
         let response = self
             .request(reqwest::Method::POST, "/process.Process/Start")
-            .header("Content-Type", "application/connect+json")
-            .header("Connect-Protocol-Version", "1")
-            .header("Keepalive-Ping-Interval", KEEPALIVE_SECS)
-            .body(body)
+            .header("Content-Type", connect::STREAM_JSON)
+            .header(header::CONNECT_PROTOCOL_VERSION, "1")
+            .header(header::KEEPALIVE_PING_INTERVAL, KEEPALIVE_SECS)
+            .body(connect::envelope(&message))
             .send()
             .await
             .map_err(|e| Self::transport(&e))?;
@@ -340,8 +294,8 @@ impl Envd {
                 match event {
                     Event::Start { pid } => {
                         if let Some(input) = stdin.take() {
-                            self.send_input(&pid, input).await?;
-                            self.close_stdin(&pid).await?;
+                            self.send_input(pid, input).await?;
+                            self.close_stdin(pid).await?;
                         }
                     }
                     Event::Stdout(bytes) => finished.stdout.push(&bytes),
@@ -364,31 +318,36 @@ impl Envd {
     }
 
     /// Writes `input` to the stdin of envd's process `pid`.
-    pub async fn send_input(&self, pid: &Value, input: &[u8]) -> Result<(), EnvdError> {
-        self.unary(
-            "/process.Process/SendInput",
-            &json!({ "process": { "pid": pid }, "input": { "stdin": B64.encode(input) } }),
-        )
-        .await
-        .map(drop)
+    pub async fn send_input(&self, pid: u32, input: &[u8]) -> Result<(), EnvdError> {
+        let message = SendInputRequest {
+            process: wire::Selector::pid(pid),
+            input: Input::stdin(input),
+        };
+        self.unary::<_, IgnoredAny>("/process.Process/SendInput", &message)
+            .await
+            .map(drop)
     }
 
     /// Closes the stdin of envd's process `pid`.
-    pub async fn close_stdin(&self, pid: &Value) -> Result<(), EnvdError> {
-        self.unary(
-            "/process.Process/CloseStdin",
-            &json!({ "process": { "pid": pid } }),
-        )
-        .await
-        .map(drop)
+    pub async fn close_stdin(&self, pid: u32) -> Result<(), EnvdError> {
+        let message = SelectRequest {
+            process: wire::Selector::pid(pid),
+        };
+        self.unary::<_, IgnoredAny>("/process.Process/CloseStdin", &message)
+            .await
+            .map(drop)
     }
 
     /// A unary Connect call with the JSON codec.
-    pub async fn unary(&self, path: &str, message: &Value) -> Result<Value, EnvdError> {
+    pub async fn unary<M: Serialize, A: DeserializeOwned>(
+        &self,
+        path: &str,
+        message: &M,
+    ) -> Result<A, EnvdError> {
         let response = self
             .request(reqwest::Method::POST, path)
-            .header("Content-Type", "application/json")
-            .header("Connect-Protocol-Version", "1")
+            .header("Content-Type", connect::UNARY_JSON)
+            .header(header::CONNECT_PROTOCOL_VERSION, "1")
             .timeout(CALL_TIMEOUT)
             .json(message)
             .send()

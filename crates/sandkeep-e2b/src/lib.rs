@@ -32,11 +32,13 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use sandkeep_envd_wire::filesystem::{ListDirRequest, MoveRequest, PathRequest};
 use sandkeep_provider::{
     CreateSpec, ExecOutput, ExecRequest, FileEntry, FileKind, Limits, Network, Provider,
     ProviderError, Release, Result, SandboxId, SandboxInfo, SpawnRequest, Spawned,
 };
-use serde_json::{Value, json};
+use serde::de::IgnoredAny;
+use serde_json::Value;
 use tokio::sync::OnceCell;
 
 pub use config::{E2bConfig, MissingKey};
@@ -141,10 +143,9 @@ fn parse_time(text: &str) -> Option<u64> {
         .and_then(|t| u64::try_from(t.timestamp()).ok())
 }
 
+/// 64 bits from the OS as hex: the names of temporary uploads.
 fn random_hex() -> String {
-    let mut bytes = [0u8; 8];
-    getrandom::fill(&mut bytes).expect("the OS random source works");
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+    sandkeep_provider::random_hex(8).expect("the OS random source works")
 }
 
 impl E2bProvider {
@@ -652,16 +653,22 @@ impl Provider for E2bProvider {
             .await
             .map_err(file_error)?;
         if let Err(e) = envd
-            .unary(
+            .unary::<_, IgnoredAny>(
                 "/filesystem.Filesystem/Move",
-                &json!({ "source": tmp, "destination": path }),
+                &MoveRequest {
+                    source: tmp.clone(),
+                    destination: path.to_owned(),
+                },
             )
             .await
         {
             // Nothing may stay beside the target (a Move that did happen
             // left nothing to remove, and removing a missing path succeeds).
             if let Err(left) = envd
-                .unary("/filesystem.Filesystem/Remove", &json!({ "path": tmp }))
+                .unary::<_, IgnoredAny>(
+                    "/filesystem.Filesystem/Remove",
+                    &PathRequest { path: tmp.clone() },
+                )
                 .await
             {
                 tracing::warn!(%id, "cannot remove the temporary upload {tmp}: {left}");
@@ -673,10 +680,15 @@ impl Provider for E2bProvider {
 
     async fn list_files(&self, id: &SandboxId, path: &str) -> Result<Vec<FileEntry>> {
         let envd = self.envd(id).await?;
-        let answer = envd
+        // The answer is read leniently (a size as a number or a string), so
+        // it stays a JSON value rather than the wire crate's EntryInfo.
+        let answer: Value = envd
             .unary(
                 "/filesystem.Filesystem/ListDir",
-                &json!({ "path": path, "depth": 1 }),
+                &ListDirRequest {
+                    path: path.to_owned(),
+                    depth: 1,
+                },
             )
             .await
             .map_err(|e| self.path_error(e, id, path))?;

@@ -14,7 +14,6 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use sandkeep_provider::{ProviderError, Result, RunningProcess, SpawnRequest, Spawned};
-use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream};
 use tokio::sync::watch;
 
@@ -61,7 +60,7 @@ pub async fn spawn(envd: Envd, request: SpawnRequest) -> std::result::Result<Spa
     };
     let stdin = request.stdin.then(|| {
         let (theirs, ours) = tokio::io::duplex(PIPE);
-        tokio::spawn(feed(envd, started.envd_pid.clone(), ours));
+        tokio::spawn(feed(envd, started.envd_pid, ours));
         Box::new(theirs) as Box<dyn tokio::io::AsyncWrite + Send + Unpin>
     });
     tokio::spawn(pump(
@@ -83,7 +82,7 @@ pub async fn spawn(envd: Envd, request: SpawnRequest) -> std::result::Result<Spa
 /// What came before the process ran: envd's id of it, its pid in the
 /// sandbox, and the output that came with them.
 struct Started {
-    envd_pid: Value,
+    envd_pid: u32,
     pid: u32,
     stdout: Vec<u8>,
     stderr: Vec<u8>,
@@ -118,7 +117,7 @@ async fn started(stream: &mut Stream) -> std::result::Result<Started, EnvdError>
                 EnvdError::Broken(format!("the process reported {line:?}, not its pid"))
             })?;
             return Ok(Started {
-                envd_pid: envd_pid.clone(),
+                envd_pid: *envd_pid,
                 pid,
                 stdout: stdout.split_off(end + 1),
                 stderr,
@@ -175,19 +174,19 @@ async fn pump(
 
 /// Sends what is written to the stdin pipe, in order, then closes the
 /// process's stdin. A failed send drops the pipe, so the writer sees it.
-async fn feed(envd: Envd, pid: Value, mut from: DuplexStream) {
+async fn feed(envd: Envd, pid: u32, mut from: DuplexStream) {
     let mut buf = vec![0; PIPE];
     loop {
         match from.read(&mut buf).await {
             Ok(0) | Err(_) => break,
             Ok(n) => {
-                if envd.send_input(&pid, &buf[..n]).await.is_err() {
+                if envd.send_input(pid, &buf[..n]).await.is_err() {
                     return;
                 }
             }
         }
     }
-    let _ = envd.close_stdin(&pid).await;
+    let _ = envd.close_stdin(pid).await;
 }
 
 /// The control of a spawned process, by its pid inside the sandbox.

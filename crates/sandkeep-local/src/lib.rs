@@ -334,13 +334,11 @@ impl LocalProvider {
 
     /// 64 bits from the OS CSPRNG.
     fn new_id() -> Result<SandboxId> {
-        let mut bytes = [0u8; 8];
-        getrandom::fill(&mut bytes).map_err(|e| {
+        let hex = sandkeep_provider::random_hex(8).map_err(|e| {
             ProviderError::Unavailable(format!(
                 "the OS random number generator failed ({e}); no sandbox was created, retry"
             ))
         })?;
-        let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
         SandboxId::parse(&format!("sb-{hex}")).map_err(ProviderError::Unavailable)
     }
 

@@ -6,7 +6,8 @@
 //! the pure logic of paging logs, and the rules both sides apply the same
 //! way: process liveness ([`procfs`]), which shell runs a command
 //! ([`shell`]), where a user's state lives ([`shell::state_base`]), 128+N
-//! exit codes ([`record::exit_code_of`]). It does no I/O beyond reading
+//! exit codes ([`record::exit_code_of`]), the clock of their times
+//! ([`record::unix_now`]). It does no I/O beyond reading
 //! `/proc/PID/stat` and depends on serde only, so the static helper stays
 //! small.
 

@@ -10,6 +10,14 @@ use serde::{Deserialize, Serialize};
 
 use crate::task::{TaskId, TaskState};
 
+/// Unix seconds now: the clock of the record's times, and of the host's
+/// (a sandbox's creation and deadline), so both sides compare alike.
+pub fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
 /// The format version written into every record; a reader that meets
 /// another version treats the record as unreadable (state `unknown`).
 pub const RECORD_VERSION: u32 = 1;

@@ -4,6 +4,10 @@
 //! host: create, kill, list, exec, files, renew, retain, and the path of the
 //! task helper inside a sandbox. The service never knows which provider it
 //! talks to. Providers know nothing of MCP, sessions or tasks' meaning.
+//!
+//! As the lowest crate every host-side crate shares, it also holds the few
+//! helpers they would otherwise each write: [`unix_now`], [`rfc3339`] and
+//! [`random_hex`].
 
 #![forbid(unsafe_code)]
 
@@ -115,11 +119,25 @@ pub struct CreateSpec {
     pub limits: Limits,
 }
 
-/// Unix seconds now: the clock of [`SandboxInfo`]'s times.
-pub fn unix_now() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
+/// Unix seconds now: the clock of [`SandboxInfo`]'s times (the task
+/// record's clock too, hence its home in `sandkeep-proto`).
+pub use sandkeep_proto::record::unix_now;
+
+/// Unix seconds as RFC 3339 in UTC, to the second (`2026-01-02T03:04:05Z`),
+/// as E2B's API and MCP's tasks write times. A time past chrono's range
+/// (year 262,143) reads as the epoch.
+pub fn rfc3339(unix_secs: u64) -> String {
+    chrono::DateTime::from_timestamp(i64::try_from(unix_secs).unwrap_or(i64::MAX), 0)
+        .unwrap_or_default()
+        .to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+}
+
+/// `bytes` random bytes from the OS CSPRNG as lower-case hex: ids, secrets
+/// and temporary names. Each caller says what a failure means to it.
+pub fn random_hex(bytes: usize) -> Result<String, getrandom::Error> {
+    let mut buf = vec![0u8; bytes];
+    getrandom::fill(&mut buf)?;
+    Ok(buf.iter().map(|b| format!("{b:02x}")).collect())
 }
 
 /// A sandbox as list and create report it.

@@ -15,13 +15,13 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use rustix::event::{PollFd, PollFlags, Timespec};
 use rustix::io::Errno;
 use rustix::process::{Pid, PidfdFlags, Signal, WaitId, WaitIdOptions};
 use sandkeep_proto::record::{
-    Ending, Outcome, ProcessIdentity, RECORD_VERSION, StateRecord, exit_code_of,
+    Ending, Outcome, ProcessIdentity, RECORD_VERSION, StateRecord, exit_code_of, unix_now,
 };
 use sandkeep_proto::shell::SHELLS;
 use sandkeep_proto::wire::StartRequest;
@@ -97,12 +97,6 @@ fn fail_before_start(message: String) -> i32 {
     let mut out = io::stdout();
     let _ = out.write_all(message.as_bytes()).and_then(|()| out.flush());
     1
-}
-
-fn unix_now() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
 }
 
 /// `bash -c COMMAND`, or `sh -c COMMAND` where bash is missing, in its own

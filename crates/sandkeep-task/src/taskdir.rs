@@ -219,9 +219,7 @@ impl TaskDir {
     /// task still being started from one whose start failed long ago.
     pub fn age_secs(&self) -> io::Result<u64> {
         let st = rustix::fs::fstat(&self.fd)?;
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs());
+        let now = sandkeep_proto::record::unix_now();
         Ok(now.saturating_sub(u64::try_from(st.st_ctime).unwrap_or(0)))
     }
 

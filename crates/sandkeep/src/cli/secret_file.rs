@@ -144,9 +144,7 @@ fn refused(file: &Path, why: &str) -> String {
 
 /// 128 bits from the OS, as hex.
 fn generate() -> Result<String, String> {
-    let mut bytes = [0u8; 16];
-    getrandom::fill(&mut bytes).map_err(|e| format!("cannot generate a secret: {e}"))?;
-    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+    crate::provider::random_hex(16).map_err(|e| format!("cannot generate a secret: {e}"))
 }
 
 /// Creates the state directory if missing (0700), and writes `value` to a

@@ -155,7 +155,7 @@ impl SessionEnder {
 /// Checks the bind rule, then serves until SIGTERM/SIGINT; returns the exit
 /// code.
 pub fn run(service: Arc<Service>, options: HttpOptions) -> i32 {
-    let Some(runtime) = super::serve_runtime() else {
+    let Some(runtime) = crate::runtime::serve_runtime() else {
         return 1;
     };
     let result = runtime.block_on(async {

@@ -25,7 +25,7 @@ type Writer = Box<dyn AsyncWrite + Send + Unpin>;
 /// Serves MCP on stdin/stdout until the session ends; returns the exit
 /// code.
 pub fn run(service: Arc<Service>, whereabouts: Whereabouts) -> i32 {
-    let Some(runtime) = super::serve_runtime() else {
+    let Some(runtime) = crate::runtime::serve_runtime() else {
         return 1;
     };
     let code = runtime.block_on(serve(service, whereabouts));

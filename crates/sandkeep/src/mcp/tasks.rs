@@ -94,11 +94,13 @@ pub(super) async fn start(
     let started = service
         .start_run_command_task(session, request.arguments)
         .await?;
-    let now = iso8601(crate::provider::unix_now());
+    let now = crate::provider::rfc3339(crate::provider::unix_now());
     let mut task = Task::new(
         encode_id(&started.sandbox_id, &started.task_id),
         TaskStatus::Working,
-        started.started_at.map_or_else(|| now.clone(), iso8601),
+        started
+            .started_at
+            .map_or_else(|| now.clone(), crate::provider::rfc3339),
         now,
     )
     .with_poll_interval_ms(POLL_INTERVAL_MS);
@@ -226,12 +228,13 @@ fn lookup_error(id: &str, e: ToolError) -> McpError {
 }
 
 fn base(id: &str, t: &TaskResult) -> Task {
-    let now = iso8601(crate::provider::unix_now());
+    let now = crate::provider::rfc3339(crate::provider::unix_now());
     Task::new(
         id.to_owned(),
         TaskStatus::Working,
-        t.started_at.map_or_else(|| now.clone(), iso8601),
-        t.finished_at.map_or(now, iso8601),
+        t.started_at
+            .map_or_else(|| now.clone(), crate::provider::rfc3339),
+        t.finished_at.map_or(now, crate::provider::rfc3339),
     )
     .with_poll_interval_ms(POLL_INTERVAL_MS)
 }
@@ -278,12 +281,6 @@ fn error_object(e: McpError) -> JsonObject {
     }
 }
 
-fn iso8601(unix_secs: u64) -> String {
-    chrono::DateTime::from_timestamp(i64::try_from(unix_secs).unwrap_or(i64::MAX), 0)
-        .unwrap_or_default()
-        .to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -301,6 +298,6 @@ mod tests {
         ] {
             assert!(decode_id(bad).is_err(), "{bad:?}");
         }
-        assert_eq!(iso8601(0), "1970-01-01T00:00:00Z");
+        assert_eq!(crate::provider::rfc3339(0), "1970-01-01T00:00:00Z");
     }
 }

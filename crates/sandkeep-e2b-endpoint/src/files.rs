@@ -3,7 +3,7 @@
 //! it (whole, or one `Range`), never holding a whole file in memory.
 //!
 //! Each transfer is one small `sh` script in the sandbox run through
-//! [`crate::provider::Provider::spawn`] (`cat` between the HTTP body and
+//! [`sandkeep_provider::Provider::spawn`] (`cat` between the HTTP body and
 //! the file), so it sees the sandbox's files exactly as its user does. An
 //! upload lands in a temporary file beside the target and is renamed over
 //! it only once the whole body arrived: a broken upload (the client goes
@@ -15,13 +15,13 @@ use axum::extract::{Multipart, Query};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use futures_util::StreamExt as _;
+use sandkeep_envd_wire::filesystem::WrittenFile;
 use serde::Deserialize;
-use serde_json::{Value, json};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 
 use super::Envd;
 use super::envd::{absolute, clean, http_error};
-use crate::provider::{
+use sandkeep_provider::{
     ExecRequest, Program, Provider, ProviderError, RunningProcess, SandboxId, SpawnRequest, Spawned,
 };
 
@@ -337,7 +337,11 @@ impl Drop for Staged {
 }
 
 /// Streams one file into the sandbox; its entry as envd answers it.
-async fn write_one(envd: &Envd, path: &str, mut source: Source<'_>) -> Result<Value, Response> {
+async fn write_one(
+    envd: &Envd,
+    path: &str,
+    mut source: Source<'_>,
+) -> Result<WrittenFile, Response> {
     // `$d`, `$p` and `$t`: the directory, the target and the temporary
     // file, named here so that a cleanup can find it.
     let names = format!(
@@ -392,7 +396,11 @@ async fn write_one(envd: &Envd, path: &str, mut source: Source<'_>) -> Result<Va
     staged.done();
     let full = clean(&stdout.await.unwrap_or_default());
     let name = full.rsplit('/').next().unwrap_or("").to_owned();
-    Ok(json!({ "path": full, "name": name, "type": "file" }))
+    Ok(WrittenFile {
+        path: full,
+        name,
+        file_type: "file".to_owned(),
+    })
 }
 
 /// `POST /files`: multipart parts named `file` (the filename is the path

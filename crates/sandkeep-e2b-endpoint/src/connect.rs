@@ -6,8 +6,9 @@
 //!
 //! Written by hand because the Rust Connect implementations serve protobuf
 //! types generated from `.proto` files, while envd's JSON mapping is a
-//! handful of fields: a framing function and an error type are all it
-//! takes here.
+//! handful of fields. The bytes (framing, error shape, messages) are
+//! `sandkeep-envd-wire`'s, shared with the e2b provider; this module adds
+//! the server's side: reading requests, answering over axum.
 
 use axum::body::Bytes;
 use axum::http::{HeaderMap, StatusCode, header};
@@ -15,63 +16,11 @@ use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+use sandkeep_envd_wire::connect::{self as wire, COMPRESSED, END_STREAM, HEADER_LEN};
+pub use sandkeep_envd_wire::connect::{Code, STREAM_JSON, UNARY_JSON};
+
 /// The largest request message accepted (a 64 KiB command and its JSON).
 pub const MAX_MESSAGE: usize = 4 << 20;
-
-pub const UNARY_JSON: &str = "application/json";
-pub const STREAM_JSON: &str = "application/connect+json";
-
-/// Envelope flag of the last message of a stream.
-const END_STREAM: u8 = 0x02;
-/// Envelope flag of a compressed message (none are accepted).
-const COMPRESSED: u8 = 0x01;
-
-/// Connect's error codes, as envd returns them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Code {
-    InvalidArgument,
-    DeadlineExceeded,
-    NotFound,
-    AlreadyExists,
-    FailedPrecondition,
-    ResourceExhausted,
-    Unimplemented,
-    Internal,
-    Unavailable,
-    Unauthenticated,
-}
-
-impl Code {
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::InvalidArgument => "invalid_argument",
-            Self::DeadlineExceeded => "deadline_exceeded",
-            Self::NotFound => "not_found",
-            Self::AlreadyExists => "already_exists",
-            Self::FailedPrecondition => "failed_precondition",
-            Self::ResourceExhausted => "resource_exhausted",
-            Self::Unimplemented => "unimplemented",
-            Self::Internal => "internal",
-            Self::Unavailable => "unavailable",
-            Self::Unauthenticated => "unauthenticated",
-        }
-    }
-
-    /// The HTTP status of a unary error with this code (Connect's table).
-    fn status(self) -> StatusCode {
-        match self {
-            Self::InvalidArgument | Self::FailedPrecondition => StatusCode::BAD_REQUEST,
-            Self::DeadlineExceeded => StatusCode::GATEWAY_TIMEOUT,
-            Self::NotFound => StatusCode::NOT_FOUND,
-            Self::ResourceExhausted => StatusCode::TOO_MANY_REQUESTS,
-            Self::AlreadyExists => StatusCode::CONFLICT,
-            Self::Unimplemented => StatusCode::NOT_IMPLEMENTED,
-            Self::Internal => StatusCode::INTERNAL_SERVER_ERROR,
-            Self::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
-            Self::Unauthenticated => StatusCode::UNAUTHORIZED,
-        }
-    }
-}
 
 /// A Connect error: a code and a message for the caller.
 #[derive(Debug, Clone)]
@@ -88,18 +37,20 @@ impl RpcError {
         }
     }
 
-    fn json(&self) -> serde_json::Value {
-        serde_json::json!({ "code": self.code.name(), "message": self.message })
+    fn wire(&self) -> wire::Error {
+        wire::Error::new(self.code, self.message.clone())
     }
 }
 
 impl IntoResponse for RpcError {
     /// The unary form.
     fn into_response(self) -> Response {
+        let status = StatusCode::from_u16(self.code.http_status())
+            .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         (
-            self.code.status(),
+            status,
             [(header::CONTENT_TYPE, UNARY_JSON)],
-            self.json().to_string(),
+            wire::to_json(&self.wire()),
         )
             .into_response()
     }
@@ -163,11 +114,7 @@ pub fn unary_request<T: DeserializeOwned>(headers: &HeaderMap, body: &[u8]) -> R
 
 /// A unary success.
 pub fn unary_response(message: &impl Serialize) -> Response {
-    (
-        [(header::CONTENT_TYPE, UNARY_JSON)],
-        serde_json::to_string(message).unwrap_or_else(|_| "{}".into()),
-    )
-        .into_response()
+    ([(header::CONTENT_TYPE, UNARY_JSON)], wire::to_json(message)).into_response()
 }
 
 /// The messages of a client-stream or server-stream request body.
@@ -184,23 +131,19 @@ pub fn stream_request<T: DeserializeOwned>(
     }
     let mut out = Vec::new();
     while !body.is_empty() {
-        let Some((&flags, rest)) = body.split_first() else {
-            break;
-        };
-        if rest.len() < 4 {
+        let Some((flags, len)) = wire::read_header(body) else {
             return Err(RpcError::new(
                 Code::InvalidArgument,
                 "malformed envelope: fewer than 5 header bytes",
             ));
-        }
-        let len = u32::from_be_bytes([rest[0], rest[1], rest[2], rest[3]]) as usize;
+        };
         if len > MAX_MESSAGE {
             return Err(RpcError::new(
                 Code::InvalidArgument,
                 format!("envelope of {len} bytes is over the {MAX_MESSAGE}-byte limit"),
             ));
         }
-        let rest = &rest[4..];
+        let rest = &body[HEADER_LEN..];
         if rest.len() < len {
             return Err(RpcError::new(
                 Code::InvalidArgument,
@@ -226,27 +169,12 @@ pub fn stream_request<T: DeserializeOwned>(
 
 /// One enveloped stream message.
 pub fn envelope(message: &impl Serialize) -> Bytes {
-    frame(
-        0,
-        serde_json::to_vec(message).unwrap_or_else(|_| b"{}".to_vec()),
-    )
+    Bytes::from(wire::envelope(message))
 }
 
 /// The end-stream envelope, with the error if the stream failed.
 pub fn end_stream(error: Option<&RpcError>) -> Bytes {
-    let json = match error {
-        Some(e) => serde_json::json!({ "error": e.json() }),
-        None => serde_json::json!({}),
-    };
-    frame(END_STREAM, json.to_string().into_bytes())
-}
-
-fn frame(flags: u8, json: Vec<u8>) -> Bytes {
-    let mut out = Vec::with_capacity(5 + json.len());
-    out.push(flags);
-    out.extend_from_slice(&(json.len() as u32).to_be_bytes());
-    out.extend_from_slice(&json);
-    Bytes::from(out)
+    Bytes::from(wire::end_stream(error.map(RpcError::wire).as_ref()))
 }
 
 #[cfg(test)]

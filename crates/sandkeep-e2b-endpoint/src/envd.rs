@@ -11,14 +11,17 @@ use std::time::Duration;
 
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use serde::Deserialize;
-use serde_json::{Value, json};
+use sandkeep_envd_wire::connect::Empty;
+use sandkeep_envd_wire::filesystem::{
+    EntryInfo, EntryResponse, ListDirRequest, ListDirResponse, MoveRequest, PathRequest,
+};
+use sandkeep_envd_wire::header;
 
 use super::connect::{self, Code, RpcError};
 use super::process;
 use super::{BodyTooLarge, E2b, Envd, SmallBody};
-use crate::provider::{ExecRequest, SandboxId};
 use sandkeep_proto::wire::shell_quote;
+use sandkeep_provider::{ExecRequest, SandboxId};
 
 /// The time limit of one filesystem call.
 const FS_TIMEOUT: Duration = Duration::from_secs(60);
@@ -29,14 +32,9 @@ const NOT_DIR: i32 = 45;
 const EXISTS: i32 = 46;
 const EXISTS_NOT_DIR: i32 = 47;
 
-/// envd's JSON error for its plain HTTP routes.
-pub(super) fn http_error(status: StatusCode, message: impl Into<String>) -> Response {
-    (
-        status,
-        axum::Json(json!({ "code": status.as_u16(), "message": message.into() })),
-    )
-        .into_response()
-}
+/// envd's JSON error for its plain HTTP routes: the shape of E2B's REST
+/// errors, `{code, message}` with the numeric status.
+pub(super) use super::rest::error as http_error;
 
 /// `GET /health`: exempt from the token; 204 while the routed sandbox
 /// lives, E2B's proxy answer (502, "was not found") once it is gone, which
@@ -103,7 +101,7 @@ pub(super) fn absolute(path: &str) -> String {
 /// `find`'s format of one [`entry`], NUL-terminated.
 const FORMAT: &str = r"%y\t%s\t%m\t%M\t%u\t%g\t%T@\t%l\t%p\0";
 
-fn entry(record: &str) -> Option<Value> {
+fn entry(record: &str) -> Option<EntryInfo> {
     let mut f = record.splitn(9, '\t');
     let (kind, size, mode, perms, owner, group, mtime, target, path) = (
         f.next()?,
@@ -124,30 +122,27 @@ fn entry(record: &str) -> Option<Value> {
         "l" => "FILE_TYPE_SYMLINK",
         _ => "FILE_TYPE_UNSPECIFIED",
     };
+    // Before the epoch (a negative mtime) reads as the epoch.
     let secs = mtime
         .split('.')
         .next()
-        .and_then(|s| s.parse::<i64>().ok())
+        .and_then(|s| s.parse::<u64>().ok())
         .unwrap_or(0);
-    let modified = chrono::DateTime::from_timestamp(secs, 0)
-        .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true))
-        .unwrap_or_default();
-    let mut v = json!({
-        "name": name,
-        "type": file_type,
-        "path": path,
-        "size": size,
-        "mode": u32::from_str_radix(mode, 8).unwrap_or(0),
-        "permissions": perms,
-        "owner": owner,
-        "group": group,
-        "modifiedTime": modified,
-    });
-    if kind == "l" {
-        v["symlinkTarget"] = json!(target);
-        v["isSymlink"] = json!(true);
-    }
-    Some(v)
+    let modified = sandkeep_provider::rfc3339(secs);
+    let symlink = kind == "l";
+    Some(EntryInfo {
+        name,
+        file_type: file_type.to_owned(),
+        path,
+        size: size.to_owned(),
+        mode: u32::from_str_radix(mode, 8).unwrap_or(0),
+        permissions: perms.to_owned(),
+        owner: owner.to_owned(),
+        group: group.to_owned(),
+        modified_time: modified,
+        symlink_target: symlink.then(|| target.to_owned()),
+        is_symlink: symlink,
+    })
 }
 
 /// `/a//b/./c/` → `/a/b/c` (what `find` prints is the path as given).
@@ -159,7 +154,7 @@ pub(super) fn clean(path: &str) -> String {
     format!("/{}", parts.join("/"))
 }
 
-fn entries(stdout: &[u8]) -> Vec<Value> {
+fn entries(stdout: &[u8]) -> Vec<EntryInfo> {
     String::from_utf8_lossy(stdout)
         .split('\0')
         .filter(|r| !r.is_empty())
@@ -171,28 +166,6 @@ fn not_found(path: &str) -> RpcError {
     RpcError::new(Code::NotFound, format!("path {path:?} does not exist"))
 }
 
-#[derive(Debug, Deserialize)]
-struct PathRequest {
-    #[serde(default)]
-    path: String,
-}
-
-#[derive(Debug, Deserialize)]
-struct ListDirRequest {
-    #[serde(default)]
-    path: String,
-    #[serde(default)]
-    depth: u32,
-}
-
-#[derive(Debug, Deserialize)]
-struct MoveRequest {
-    #[serde(default)]
-    source: String,
-    #[serde(default)]
-    destination: String,
-}
-
 fn stat_script(path: &str) -> String {
     format!(
         "{}[ -e \"$p\" ] || [ -L \"$p\" ] || exit {GONE}; find \"$p\" -maxdepth 0 -printf '{FORMAT}'",
@@ -200,11 +173,12 @@ fn stat_script(path: &str) -> String {
     )
 }
 
-fn one_entry(path: &str, stdout: &[u8]) -> Result<Value, RpcError> {
-    entries(stdout)
+fn one_entry(path: &str, stdout: &[u8]) -> Result<Response, RpcError> {
+    let entry = entries(stdout)
         .into_iter()
         .next()
-        .ok_or_else(|| not_found(path))
+        .ok_or_else(|| not_found(path))?;
+    Ok(connect::unary_response(&EntryResponse { entry }))
 }
 
 async fn filesystem(
@@ -221,9 +195,7 @@ async fn filesystem(
             if code == GONE {
                 return Err(not_found(&r.path));
             }
-            Ok(connect::unary_response(
-                &json!({ "entry": one_entry(&r.path, &out)? }),
-            ))
+            one_entry(&r.path, &out)
         }
         "ListDir" => {
             let r: ListDirRequest = connect::unary_request(headers, body)?;
@@ -239,9 +211,9 @@ async fn filesystem(
                     Code::InvalidArgument,
                     format!("path {:?} is not a directory", r.path),
                 )),
-                (_, out) => Ok(connect::unary_response(
-                    &json!({ "entries": entries(&out) }),
-                )),
+                (_, out) => Ok(connect::unary_response(&ListDirResponse {
+                    entries: entries(&out),
+                })),
             }
         }
         "MakeDir" => {
@@ -260,9 +232,7 @@ async fn filesystem(
                     Code::InvalidArgument,
                     format!("path {:?} exists and is not a directory", r.path),
                 )),
-                (_, out) => Ok(connect::unary_response(
-                    &json!({ "entry": one_entry(&r.path, &out)? }),
-                )),
+                (_, out) => one_entry(&r.path, &out),
             }
         }
         "Move" => {
@@ -276,15 +246,13 @@ async fn filesystem(
             );
             match run(e2b, id, script).await? {
                 (GONE, _) => Err(not_found(&r.source)),
-                (_, out) => Ok(connect::unary_response(
-                    &json!({ "entry": one_entry(&r.destination, &out)? }),
-                )),
+                (_, out) => one_entry(&r.destination, &out),
             }
         }
         "Remove" => {
             let r: PathRequest = connect::unary_request(headers, body)?;
             run(e2b, id, format!("{}rm -rf -- \"$p\"", absolute(&r.path))).await?;
-            Ok(connect::unary_response(&json!({})))
+            Ok(connect::unary_response(&Empty {}))
         }
         "WatchDir" => Ok(process::stream_error(&unimplemented_watch())),
         "CreateWatcher" | "GetWatcherEvents" | "RemoveWatcher" => Err(unimplemented_watch()),
@@ -339,7 +307,7 @@ async fn process_rpc(
             process::stream_input(procs, id, messages).await
         }
         "List" => {
-            connect::unary_request::<Value>(headers, body)?;
+            connect::unary_request::<serde::de::IgnoredAny>(headers, body)?;
             Ok(process::list(procs, id))
         }
         "SendInput" => process::send_input(procs, id, connect::unary_request(headers, body)?).await,
@@ -400,7 +368,7 @@ pub async fn rpc(
 /// The access token check of every envd route but the exempt ones.
 pub fn authorized(expected: &str, headers: &HeaderMap) -> bool {
     headers
-        .get("x-access-token")
+        .get(header::ACCESS_TOKEN)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|t| super::same(t, expected))
 }

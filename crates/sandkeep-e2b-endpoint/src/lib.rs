@@ -1,7 +1,18 @@
-//! `sandkeep serve --e2b ADDR`: an E2B-compatible endpoint over the
-//! provider (SPEC.md §12), so a program written for E2B's SDKs runs on
-//! local sandboxes with `E2B_API_URL=http://ADDR E2B_SANDBOX_URL=http://ADDR
-//! E2B_API_KEY=…`.
+//! The E2B-compatible endpoint behind `sandkeep serve --e2b ADDR`: E2B's
+//! REST API and envd's Connect protocol as a server over any
+//! [`Provider`] (SPEC.md §12), so a program written for E2B's SDKs runs
+//! on local sandboxes with `E2B_API_URL=http://ADDR
+//! E2B_SANDBOX_URL=http://ADDR E2B_API_KEY=…`.
+//!
+//! This crate owns what E2B's protocol means over a provider: the routes,
+//! the API key and access tokens, envd's process bookkeeping, `/files`,
+//! and the E2B records. It is a [`Router`] and nothing more: it does not
+//! pick a provider, build a runtime, bind a socket or handle signals; the
+//! `sandkeep` binary does that and serves the router through its HTTP edge
+//! (connection caps and timeouts shared with `serve --http`). So it
+//! depends on the provider trait, never on the `sandkeep` crate (which
+//! depends on it). envd's bytes come from `sandkeep-envd-wire`, which the
+//! e2b provider (the client side) shares.
 //!
 //! One listener serves both planes:
 //! - the REST API (`rest`): create, connect, list, info, timeout, kill,
@@ -17,6 +28,8 @@
 //! the sandbox's timeout and deadline. docs/e2b.md records each decision
 //! where the SDKs and envd leave room.
 
+#![forbid(unsafe_code)]
+
 mod connect;
 mod envd;
 mod files;
@@ -24,7 +37,6 @@ mod process;
 mod rest;
 
 use std::collections::BTreeMap;
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -35,15 +47,14 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::Response;
 use axum::routing::{get, post};
+use sandkeep_envd_wire as envd_wire;
 use serde::{Deserialize, Serialize};
 
-use crate::provider::{Provider, SandboxId};
+use sandkeep_provider::{Provider, SandboxId};
 
 /// The envd version advertised: the SDKs gate features on it, and this
 /// endpoint serves what envd 0.6.13 does (minus what docs/e2b.md lists).
 pub const ENVD_VERSION: &str = "0.6.13";
-/// The port envd listens on inside an E2B sandbox (host-name routing).
-const ENVD_PORT: &str = "49983";
 
 /// The largest body read whole (every route but `/files`, whose uploads
 /// stream into the sandbox): one Connect message with its envelopes, or a
@@ -103,15 +114,6 @@ impl<S: Send + Sync> axum::extract::FromRequest<S> for SmallBody {
             .map(Self)
             .map_err(|_| BodyTooLarge::new())
     }
-}
-
-/// What the endpoint needs to run.
-#[derive(Debug)]
-pub struct E2bOptions {
-    pub addr: SocketAddr,
-    pub api_key: String,
-    /// Open connections at once, in all and per peer.
-    pub connections: crate::edge::Caps,
 }
 
 /// The server's shared state.
@@ -192,11 +194,9 @@ impl Records {
     }
 }
 
-/// 128 bits from the OS as hex.
+/// 128 bits from the OS as hex: access tokens and temporary names.
 fn random_hex() -> String {
-    let mut bytes = [0u8; 16];
-    getrandom::fill(&mut bytes).expect("the OS random source works");
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+    sandkeep_provider::random_hex(16).expect("the OS random source works")
 }
 
 /// Constant-time comparison of secrets.
@@ -225,13 +225,16 @@ fn sandbox_not_found(id: &str) -> Response {
 /// The sandbox an envd request is for: `E2b-Sandbox-Id`, else a host name
 /// `49983-ID.…` (E2B's proxy rules).
 fn target(headers: &HeaderMap) -> Option<String> {
-    if let Some(id) = headers.get("e2b-sandbox-id").and_then(|v| v.to_str().ok()) {
+    if let Some(id) = headers
+        .get(envd_wire::header::SANDBOX_ID)
+        .and_then(|v| v.to_str().ok())
+    {
         return Some(id.to_owned());
     }
     let host = headers.get(header::HOST)?.to_str().ok()?;
     let first = host.split('.').next()?;
     let (port, id) = first.split_once('-')?;
-    (port == ENVD_PORT).then(|| id.to_owned())
+    (port == envd_wire::ENVD_PORT.to_string()).then(|| id.to_owned())
 }
 
 impl FromRequestParts<Arc<E2b>> for Envd {
@@ -282,7 +285,7 @@ async fn api_key(State(e2b): State<Arc<E2b>>, request: Request, next: Next) -> R
     next.run(request).await
 }
 
-fn router(e2b: Arc<E2b>) -> Router {
+fn routes(e2b: Arc<E2b>) -> Router {
     let api = Router::new()
         .route("/sandboxes", post(rest::create_v1).get(rest::list_v1))
         .route("/v2/sandboxes", post(rest::create_v2).get(rest::list_v2))
@@ -329,56 +332,24 @@ async fn filesystem_rpc(
     envd::rpc(envd, "filesystem.Filesystem", &method, headers, body).await
 }
 
-/// Serves until the process is stopped; returns the exit code.
-pub fn run(provider: Arc<dyn Provider>, options: E2bOptions) -> i32 {
-    let records = match crate::provider::home_from_env() {
-        Ok(home) => home.join("e2b"),
-        Err(e) => {
-            eprintln!("sandkeep serve: cannot locate SANDKEEP_HOME: {e}");
-            return 1;
-        }
-    };
-    if let Err(e) = std::fs::create_dir_all(&records).and_then(|()| {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&records, std::fs::Permissions::from_mode(0o700))
-    }) {
-        eprintln!("sandkeep serve: cannot create {}: {e}", records.display());
-        return 1;
-    }
-    let e2b = Arc::new(E2b {
+/// The endpoint over `provider`, behind `api_key`, keeping its records
+/// (metadata, access tokens) in `records`, which is created mode 0700 if
+/// missing.
+pub fn router(
+    provider: Arc<dyn Provider>,
+    api_key: String,
+    records: PathBuf,
+) -> Result<Router, String> {
+    std::fs::create_dir_all(&records)
+        .and_then(|()| {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&records, std::fs::Permissions::from_mode(0o700))
+        })
+        .map_err(|e| format!("cannot create {}: {e}", records.display()))?;
+    Ok(routes(Arc::new(E2b {
         provider,
-        api_key: options.api_key,
+        api_key,
         records: Records { dir: records },
         processes: Arc::default(),
-    });
-    let runtime = match tokio::runtime::Runtime::new() {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("sandkeep serve: cannot start the async runtime: {e}");
-            return 1;
-        }
-    };
-    runtime.block_on(async move {
-        let listener = match tokio::net::TcpListener::bind(options.addr).await {
-            Ok(l) => l,
-            Err(e) => {
-                eprintln!("sandkeep serve: cannot listen on {}: {e}", options.addr);
-                return 1;
-            }
-        };
-        let addr = listener.local_addr().unwrap_or(options.addr);
-        eprintln!(
-            "sandkeep serve: E2B-compatible endpoint at http://{addr}\n  \
-             E2B_API_URL=http://{addr} E2B_SANDBOX_URL=http://{addr} E2B_API_KEY=<the key>"
-        );
-        let shutdown = match crate::edge::shutdown_on_signal() {
-            Ok(s) => s,
-            Err(e) => {
-                eprintln!("sandkeep serve: cannot watch for SIGTERM/SIGINT: {e}");
-                return 1;
-            }
-        };
-        crate::edge::serve(listener, router(e2b), options.connections, shutdown).await;
-        0
-    })
+    })))
 }

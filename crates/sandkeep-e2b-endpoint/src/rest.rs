@@ -14,7 +14,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::{E2b, ENVD_VERSION, Record, SmallBody};
-use crate::provider::{CreateSpec, Network, ProviderError, SandboxId, SandboxInfo};
+use sandkeep_provider::{CreateSpec, Network, ProviderError, SandboxId, SandboxInfo, rfc3339};
 
 /// The longest timeout a sandbox may ask for (E2B's Pro plan's 24 h).
 const MAX_TIMEOUT: u64 = 86_400;
@@ -71,12 +71,6 @@ impl IntoResponse for ApiError {
 fn sandbox_id(text: &str) -> Result<SandboxId, ApiError> {
     SandboxId::parse(text)
         .map_err(|_| ApiError(StatusCode::NOT_FOUND, format!("sandbox {text:?} not found")))
-}
-
-fn rfc3339(secs: u64) -> String {
-    chrono::DateTime::from_timestamp(secs as i64, 0)
-        .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true))
-        .unwrap_or_default()
 }
 
 /// The `Sandbox` object of create and connect.
@@ -198,7 +192,7 @@ async fn connect(e2b: &E2b, id: &str, body: &[u8], require_timeout: bool) -> Res
         Err(e) => return provider_error(&e),
     };
     if let Some(timeout) = request.timeout
-        && crate::provider::unix_now() + timeout > info.expires_at
+        && sandkeep_provider::unix_now() + timeout > info.expires_at
     {
         info = match e2b
             .provider

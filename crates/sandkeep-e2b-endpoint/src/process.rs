@@ -22,16 +22,19 @@ use std::time::Duration;
 use axum::body::{Body, Bytes};
 use axum::http::{HeaderMap, header};
 use axum::response::{IntoResponse, Response};
-use base64::Engine as _;
-use base64::engine::general_purpose::STANDARD as B64;
-use serde::{Deserialize, Serialize};
-use serde_json::json;
+use sandkeep_envd_wire::base64_bytes;
+use sandkeep_envd_wire::connect::Empty;
+use sandkeep_envd_wire::header as envd_header;
+use sandkeep_envd_wire::process::{
+    Data, End, Event, EventMessage, Input, ListResponse, ProcessConfig, ProcessInfo, SelectRequest,
+    Selector, SendInputRequest, SendSignalRequest, StartRequest, StreamInputRequest,
+};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
 use super::connect::{self, Code, RpcError};
-use crate::provider::{Program, Provider, RunningProcess, SandboxId, SpawnRequest};
+use sandkeep_provider::{Program, Provider, RunningProcess, SandboxId, SpawnRequest};
 
 /// How long an ended process's end event is kept for Connect (envd's
 /// `terminatedRetentionTTL`).
@@ -51,95 +54,10 @@ const DRAIN_TAIL: usize = 1 << 20;
 /// process's output back until the stream catches up.
 const QUEUE: usize = 16;
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct ProcessConfig {
-    pub cmd: String,
-    #[serde(default)]
-    pub args: Vec<String>,
-    #[serde(default)]
-    pub envs: BTreeMap<String, String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cwd: Option<String>,
-}
-
-#[derive(Debug, Deserialize)]
-pub struct StartRequest {
-    process: ProcessConfig,
-    #[serde(default)]
-    pty: Option<serde_json::Value>,
-    #[serde(default)]
-    tag: Option<String>,
-    #[serde(default)]
-    stdin: Option<bool>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-pub struct Selector {
-    #[serde(default)]
-    pid: Option<u32>,
-    #[serde(default)]
-    tag: Option<String>,
-}
-
-#[derive(Debug, Deserialize)]
-pub struct SelectRequest {
-    #[serde(default)]
-    process: Selector,
-}
-
-#[derive(Debug, Default, Deserialize)]
-pub struct Input {
-    #[serde(default)]
-    stdin: Option<String>,
-    #[serde(default)]
-    pty: Option<String>,
-}
-
-#[derive(Debug, Deserialize)]
-pub struct SendInputRequest {
-    #[serde(default)]
-    process: Selector,
-    #[serde(default)]
-    input: Input,
-}
-
-#[derive(Debug, Deserialize)]
-pub struct SendSignalRequest {
-    #[serde(default)]
-    process: Selector,
-    #[serde(default)]
-    signal: serde_json::Value,
-}
-
-/// One message of a StreamInput client stream.
-#[derive(Debug, Deserialize)]
-pub struct StreamInputRequest {
-    #[serde(default)]
-    start: Option<SelectRequest>,
-    #[serde(default)]
-    data: Option<DataInput>,
-}
-
-#[derive(Debug, Deserialize)]
-pub struct DataInput {
-    #[serde(default)]
-    input: Input,
-}
-
 #[derive(Debug, Clone)]
 enum Output {
     Stdout(Bytes),
     Stderr(Bytes),
-}
-
-#[derive(Debug, Clone, Serialize)]
-#[serde(rename_all = "camelCase")]
-struct End {
-    exit_code: i32,
-    exited: bool,
-    status: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    error: Option<String>,
 }
 
 type Stdin = Box<dyn tokio::io::AsyncWrite + Send + Unpin>;
@@ -269,7 +187,7 @@ fn program(config: &ProcessConfig) -> Result<Program, RpcError> {
 
 /// The `Connect-Timeout-Ms` header: `None` when absent or zero.
 pub fn connect_timeout(headers: &HeaderMap) -> Result<Option<Duration>, RpcError> {
-    let Some(value) = headers.get("connect-timeout-ms") else {
+    let Some(value) = headers.get(envd_header::CONNECT_TIMEOUT_MS) else {
         return Ok(None);
     };
     let ms: u64 = value
@@ -287,7 +205,7 @@ pub fn connect_timeout(headers: &HeaderMap) -> Result<Option<Duration>, RpcError
 
 fn keepalive(headers: &HeaderMap) -> Duration {
     headers
-        .get("keepalive-ping-interval")
+        .get(envd_header::KEEPALIVE_PING_INTERVAL)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.trim().parse::<u64>().ok())
         .filter(|&s| s > 0)
@@ -301,21 +219,6 @@ pub fn stream_error(error: &RpcError) -> Response {
         connect::end_stream(Some(error)),
     )
         .into_response()
-}
-
-fn status_text(code: i32) -> String {
-    if code > 128 {
-        let name = match code - 128 {
-            9 => "killed",
-            15 => "terminated",
-            2 => "interrupt",
-            _ => "",
-        };
-        if !name.is_empty() {
-            return format!("signal: {name}");
-        }
-    }
-    format!("exit status {code}")
 }
 
 pub async fn start(
@@ -387,12 +290,7 @@ pub async fn start(
             }
             proc.close_output();
             let end = match waited {
-                Ok(code) => End {
-                    exit_code: if code > 128 { -1 } else { code },
-                    exited: code <= 128,
-                    status: status_text(code),
-                    error: None,
-                },
+                Ok(code) => End::of_code(code),
                 Err(e) => End {
                     exit_code: -1,
                     exited: false,
@@ -479,8 +377,8 @@ async fn ended(rx: &mut watch::Receiver<Option<End>>) -> Option<End> {
     end.clone()
 }
 
-fn event(e: serde_json::Value) -> Bytes {
-    connect::envelope(&json!({ "event": e }))
+fn event(event: Event) -> Bytes {
+    connect::envelope(&EventMessage { event })
 }
 
 /// Where a Start/Connect response stands.
@@ -514,7 +412,7 @@ impl Events {
             Phase::Start => {
                 self.phase = Phase::Running;
                 self.ping = Instant::now() + self.keepalive;
-                return Some(event(json!({ "start": { "pid": self.pid } })));
+                return Some(event(Event::Start { pid: self.pid }));
             }
             Phase::Running => {}
         }
@@ -528,20 +426,20 @@ impl Events {
         let message = tokio::select! {
             biased;
             r = self.rx.recv() => match r {
-                Some(Output::Stdout(b)) => event(json!({ "data": { "stdout": B64.encode(&b) } })),
-                Some(Output::Stderr(b)) => event(json!({ "data": { "stderr": B64.encode(&b) } })),
+                Some(Output::Stdout(b)) => event(Event::Data(Data::stdout(&b))),
+                Some(Output::Stderr(b)) => event(Event::Data(Data::stderr(&b))),
                 // The output is over: the end event follows it (none if
                 // the process was forgotten with its sandbox), then the
                 // end of the stream, in one write.
                 None => {
                     self.phase = Phase::Done;
                     let end = ended(&mut self.end_rx).await;
-                    let mut last = end.map(|end| event(json!({ "end": end }))).unwrap_or_default().to_vec();
+                    let mut last = end.map(|end| event(Event::End(end))).unwrap_or_default().to_vec();
                     last.extend_from_slice(&connect::end_stream(None));
                     return Some(Bytes::from(last));
                 }
             },
-            () = tokio::time::sleep_until(self.ping) => event(json!({ "keepalive": {} })),
+            () = tokio::time::sleep_until(self.ping) => event(Event::Keepalive {}),
             () = expired => {
                 self.phase = Phase::Done;
                 let e = RpcError::new(Code::DeadlineExceeded, "the Connect-Timeout-Ms deadline expired");
@@ -584,20 +482,18 @@ fn event_stream(
 
 pub fn list(processes: &Processes, id: &SandboxId) -> Response {
     let table = processes.table.lock().expect("process table lock");
-    let list: Vec<serde_json::Value> = table
+    let processes = table
         .get(id)
         .into_iter()
         .flat_map(|p| p.values())
         .filter(|p| !p.ended())
-        .map(|p| {
-            let mut v = json!({ "config": p.config, "pid": p.pid });
-            if let Some(tag) = &p.tag {
-                v["tag"] = json!(tag);
-            }
-            v
+        .map(|p| ProcessInfo {
+            config: p.config.clone(),
+            pid: p.pid,
+            tag: p.tag.clone(),
         })
         .collect();
-    connect::unary_response(&json!({ "processes": list }))
+    connect::unary_response(&ListResponse { processes })
 }
 
 fn decode_input(input: &Input) -> Result<Vec<u8>, RpcError> {
@@ -607,13 +503,12 @@ fn decode_input(input: &Input) -> Result<Vec<u8>, RpcError> {
             "PTY input is not supported by sandkeep's envd",
         ));
     }
-    B64.decode(input.stdin.as_deref().unwrap_or(""))
-        .map_err(|e| {
-            RpcError::new(
-                Code::InvalidArgument,
-                format!("input.stdin is not base64: {e}"),
-            )
-        })
+    base64_bytes::decode(input.stdin.as_deref().unwrap_or("")).map_err(|e| {
+        RpcError::new(
+            Code::InvalidArgument,
+            format!("input.stdin is not base64: {e}"),
+        )
+    })
 }
 
 async fn write_stdin(proc: &Proc, bytes: &[u8]) -> Result<(), RpcError> {
@@ -647,7 +542,7 @@ pub async fn send_input(
     let proc = processes.find(id, &request.process)?;
     let bytes = decode_input(&request.input)?;
     write_stdin(&proc, &bytes).await?;
-    Ok(connect::unary_response(&json!({})))
+    Ok(connect::unary_response(&Empty {}))
 }
 
 pub async fn stream_input(
@@ -672,7 +567,7 @@ pub async fn stream_input(
     }
     Ok((
         [(header::CONTENT_TYPE, connect::STREAM_JSON)],
-        [connect::envelope(&json!({})), connect::end_stream(None)].concat(),
+        [connect::envelope(&Empty {}), connect::end_stream(None)].concat(),
     )
         .into_response())
 }
@@ -684,7 +579,7 @@ pub async fn close_stdin(
 ) -> Result<Response, RpcError> {
     let proc = processes.find(id, &request.process)?;
     drop(proc.stdin.lock().await.take());
-    Ok(connect::unary_response(&json!({})))
+    Ok(connect::unary_response(&Empty {}))
 }
 
 pub fn send_signal(
@@ -692,17 +587,14 @@ pub fn send_signal(
     id: &SandboxId,
     request: SendSignalRequest,
 ) -> Result<Response, RpcError> {
-    let signal = match &request.signal {
-        serde_json::Value::String(s) if s == "SIGNAL_SIGKILL" => 9,
-        serde_json::Value::String(s) if s == "SIGNAL_SIGTERM" => 15,
-        serde_json::Value::Number(n) if n.as_i64() == Some(9) => 9,
-        serde_json::Value::Number(n) if n.as_i64() == Some(15) => 15,
-        other => {
-            return Err(RpcError::new(
-                Code::Unimplemented,
-                format!("signal {other} is not supported; send SIGNAL_SIGTERM or SIGNAL_SIGKILL"),
-            ));
-        }
+    let Some(signal) = request.number() else {
+        return Err(RpcError::new(
+            Code::Unimplemented,
+            format!(
+                "signal {} is not supported; send SIGNAL_SIGTERM or SIGNAL_SIGKILL",
+                request.signal
+            ),
+        ));
     };
     let proc = processes.find(id, &request.process)?;
     if proc.ended() {
@@ -712,5 +604,5 @@ pub fn send_signal(
         ));
     }
     proc.control.signal(signal)?;
-    Ok(connect::unary_response(&json!({})))
+    Ok(connect::unary_response(&Empty {}))
 }

@@ -1,0 +1,76 @@
+//! The filesystem service's messages (`/filesystem.Filesystem/*`) and
+//! `/files`' upload answer.
+
+use serde::{Deserialize, Serialize};
+
+/// The request of Stat, MakeDir and Remove.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct PathRequest {
+    #[serde(default)]
+    pub path: String,
+}
+
+/// ListDir's request; a depth of 0 counts as 1.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct ListDirRequest {
+    #[serde(default)]
+    pub path: String,
+    #[serde(default)]
+    pub depth: u32,
+}
+
+/// Move's request; envd creates the destination's parents.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct MoveRequest {
+    #[serde(default)]
+    pub source: String,
+    #[serde(default)]
+    pub destination: String,
+}
+
+/// A file's `EntryInfo` as envd's JSON spells it (size a string: proto3
+/// JSON's int64).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EntryInfo {
+    pub name: String,
+    /// `FILE_TYPE_FILE`, `FILE_TYPE_DIRECTORY`, `FILE_TYPE_SYMLINK` or
+    /// `FILE_TYPE_UNSPECIFIED`.
+    #[serde(rename = "type")]
+    pub file_type: String,
+    pub path: String,
+    pub size: String,
+    pub mode: u32,
+    pub permissions: String,
+    pub owner: String,
+    pub group: String,
+    /// RFC 3339, seconds, UTC.
+    pub modified_time: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub symlink_target: Option<String>,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub is_symlink: bool,
+}
+
+/// The answer of Stat, MakeDir and Move.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct EntryResponse {
+    pub entry: EntryInfo,
+}
+
+/// ListDir's answer.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct ListDirResponse {
+    #[serde(default)]
+    pub entries: Vec<EntryInfo>,
+}
+
+/// One file written by `POST /files`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct WrittenFile {
+    pub path: String,
+    pub name: String,
+    /// Always `file`.
+    #[serde(rename = "type")]
+    pub file_type: String,
+}

@@ -1,0 +1,308 @@
+//! The process service's messages (`/process.Process/*`).
+//!
+//! Decoding is lenient, as envd's SDKs are: missing fields take their
+//! defaults and unknown ones are ignored. Encoding writes what envd writes
+//! (absent options left out).
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// What to run: `cmd` with `args`, `envs` added to the environment, in
+/// `cwd` (the user's home when absent).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct ProcessConfig {
+    pub cmd: String,
+    #[serde(default)]
+    pub args: Vec<String>,
+    #[serde(default)]
+    pub envs: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cwd: Option<String>,
+}
+
+/// Start's request.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct StartRequest {
+    pub process: ProcessConfig,
+    /// A pseudo-terminal's size; sandkeep neither sends nor serves one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pty: Option<serde_json::Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tag: Option<String>,
+    /// Whether stdin is a pipe; unset means true (envd ≥ 0.3.0).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stdin: Option<bool>,
+}
+
+/// Which process a call is for: envd's pid, or the tag it was started with.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Selector {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pid: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tag: Option<String>,
+}
+
+impl Selector {
+    pub fn pid(pid: u32) -> Self {
+        Self {
+            pid: Some(pid),
+            tag: None,
+        }
+    }
+}
+
+/// The request of Connect and CloseStdin.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct SelectRequest {
+    #[serde(default)]
+    pub process: Selector,
+}
+
+/// Input for a process: base64 bytes for its stdin (or its pty).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Input {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stdin: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pty: Option<String>,
+}
+
+impl Input {
+    pub fn stdin(bytes: &[u8]) -> Self {
+        Self {
+            stdin: Some(crate::base64_bytes::encode(bytes)),
+            pty: None,
+        }
+    }
+}
+
+/// SendInput's request.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct SendInputRequest {
+    #[serde(default)]
+    pub process: Selector,
+    #[serde(default)]
+    pub input: Input,
+}
+
+/// SendSignal's request. The signal is an enum name
+/// (`SIGNAL_SIGKILL`) in proto3 JSON; its number is accepted too.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct SendSignalRequest {
+    #[serde(default)]
+    pub process: Selector,
+    #[serde(default)]
+    pub signal: serde_json::Value,
+}
+
+impl SendSignalRequest {
+    /// The signal's number, if it is one envd sends (SIGTERM or SIGKILL).
+    pub fn number(&self) -> Option<i32> {
+        match &self.signal {
+            serde_json::Value::String(s) if s == "SIGNAL_SIGKILL" => Some(9),
+            serde_json::Value::String(s) if s == "SIGNAL_SIGTERM" => Some(15),
+            serde_json::Value::Number(n) => match n.as_i64() {
+                Some(n @ (9 | 15)) => Some(n as i32),
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+}
+
+/// One message of a StreamInput client stream: a start naming the
+/// process, then data.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct StreamInputRequest {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start: Option<SelectRequest>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data: Option<DataInput>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct DataInput {
+    #[serde(default)]
+    pub input: Input,
+}
+
+/// One message of a Start or Connect stream.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct EventMessage {
+    pub event: Event,
+}
+
+/// envd's process event, a oneof: `start` always first, then `data` and
+/// `keepalive`, then `end`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Event {
+    Start { pid: u32 },
+    Data(Data),
+    End(End),
+    Keepalive {},
+}
+
+/// A chunk of output, base64.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Data {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stdout: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stderr: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pty: Option<String>,
+}
+
+impl Data {
+    pub fn stdout(bytes: &[u8]) -> Self {
+        Self {
+            stdout: Some(crate::base64_bytes::encode(bytes)),
+            ..Self::default()
+        }
+    }
+
+    pub fn stderr(bytes: &[u8]) -> Self {
+        Self {
+            stderr: Some(crate::base64_bytes::encode(bytes)),
+            ..Self::default()
+        }
+    }
+}
+
+/// How a process ended. envd reports an exit as `exited` with its code
+/// and `exit status N`, and a signal death as exit code -1, not exited,
+/// and Go's `signal: NAME`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct End {
+    #[serde(default)]
+    pub exit_code: i32,
+    #[serde(default)]
+    pub exited: bool,
+    #[serde(default)]
+    pub status: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// The signals named in envd's statuses, as Go's `ExitError` spells them.
+const SIGNAL_NAMES: &[(i32, &str)] = &[
+    (1, "hangup"),
+    (2, "interrupt"),
+    (6, "aborted"),
+    (9, "killed"),
+    (11, "segmentation fault"),
+    (15, "terminated"),
+];
+
+impl End {
+    /// The end of a process whose status is `code`; above 128 it died of
+    /// signal `code - 128` (sandkeep's convention), reported as envd
+    /// reports one (named when Go names it here, else with the status's
+    /// number, which [`End::code`] cannot read back).
+    pub fn of_code(code: i32) -> Self {
+        if code <= 128 {
+            return Self {
+                exit_code: code,
+                exited: true,
+                status: format!("exit status {code}"),
+                error: None,
+            };
+        }
+        let status = match SIGNAL_NAMES.iter().find(|(n, _)| code - 128 == *n) {
+            Some((_, name)) => format!("signal: {name}"),
+            None => format!("exit status {code}"),
+        };
+        Self {
+            exit_code: -1,
+            exited: false,
+            status,
+            error: None,
+        }
+    }
+
+    /// The status as sandkeep counts it: the exit code, or 128+N for a
+    /// death by a named signal N.
+    pub fn code(&self) -> i32 {
+        if self.exited {
+            return self.exit_code;
+        }
+        let name = self.status.strip_prefix("signal: ").unwrap_or("");
+        SIGNAL_NAMES
+            .iter()
+            .find(|(_, n)| *n == name)
+            .map_or(self.exit_code, |(signal, _)| 128 + signal)
+    }
+}
+
+/// One entry of List's answer.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ProcessInfo {
+    pub config: ProcessConfig,
+    pub pid: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tag: Option<String>,
+}
+
+/// List's answer: the running processes.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct ListResponse {
+    #[serde(default)]
+    pub processes: Vec<ProcessInfo>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn events_are_envds_json() {
+        let json = |e: Event| serde_json::to_string(&EventMessage { event: e }).unwrap();
+        assert_eq!(
+            json(Event::Start { pid: 7 }),
+            r#"{"event":{"start":{"pid":7}}}"#
+        );
+        assert_eq!(json(Event::Keepalive {}), r#"{"event":{"keepalive":{}}}"#);
+        assert_eq!(
+            json(Event::Data(Data::stdout(b"hi"))),
+            r#"{"event":{"data":{"stdout":"aGk="}}}"#
+        );
+        assert_eq!(
+            json(Event::End(End::of_code(3))),
+            r#"{"event":{"end":{"exitCode":3,"exited":true,"status":"exit status 3"}}}"#
+        );
+        let read: EventMessage =
+            serde_json::from_str(r#"{"event":{"end":{"exitCode":-1,"status":"signal: killed"}}}"#)
+                .unwrap();
+        assert!(matches!(read.event, Event::End(ref e) if e.code() == 137));
+    }
+
+    #[test]
+    fn signal_deaths_round_trip_through_the_status() {
+        for code in [0, 1, 3, 127, 128, 129, 130, 134, 137, 139, 143] {
+            assert_eq!(End::of_code(code).code(), code, "{code}");
+        }
+        let killed = End::of_code(137);
+        assert_eq!((killed.exit_code, killed.exited), (-1, false));
+        assert_eq!(killed.status, "signal: killed");
+        assert_eq!(End::of_code(200).code(), -1, "an unnamed signal is lost");
+    }
+
+    #[test]
+    fn signals_are_names_or_numbers() {
+        let number = |v: serde_json::Value| {
+            SendSignalRequest {
+                signal: v,
+                ..Default::default()
+            }
+            .number()
+        };
+        assert_eq!(number("SIGNAL_SIGKILL".into()), Some(9));
+        assert_eq!(number(15.into()), Some(15));
+        assert_eq!(number("SIGNAL_SIGHUP".into()), None);
+        assert_eq!(number(2.into()), None);
+    }
+}
