@@ -142,13 +142,45 @@ fn snapshot(home: &Home, base: u32) -> Result<PathBuf, String> {
     .map_err(|e| format!("open_tree {HOST_ETC}: {e}"))?;
     let mut hasher = DefaultHasher::new();
     fingerprint(open_dir_of(&tree)?, &mut hasher, 0);
-    let snapshot = store.join(format!("{:016x}", hasher.finish()));
-    if snapshot.is_dir() {
-        return Ok(snapshot);
+    let name = format!("{:016x}", hasher.finish());
+    let snapshot = store.join(&name);
+    if !snapshot.is_dir() {
+        build(&tree, &store, &snapshot, base)?;
+        remove_unused(home, &store, &snapshot);
     }
-    build(&tree, &store, &snapshot, base)?;
-    remove_unused(home, &store, &snapshot);
+    point_latest_at(&store, &name);
     Ok(snapshot)
+}
+
+/// The snapshot a create may mount before the snapshotter has answered,
+/// should the host's `/etc` be unchanged: the one the last create was
+/// answered (see [`latest`]).
+const LATEST: &str = "latest";
+
+/// Names `name` as the latest snapshot, unless it is so already. Best
+/// effort: a create whose guess is off only mounts its `/etc` later.
+fn point_latest_at(store: &Path, name: &str) {
+    let link = store.join(LATEST);
+    if std::fs::read_link(&link).is_ok_and(|t| t.as_os_str() == name) {
+        return;
+    }
+    let new = store.join(format!(".new-{LATEST}-{}", std::process::id()));
+    let _ = std::fs::remove_file(&new);
+    if std::os::unix::fs::symlink(name, &new).is_ok() && std::fs::rename(&new, &link).is_err() {
+        let _ = std::fs::remove_file(&new);
+    }
+}
+
+/// The latest snapshot of `home` (the state directory's path), a guess
+/// for the init to mount early, confirmed or replaced by [`collect`].
+pub fn latest(home: &Path) -> Option<PathBuf> {
+    let store = home.join(STORE);
+    let name = std::fs::read_link(store.join(LATEST)).ok()?;
+    // Only a plain name in the store, whatever the link says.
+    let name = name
+        .file_name()
+        .filter(|n| n.as_bytes() == name.as_os_str().as_bytes())?;
+    Some(store.join(name))
 }
 
 /// A directory descriptor of the clone of `/etc`'s mount (a path
@@ -309,6 +341,9 @@ fn remove_unused(home: &Home, store: &Path, current: &Path) {
     for entry in entries.flatten() {
         let Ok(md) = entry.metadata() else { continue };
         let path = entry.path();
+        if entry.file_name().as_bytes() == LATEST.as_bytes() {
+            continue;
+        }
         if entry.file_name().as_bytes().starts_with(b".new-") {
             let age = md
                 .modified()

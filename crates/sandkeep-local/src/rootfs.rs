@@ -194,6 +194,7 @@ pub fn build(
         idmapped: idmap.is_some(),
         warnings: Vec::new(),
     };
+    let mut guess: Option<PathBuf> = None;
     match &spec.template_dir {
         // A template is a whole root filesystem, the sandbox's own: one
         // overlay over it, idmapped so that its owners are the sandbox's.
@@ -211,8 +212,23 @@ pub fn build(
             bind_with(&root, &root, nosuid)?;
             for name in ALLOWED {
                 match (&etc_snapshot, *name) {
-                    // Mounted last, once the snapshotter has answered.
-                    (Some(_), "etc") => mount_point(&root.join("etc"), owner)?,
+                    (Some(_), "etc") => {
+                        mount_point(&root.join("etc"), owner)?;
+                        // The latest snapshot, while the snapshotter
+                        // checks that it is still the host's /etc.
+                        guess = etc_snapshot::latest(&spec.home).filter(|latest| {
+                            overlay(
+                                &disk,
+                                "etc",
+                                latest,
+                                &root.join("etc"),
+                                owner,
+                                idmap,
+                                &mut built,
+                            )
+                            .is_ok()
+                        });
+                    }
                     _ => host_entry(&disk, &root, name, owner, &mut built)?,
                 }
             }
@@ -278,15 +294,20 @@ pub fn build(
     // above is built.
     if let Some(answer) = etc_snapshot {
         let snapshot = etc_snapshot::collect(answer)?;
-        overlay(
-            &disk,
-            "etc",
-            &snapshot,
-            &root.join("etc"),
-            owner,
-            idmap,
-            &mut built,
-        )?;
+        if guess.as_ref() != Some(&snapshot) {
+            let etc = root.join("etc");
+            if guess.is_some() {
+                // Nothing of the sandbox's has run: the guessed layers go
+                // unseen, and the new ones are mounted on fresh places.
+                rustix::mount::unmount(&etc, UnmountFlags::DETACH).map_err(ctx("unmount /etc"))?;
+                for layers in ["upper", "work", "lower"] {
+                    let p = disk.join(layers).join("etc");
+                    let _ = rustix::mount::unmount(&p, UnmountFlags::DETACH);
+                    let _ = fs::remove_dir_all(&p);
+                }
+            }
+            overlay(&disk, "etc", &snapshot, &etc, owner, idmap, &mut built)?;
+        }
     }
     mask(&root, spec)?;
 

@@ -336,6 +336,7 @@ async fn each_sandbox_shows_etc_as_it_was_at_create() {
             .flatten()
             .map(|e| e.path())
             .filter(|p| !p.file_name().unwrap().to_string_lossy().starts_with('.'))
+            .filter(|p| std::fs::symlink_metadata(p).is_ok_and(|m| m.is_dir()))
             .collect();
         found.sort();
         found
