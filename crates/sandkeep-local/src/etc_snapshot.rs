@@ -140,6 +140,8 @@ fn snapshot(home: &Home, base: u32) -> Result<PathBuf, String> {
         OpenTreeFlags::OPEN_TREE_CLONE | OpenTreeFlags::OPEN_TREE_CLOEXEC,
     )
     .map_err(|e| format!("open_tree {HOST_ETC}: {e}"))?;
+    // DefaultHasher::new() hashes alike in every process of a build; a
+    // build whose algorithm differs only makes one snapshot anew.
     let mut hasher = DefaultHasher::new();
     fingerprint(open_dir_of(&tree)?, &mut hasher, 0);
     let name = format!("{:016x}", hasher.finish());
