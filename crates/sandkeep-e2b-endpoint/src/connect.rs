@@ -64,8 +64,15 @@ impl From<sandkeep_provider::ProviderError> for RpcError {
             P::UnknownTemplate { .. } | P::FileTooLarge { .. } => Code::InvalidArgument,
             P::Unsupported(_) => Code::Unimplemented,
             P::LimitReached(_) => Code::ResourceExhausted,
-            P::Unavailable(_) | P::Unconfirmed { .. } => Code::Unavailable,
-            P::FileError { .. } | P::Io { .. } | P::Misconfigured(_) => Code::Internal,
+            P::Unavailable(_)
+            | P::Unconfirmed { .. }
+            | P::NotAnswering { .. }
+            | P::Refused { .. }
+            | P::Keeper(_)
+            | P::ProcessLost(_) => Code::Unavailable,
+            P::FileError { .. } | P::Io { .. } | P::Misconfigured(_) | P::Internal(_) => {
+                Code::Internal
+            }
         };
         Self::new(code, e.to_string())
     }

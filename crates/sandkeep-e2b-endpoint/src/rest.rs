@@ -51,9 +51,12 @@ fn provider_error(e: &ProviderError) -> Response {
         ProviderError::NoSuchSandbox(_) => StatusCode::NOT_FOUND,
         ProviderError::UnknownTemplate { .. } => StatusCode::BAD_REQUEST,
         ProviderError::Unsupported(_) => StatusCode::NOT_IMPLEMENTED,
-        ProviderError::Unavailable(_) | ProviderError::Unconfirmed { .. } => {
-            StatusCode::SERVICE_UNAVAILABLE
-        }
+        ProviderError::Unavailable(_)
+        | ProviderError::Unconfirmed { .. }
+        | ProviderError::NotAnswering { .. }
+        | ProviderError::Refused { .. }
+        | ProviderError::Keeper(_)
+        | ProviderError::ProcessLost(_) => StatusCode::SERVICE_UNAVAILABLE,
         _ => StatusCode::INTERNAL_SERVER_ERROR,
     };
     error(status, e.to_string())

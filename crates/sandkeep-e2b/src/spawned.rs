@@ -242,11 +242,11 @@ impl RunningProcess for EnvdProcess {
     async fn wait(&self) -> Result<i32> {
         let mut exit = self.exit.clone();
         let done = exit.wait_for(Option::is_some).await.map_err(|_| {
-            ProviderError::Unavailable("the process's stream reader is gone".into())
+            ProviderError::ProcessLost("the process's stream reader is gone".into())
         })?;
         match done.as_ref().expect("waited for Some") {
             Ok(code) => Ok(*code),
-            Err(message) => Err(ProviderError::Unavailable(format!(
+            Err(message) => Err(ProviderError::ProcessLost(format!(
                 "the exit of process {} is unknown: {message}",
                 self.pid
             ))),

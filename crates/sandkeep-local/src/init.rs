@@ -116,6 +116,13 @@ impl From<String> for InitReport {
     }
 }
 
+/// The root filesystem's failure crosses to the keeper as its message.
+impl From<rootfs::BuildError> for InitReport {
+    fn from(e: rootfs::BuildError) -> Self {
+        InitReport::Failed(e.to_string())
+    }
+}
+
 /// Runs as the sandbox's init; never returns.
 pub fn run(ctx: InitContext) -> ! {
     let InitContext {

@@ -53,16 +53,86 @@ pub enum Readiness {
     Failed(String),
 }
 
-/// Why a sandbox was not made.
-#[derive(Debug)]
+/// Why a sandbox was not made: the stage of the setup that failed, with
+/// its cause. It reaches the provider as its message in [`Readiness`].
+#[derive(Debug, thiserror::Error)]
 enum SetupError {
+    /// A parameter this host cannot enforce, and why.
+    #[error("{0}")]
     Unsupported(String),
-    Failed(String),
+    /// A record in the sandbox's directory (`spec.json`, `meta.json`).
+    #[error("{step} {file}: {source}")]
+    Record {
+        step: &'static str,
+        file: &'static str,
+        #[source]
+        source: io::Error,
+    },
+    /// The identity (pid and start time) of the keeper or its init.
+    #[error("read the {whose} process identity: {source}")]
+    Identity {
+        whose: &'static str,
+        #[source]
+        source: io::Error,
+    },
+    /// Root's uid block (see `slots`).
+    #[error("{0}")]
+    UidSlot(String),
+    /// The snapshotter of the host's `/etc` (see `etc_snapshot`).
+    #[error("{0}")]
+    EtcSnapshot(String),
+    /// Root's user-namespace maker (see `userns`).
+    #[error("{0}")]
+    UserNamespace(String),
+    /// A limit asked for explicitly that the host's cgroups cannot enforce.
+    #[error("`{limit}` cannot be enforced: {why}")]
+    Limit { limit: &'static str, why: String },
+    #[error("`disk_mib` cannot be enforced without namespaces")]
+    DiskWithoutNamespaces,
+    /// The egress proxy (see `proxy`).
+    #[error("{0}")]
+    Proxy(String),
+    /// The sandbox's files on the host: a process-only sandbox's home and
+    /// tmp, the task helper's link, the exec/file socket.
+    #[error("{step}: {source}")]
+    HostFiles {
+        step: String,
+        #[source]
+        source: io::Error,
+    },
+    /// A step of the keeper's own: the report socket, forking the init,
+    /// its pidfd, the signals it waits for.
+    #[error("{step}: {source}")]
+    Keeper {
+        step: &'static str,
+        #[source]
+        source: io::Error,
+    },
+    /// The init reported that building the sandbox failed (in its words).
+    #[error("building the sandbox failed: {0}")]
+    Init(String),
+    #[error("the sandbox init died during setup")]
+    InitDied,
+    #[error("the init sent no socket for the egress proxy")]
+    NoProxySocket,
 }
 
-impl From<String> for SetupError {
-    fn from(e: String) -> Self {
-        SetupError::Failed(e)
+impl SetupError {
+    /// A failed step of the keeper's own.
+    fn keeper<E: Into<io::Error>>(step: &'static str) -> impl FnOnce(E) -> Self {
+        move |e| Self::Keeper {
+            step,
+            source: e.into(),
+        }
+    }
+
+    /// A failed step on the sandbox's files on the host.
+    fn host_files<E: Into<io::Error>>(step: impl Into<String>) -> impl FnOnce(E) -> Self {
+        let step = step.into();
+        move |e| Self::HostFiles {
+            step,
+            source: e.into(),
+        }
     }
 }
 
@@ -165,12 +235,12 @@ pub fn run(home: Home, id: SandboxId) -> i32 {
             0
         }
         Err(e) => {
-            eprintln!("sandkeep keeper: {e:?}");
+            eprintln!("sandkeep keeper: {e}");
             report(
                 ready,
                 &match e {
                     SetupError::Unsupported(e) => Readiness::Unsupported(e),
-                    SetupError::Failed(e) => Readiness::Failed(e),
+                    e => Readiness::Failed(e.to_string()),
                 },
             );
             cgroup::remove_recorded(&dir.path);
@@ -211,12 +281,19 @@ struct Running {
 }
 
 fn start(home: &Home, dir: &SandboxDir) -> Result<Running, SetupError> {
-    let spec: Spec = state::read_json(&dir.spec()).map_err(|e| format!("read spec.json: {e}"))?;
-    let keeper = ProcessIdentity::own().map_err(|e| e.to_string())?;
+    let spec: Spec = state::read_json(&dir.spec()).map_err(|source| SetupError::Record {
+        step: "read",
+        file: "spec.json",
+        source,
+    })?;
+    let keeper = ProcessIdentity::own().map_err(|source| SetupError::Identity {
+        whose: "keeper's",
+        source,
+    })?;
     let root = rustix::process::geteuid().is_root();
     // Root never runs a sandbox as itself: it gets a uid block either way.
     let base = if root {
-        Some(slots::allocate_slot(home, &spec.sandbox_id)?)
+        Some(slots::allocate_slot(home, &spec.sandbox_id).map_err(SetupError::UidSlot)?)
     } else {
         None
     };
@@ -227,14 +304,16 @@ fn start(home: &Home, dir: &SandboxDir) -> Result<Running, SetupError> {
     // builds.
     let mut etc_snapshot = match base {
         Some(base) if spec.template_dir.is_none() && !spec.process_only => {
-            Some(etc_snapshot::start(home, base)?)
+            Some(etc_snapshot::start(home, base).map_err(SetupError::EtcSnapshot)?)
         }
         _ => None,
     };
     let mut warnings = Vec::new();
     let mut net = net_plan(&spec);
     let userns_child = match base {
-        Some(base) if !spec.process_only => Some(userns::fork_userns_child(base)?),
+        Some(base) if !spec.process_only => {
+            Some(userns::fork_userns_child(base).map_err(SetupError::UserNamespace)?)
+        }
         _ => None,
     };
     // Children that finish their work early and exit on their own: reaped
@@ -248,7 +327,7 @@ fn start(home: &Home, dir: &SandboxDir) -> Result<Running, SetupError> {
     let (cgroups, enforced) = limit_resources(&spec, dir, &mut warnings)?;
     let cgroup_dirs = cgroups.dirs.clone();
     let mut proxy = if net.proxy {
-        Some(fork_proxy(&spec, home, base, &cgroups.doors)?)
+        Some(fork_proxy(&spec, home, base, &cgroups.doors).map_err(SetupError::Proxy)?)
     } else {
         None
     };
@@ -277,17 +356,17 @@ fn start(home: &Home, dir: &SandboxDir) -> Result<Running, SetupError> {
         rustix::net::SocketFlags::CLOEXEC,
         None,
     )
-    .map_err(|e| format!("socketpair: {e}"))?;
+    .map_err(SetupError::keeper("socketpair"))?;
     if process_only {
         // Orphans of the sandbox stay below the keeper even should the
         // init die first, so destroy() can find every one.
         rustix::process::set_child_subreaper(Some(rustix::process::getpid()))
-            .map_err(|e| format!("PR_SET_CHILD_SUBREAPER: {e}"))?;
+            .map_err(SetupError::keeper("PR_SET_CHILD_SUBREAPER"))?;
     }
     let mut info = sandbox_info(&spec, enforced, process_only, net)?;
     let memory_cgroup = memory_cgroup(&cgroup_dirs, enforced);
     let cgroup::Doors { mut tasks, v2 } = cgroups.doors;
-    let init_pid = match fork_into(v2, &mut tasks).map_err(|e| format!("fork the init: {e}"))? {
+    let init_pid = match fork_into(v2, &mut tasks).map_err(SetupError::keeper("fork the init"))? {
         sys::Forked::Child => init::run(InitContext {
             spec,
             dir: dir.clone(),
@@ -313,7 +392,7 @@ fn start(home: &Home, dir: &SandboxDir) -> Result<Running, SetupError> {
         Pid::from_raw(init_pid).expect("fork returns a positive pid"),
         PidfdFlags::empty(),
     )
-    .map_err(|e| format!("pidfd_open: {e}"))?;
+    .map_err(SetupError::keeper("pidfd_open"))?;
     if let Err(e) = read_report(&report_r, &mut info, &mut warnings, &mut proxy) {
         let _ = rustix::process::pidfd_send_signal(&init_pidfd, Signal::KILL);
         let _ = sys::wait_for(init_pid);
@@ -323,14 +402,17 @@ fn start(home: &Home, dir: &SandboxDir) -> Result<Running, SetupError> {
         }
         return Err(e);
     }
-    let init = ProcessIdentity::of(init_pid as u32).map_err(|e| e.to_string())?;
+    let init = ProcessIdentity::of(init_pid as u32).map_err(|source| SetupError::Identity {
+        whose: "init's",
+        source,
+    })?;
     let mounts = if process_only {
         None
     } else {
         mount_namespace(init_pid)
     };
     let signals = sys::signalfd(&[libc::SIGTERM, libc::SIGINT, libc::SIGHUP])
-        .map_err(|e| format!("signalfd: {e}"))?;
+        .map_err(SetupError::keeper("signalfd"))?;
     let meta = Meta {
         info,
         keeper,
@@ -338,7 +420,11 @@ fn start(home: &Home, dir: &SandboxDir) -> Result<Running, SetupError> {
         helper,
         process_only,
     };
-    state::write_json(&dir.meta(), &meta).map_err(|e| format!("write meta.json: {e}"))?;
+    state::write_json(&dir.meta(), &meta).map_err(|source| SetupError::Record {
+        step: "write",
+        file: "meta.json",
+        source,
+    })?;
     Ok(Running {
         meta,
         exiting,
@@ -394,16 +480,16 @@ fn choose_mode(
 
 /// A process-only sandbox's home and TMPDIR on the host (a namespaced
 /// sandbox has both on its disk, see `rootfs`), its uid's when it has one.
-fn host_dirs(home: &Home, dir: &SandboxDir, base: Option<u32>) -> Result<(), String> {
+fn host_dirs(home: &Home, dir: &SandboxDir, base: Option<u32>) -> Result<(), SetupError> {
     for d in [dir.home(), dir.tmp()] {
-        fs::create_dir_all(&d).map_err(|e| format!("mkdir {}: {e}", d.display()))?;
+        fs::create_dir_all(&d).map_err(SetupError::host_files(format!("mkdir {}", d.display())))?;
     }
     fs::set_permissions(dir.home(), fs::Permissions::from_mode(0o700))
-        .map_err(|e| format!("chmod home: {e}"))?;
+        .map_err(SetupError::host_files("chmod home"))?;
     if let Some(base) = base {
         for d in [dir.home(), dir.tmp()] {
             std::os::unix::fs::chown(&d, Some(base), Some(base))
-                .map_err(|e| format!("chown {}: {e}", d.display()))?;
+                .map_err(SetupError::host_files(format!("chown {}", d.display())))?;
         }
         // The sandbox's uid must reach its own directory on the host.
         for d in [
@@ -412,7 +498,7 @@ fn host_dirs(home: &Home, dir: &SandboxDir, base: Option<u32>) -> Result<(), Str
             dir.path.clone(),
         ] {
             fs::set_permissions(&d, fs::Permissions::from_mode(0o711))
-                .map_err(|e| format!("chmod {}: {e}", d.display()))?;
+                .map_err(SetupError::host_files(format!("chmod {}", d.display())))?;
         }
     }
     Ok(())
@@ -421,13 +507,14 @@ fn host_dirs(home: &Home, dir: &SandboxDir, base: Option<u32>) -> Result<(), Str
 /// Where the sandbox's processes find the task helper: a link to the
 /// executable in a process-only sandbox's directory, else the path the
 /// root filesystem binds it to.
-fn helper_path(spec: &Spec, dir: &SandboxDir, process_only: bool) -> Result<String, String> {
+fn helper_path(spec: &Spec, dir: &SandboxDir, process_only: bool) -> Result<String, SetupError> {
     Ok(if process_only {
         let bin = dir.path.join("bin");
-        fs::create_dir_all(&bin).map_err(|e| format!("mkdir {}: {e}", bin.display()))?;
+        fs::create_dir_all(&bin)
+            .map_err(SetupError::host_files(format!("mkdir {}", bin.display())))?;
         let link = bin.join(state::HELPER_NAME);
         std::os::unix::fs::symlink(&spec.exe, &link)
-            .map_err(|e| format!("link the task helper: {e}"))?;
+            .map_err(SetupError::host_files("link the task helper"))?;
         link.to_string_lossy().into_owned()
     } else {
         format!("/{}/{}", state::HELPER_DIR, state::HELPER_NAME)
@@ -435,12 +522,12 @@ fn helper_path(spec: &Spec, dir: &SandboxDir, process_only: bool) -> Result<Stri
 }
 
 /// The sandbox's exec/file socket, its owner's alone.
-fn listen(dir: &SandboxDir) -> Result<OwnedFd, String> {
+fn listen(dir: &SandboxDir) -> Result<OwnedFd, SetupError> {
     let _ = fs::remove_file(dir.socket());
-    let listener =
-        wire::listen(&dir.socket()).map_err(|e| format!("listen on the sandbox socket: {e}"))?;
+    let listener = wire::listen(&dir.socket())
+        .map_err(SetupError::host_files("listen on the sandbox socket"))?;
     fs::set_permissions(dir.socket(), fs::Permissions::from_mode(0o600))
-        .map_err(|e| format!("chmod socket: {e}"))?;
+        .map_err(SetupError::host_files("chmod socket"))?;
     Ok(listener)
 }
 
@@ -512,24 +599,12 @@ fn read_report(
             isolation
         }
         Ok(InitReport::Unsupported(e)) => return Err(SetupError::Unsupported(e)),
-        Ok(InitReport::Failed(e)) => {
-            return Err(format!("building the sandbox failed: {e}").into());
-        }
-        Err(_) => return Err("the sandbox init died during setup".to_owned().into()),
+        Ok(InitReport::Failed(e)) => return Err(SetupError::Init(e)),
+        Err(_) => return Err(SetupError::InitDied),
     };
     if let Some(proxy) = proxy.as_mut() {
-        match fds.pop() {
-            Some(listener) => {
-                if let Err(e) = proxy.start(listener) {
-                    return Err(e.into());
-                }
-            }
-            None => {
-                return Err("the init sent no socket for the egress proxy"
-                    .to_owned()
-                    .into());
-            }
-        }
+        let listener = fds.pop().ok_or(SetupError::NoProxySocket)?;
+        proxy.start(listener).map_err(SetupError::Proxy)?;
     }
     Ok(())
 }
@@ -563,7 +638,7 @@ fn limit_resources(
     spec: &Spec,
     dir: &SandboxDir,
     warnings: &mut Vec<String>,
-) -> Result<(cgroup::Cgroups, Resources), String> {
+) -> Result<(cgroup::Cgroups, Resources), SetupError> {
     let want = wanted_resources(spec);
     let (cgroups, enforced, failed) =
         cgroup::create(&spec.sandbox_id, &want, &dir.path.join(cgroup::RECORD));
@@ -575,10 +650,10 @@ fn limit_resources(
         };
         if explicit {
             // run() removes the cgroups already made, with the directory.
-            return Err(format!(
-                "`{}` cannot be enforced: {why}",
-                controller.limit()
-            ));
+            return Err(SetupError::Limit {
+                limit: controller.limit(),
+                why,
+            });
         }
         warnings.push(format!(
             "the {} limit is not enforced: {why}; run `sandkeep doctor`",
@@ -600,10 +675,14 @@ fn memory_cgroup(dirs: &[PathBuf], enforced: Resources) -> Option<PathBuf> {
 
 /// What the sandbox's record says is enforced: the cgroups' limits, and
 /// `disk_mib` wherever there is a mount namespace to size its disk in.
-fn enforced_limits(enforced: Resources, spec: &Spec, process_only: bool) -> Result<Limits, String> {
+fn enforced_limits(
+    enforced: Resources,
+    spec: &Spec,
+    process_only: bool,
+) -> Result<Limits, SetupError> {
     let disk_mib = if process_only {
         if spec.limits.disk_mib.is_some() {
-            return Err("`disk_mib` cannot be enforced without namespaces".into());
+            return Err(SetupError::DiskWithoutNamespaces);
         }
         None
     } else {

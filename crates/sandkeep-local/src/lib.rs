@@ -195,7 +195,7 @@ pub(crate) async fn blocking<T: Send + 'static>(
 pub(crate) async fn pool<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Result<T> {
     tokio::task::spawn_blocking(f)
         .await
-        .map_err(|e| ProviderError::Unavailable(format!("internal task failed: {e}")))
+        .map_err(|e| ProviderError::Internal(format!("internal task failed: {e}")))
 }
 
 impl LocalProvider {
@@ -339,7 +339,7 @@ impl LocalProvider {
                 "the OS random number generator failed ({e}); no sandbox was created, retry"
             ))
         })?;
-        SandboxId::parse(&format!("sb-{hex}")).map_err(ProviderError::Unavailable)
+        SandboxId::parse(&format!("sb-{hex}")).map_err(ProviderError::Internal)
     }
 
     /// The live record of a sandbox, cleaning it up when its keeper is gone.
@@ -367,21 +367,31 @@ impl LocalProvider {
         // Held by this future: if it is dropped (a client cancelled or went
         // away), the call sees the pipe close and the command is killed.
         let (abandoned, _waiting) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
-            .map_err(|e| ProviderError::Unavailable(format!("cannot make a pipe: {e}")))?;
+            .map_err(|e| io_err("cannot make a pipe")(e.into()))?;
         // One trip to the blocking pool for the check and the call: each
         // trip is a thread hand-over both ways, on every command.
         pool(move || {
             if !matches!(inspect(&dir), Presence::Live(_)) {
                 return Err(ProviderError::NoSuchSandbox(id2));
             }
-            client::call(&socket, &request, stdin.as_deref(), output_limit, timeout, abandoned.as_fd()).map_err(|e| match e {
+            client::call(
+                &socket,
+                &request,
+                stdin.as_deref(),
+                output_limit,
+                timeout,
+                abandoned.as_fd(),
+            )
+            .map_err(|e| match e {
                 CallError::NotSent(_) if !socket.exists() => ProviderError::NoSuchSandbox(id2),
-                CallError::NotSent(e) => ProviderError::Unavailable(format!(
-                    "sandbox {id2} does not answer ({e}); it may be shutting down, check list_sandboxes"
-                )),
-                CallError::Refused(message) => ProviderError::Unavailable(format!(
-                    "sandbox {id2} refused the request, nothing ran ({message}); it may be out of processes, retry later"
-                )),
+                CallError::NotSent(e) => ProviderError::NotAnswering {
+                    sandbox: id2,
+                    detail: e.to_string(),
+                },
+                CallError::Refused(message) => ProviderError::Refused {
+                    sandbox: id2,
+                    message,
+                },
                 CallError::Unconfirmed(message) => ProviderError::Unconfirmed {
                     sandbox: id2,
                     message,
@@ -671,9 +681,10 @@ impl Provider for LocalProvider {
         let socket = self.home.sandbox(id).socket();
         process::spawn(&socket, request).map_err(|e| {
             if socket.exists() {
-                ProviderError::Unavailable(format!(
-                    "sandbox {id} does not answer ({e}); it may be shutting down, check list_sandboxes"
-                ))
+                ProviderError::NotAnswering {
+                    sandbox: id.clone(),
+                    detail: e.to_string(),
+                }
             } else {
                 ProviderError::NoSuchSandbox(id.clone())
             }

@@ -195,7 +195,7 @@ pub fn terminate(dir: &SandboxDir, meta: &Meta, until: Until) -> Result<()> {
     } else {
         let _ = rustix::process::pidfd_send_signal(&fd, Signal::KILL);
         clean_stale(dir, Some(meta));
-        return Err(ProviderError::Unavailable(format!(
+        return Err(ProviderError::Keeper(format!(
             "the keeper of {} did not finish within {}s; it was killed and its files removed",
             meta.info.sandbox_id,
             KILL_TIMEOUT.as_secs()

@@ -117,7 +117,7 @@ impl LocalProcess {
 impl RunningProcess for LocalProcess {
     fn signal(&self, signal: i32) -> Result<()> {
         let message = serde_json::to_vec(&Control::Signal(signal)).map_err(|e| {
-            ProviderError::Unavailable(format!("cannot encode the signal request: {e}"))
+            ProviderError::Internal(format!("cannot encode the signal request: {e}"))
         })?;
         self.send(&message)
     }
@@ -131,10 +131,10 @@ impl RunningProcess for LocalProcess {
         let done = exit
             .wait_for(Option::is_some)
             .await
-            .map_err(|_| ProviderError::Unavailable("the process's waiter is gone".into()))?;
+            .map_err(|_| ProviderError::ProcessLost("the process's waiter is gone".into()))?;
         match done.as_ref().expect("waited for Some") {
             Ok(code) => Ok(*code),
-            Err(message) => Err(ProviderError::Unavailable(message.clone())),
+            Err(message) => Err(ProviderError::ProcessLost(message.clone())),
         }
     }
 }

@@ -92,36 +92,73 @@ pub struct Built {
     pub warnings: Vec<String>,
 }
 
-fn ctx<E: std::fmt::Display>(what: impl Into<String>) -> impl FnOnce(E) -> String {
-    let what = what.into();
-    move |e| format!("{what}: {e}")
+/// Why the root filesystem could not be built: the step that failed (the
+/// mount, directory or path it was at) and its cause. The init reports it
+/// to the keeper as its message.
+#[derive(Debug, thiserror::Error)]
+pub enum BuildError {
+    #[error("{step}: {source}")]
+    Step {
+        step: String,
+        #[source]
+        source: std::io::Error,
+    },
+    /// A path that the overlay's mount options cannot carry.
+    #[error(
+        "{}: overlay paths may not contain ',', ':' or '\\'; choose a SANDKEEP_HOME without them",
+        .0.display()
+    )]
+    OverlayPath(PathBuf),
+    /// The snapshot of the host's `/etc` (see `etc_snapshot`) is missing.
+    #[error("{0}")]
+    EtcSnapshot(String),
 }
 
-fn mount_tmpfs(target: &Path, opts: &str, flags: MountFlags) -> Result<(), String> {
-    let data = std::ffi::CString::new(opts).map_err(|e| e.to_string())?;
+/// Names the step that an I/O or system-call error broke.
+fn ctx<E: Into<std::io::Error>>(step: impl Into<String>) -> impl FnOnce(E) -> BuildError {
+    let step = step.into();
+    move |e| BuildError::Step {
+        step,
+        source: e.into(),
+    }
+}
+
+/// Mount options as the C string the kernel takes.
+fn mount_data(opts: String) -> Result<std::ffi::CString, BuildError> {
+    std::ffi::CString::new(opts).map_err(|e| BuildError::Step {
+        step: "mount options".into(),
+        source: std::io::Error::new(std::io::ErrorKind::InvalidInput, e),
+    })
+}
+
+fn mount_tmpfs(target: &Path, opts: &str, flags: MountFlags) -> Result<(), BuildError> {
+    let data = mount_data(opts.to_owned())?;
     rustix::mount::mount("tmpfs", target, "tmpfs", flags, data.as_c_str())
-        .map_err(|e| format!("mount tmpfs on {}: {e}", target.display()))
+        .map_err(ctx(format!("mount tmpfs on {}", target.display())))
 }
 
-fn bind(source: &Path, target: &Path, read_only: bool) -> Result<(), String> {
-    rustix::mount::mount_bind(source, target)
-        .map_err(|e| format!("bind {} on {}: {e}", source.display(), target.display()))?;
+fn bind(source: &Path, target: &Path, read_only: bool) -> Result<(), BuildError> {
+    rustix::mount::mount_bind(source, target).map_err(ctx(format!(
+        "bind {} on {}",
+        source.display(),
+        target.display()
+    )))?;
     if read_only {
         rustix::mount::mount_remount(
             target,
             MountFlags::BIND | MountFlags::RDONLY | MountFlags::NOSUID | MountFlags::NODEV,
             "",
         )
-        .map_err(|e| format!("make {} read-only: {e}", target.display()))?;
+        .map_err(ctx(format!("make {} read-only", target.display())))?;
     }
     Ok(())
 }
 
 /// Binds `source` on `target` with the mount flags `flags`.
-fn bind_with(source: &Path, target: &Path, flags: MountFlags) -> Result<(), String> {
+fn bind_with(source: &Path, target: &Path, flags: MountFlags) -> Result<(), BuildError> {
     bind(source, target, false)?;
     rustix::mount::mount_remount(target, MountFlags::BIND | flags, "")
-        .map_err(|e| format!("set the flags of {}: {e}", target.display()))
+        .map_err(ctx(format!("set the flags of {}", target.display())))
 }
 
 /// The size of the sandbox's disk: its `disk_mib`.
@@ -131,7 +168,7 @@ fn disk_mib(spec: &Spec) -> u64 {
         .unwrap_or(sandkeep_proto::limits::DISK_MIB_DEFAULT)
 }
 
-fn chown(path: &Path, owner: Owner, uid: u32, gid: u32) -> Result<(), String> {
+fn chown(path: &Path, owner: Owner, uid: u32, gid: u32) -> Result<(), BuildError> {
     if let Owner::Shifted { base } = owner {
         std::os::unix::fs::lchown(path, Some(base + uid), Some(base + gid))
             .map_err(ctx(format!("chown {}", path.display())))?;
@@ -147,7 +184,7 @@ pub fn build(
     idmap: Option<BorrowedFd<'_>>,
     memory_cgroup: Option<&Path>,
     etc_snapshot: Option<OwnedFd>,
-) -> Result<Built, String> {
+) -> Result<Built, BuildError> {
     // Nothing mounted from here on may propagate back to the host.
     rustix::mount::mount_change(
         "/",
@@ -293,7 +330,7 @@ pub fn build(
     // Taken as late as possible: the snapshotter works while all of the
     // above is built.
     if let Some(answer) = etc_snapshot {
-        let snapshot = etc_snapshot::collect(answer)?;
+        let snapshot = etc_snapshot::collect(answer).map_err(BuildError::EtcSnapshot)?;
         if guess.as_ref() != Some(&snapshot) {
             let etc = root.join("etc");
             if guess.is_some() {
@@ -317,7 +354,7 @@ pub fn build(
 }
 
 /// An empty directory owned by the sandbox's root, to mount on.
-fn mount_point(target: &Path, owner: Owner) -> Result<(), String> {
+fn mount_point(target: &Path, owner: Owner) -> Result<(), BuildError> {
     fs::create_dir(target).map_err(ctx(format!("mkdir {}", target.display())))?;
     chown(target, owner, 0, 0)
 }
@@ -330,7 +367,7 @@ fn host_entry(
     name: &str,
     owner: Owner,
     built: &mut Built,
-) -> Result<(), String> {
+) -> Result<(), BuildError> {
     let host = Path::new("/").join(name);
     let Ok(md) = fs::symlink_metadata(&host) else {
         return Ok(());
@@ -366,7 +403,7 @@ fn overlay(
     owner: Owner,
     idmap: Option<BorrowedFd<'_>>,
     built: &mut Built,
-) -> Result<(), String> {
+) -> Result<(), BuildError> {
     let upper = disk.join("upper").join(name);
     let work = disk.join("work").join(name);
     fs::create_dir_all(&upper).map_err(ctx(format!("mkdir {}", upper.display())))?;
@@ -418,7 +455,7 @@ fn idmapped_lower(
     name: &str,
     host: &Path,
     userns: BorrowedFd<'_>,
-) -> Result<PathBuf, String> {
+) -> Result<PathBuf, BuildError> {
     let lower = disk.join("lower").join(name);
     fs::create_dir_all(&lower).map_err(ctx(format!("mkdir {}", lower.display())))?;
     let tree = rustix::mount::open_tree(
@@ -445,13 +482,11 @@ fn mount_overlay(
     work: &Path,
     target: &Path,
     unprivileged: bool,
-) -> Result<(), String> {
+) -> Result<(), BuildError> {
     for p in [lower, upper, work] {
         let s = p.to_string_lossy();
         if s.contains(',') || s.contains(':') || s.contains('\\') {
-            return Err(format!(
-                "{s}: overlay paths may not contain ',', ':' or '\\'; choose a SANDKEEP_HOME without them"
-            ));
+            return Err(BuildError::OverlayPath(p.to_path_buf()));
         }
     }
     let mut opts = format!(
@@ -463,7 +498,7 @@ fn mount_overlay(
     if unprivileged {
         opts.push_str(",userxattr");
     }
-    let data = std::ffi::CString::new(opts).map_err(|e| e.to_string())?;
+    let data = mount_data(opts)?;
     rustix::mount::mount(
         "overlay",
         target,
@@ -471,14 +506,14 @@ fn mount_overlay(
         MountFlags::NOSUID | MountFlags::NODEV,
         data.as_c_str(),
     )
-    .map_err(|e| format!("overlay on {}: {e}", target.display()))
+    .map_err(ctx(format!("overlay on {}", target.display())))
 }
 
 /// Shows the sandbox's own memory cgroup read-only where programs look for
 /// their limits: `/sys/fs/cgroup` (v2) or `/sys/fs/cgroup/memory` (v1).
 /// The task supervisor reads its OOM-kill counter there to tell that the
 /// limit killed a task. Nothing of the host's other cgroups is shown.
-fn show_cgroup(root: &Path, cgroup: &Path) -> Result<(), String> {
+fn show_cgroup(root: &Path, cgroup: &Path) -> Result<(), BuildError> {
     let mut target = root.join("sys/fs/cgroup");
     if !cgroup.join("memory.events").exists() {
         target.push("memory");
@@ -487,7 +522,7 @@ fn show_cgroup(root: &Path, cgroup: &Path) -> Result<(), String> {
     bind(cgroup, &target, true)
 }
 
-fn build_dev(disk: &Path, dev: &Path) -> Result<(), String> {
+fn build_dev(disk: &Path, dev: &Path) -> Result<(), BuildError> {
     bind_with(
         &disk.join("dev"),
         dev,
@@ -536,7 +571,7 @@ fn build_dev(disk: &Path, dev: &Path) -> Result<(), String> {
 
 /// Hides host secrets that the allowed directories contain, and
 /// sandkeep's own state wherever it lives.
-fn mask(root: &Path, spec: &Spec) -> Result<(), String> {
+fn mask(root: &Path, spec: &Spec) -> Result<(), BuildError> {
     for rel in MASKED_FILES {
         let p = root.join(rel);
         if fs::symlink_metadata(&p).is_ok_and(|m| m.is_file()) {
@@ -593,9 +628,37 @@ fn other_state_dirs(own: &Path) -> Vec<PathBuf> {
     homes
 }
 
-fn pivot(root: &Path) -> Result<(), String> {
+fn pivot(root: &Path) -> Result<(), BuildError> {
     std::env::set_current_dir(root).map_err(ctx("chdir to the new root"))?;
     rustix::process::pivot_root(".", ".").map_err(ctx("pivot_root"))?;
     rustix::mount::unmount(".", UnmountFlags::DETACH).map_err(ctx("detach the host root"))?;
     std::env::set_current_dir("/").map_err(ctx("chdir /"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The messages the keeper's report quotes: the step, then its cause.
+    #[test]
+    fn a_build_error_names_its_step_and_cause() {
+        let e = ctx(format!("mount tmpfs on {}", "/x"))(rustix::io::Errno::PERM);
+        assert_eq!(
+            e.to_string(),
+            format!("mount tmpfs on /x: {}", rustix::io::Errno::PERM)
+        );
+        assert!(std::error::Error::source(&e).is_some());
+        let e = mount_overlay(
+            Path::new("/a,b"),
+            Path::new("u"),
+            Path::new("w"),
+            Path::new("t"),
+            false,
+        )
+        .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "/a,b: overlay paths may not contain ',', ':' or '\\'; choose a SANDKEEP_HOME without them"
+        );
+    }
 }

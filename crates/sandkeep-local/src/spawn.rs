@@ -103,7 +103,7 @@ impl Keepers {
         };
         match started {
             Started::Ready(warnings) => Ok(warnings),
-            Started::Refused => Err(ProviderError::Unavailable(format!(
+            Started::Refused => Err(ProviderError::Keeper(format!(
                 "{} is not of this server's build (replaced since the server started?): \
                  restart the server; {}",
                 self.whole.display(),
@@ -282,7 +282,7 @@ async fn await_report(
     }
     let readiness = match read {
         Ok(Ok(_)) => serde_json::from_slice::<Readiness>(&buf).map_err(|_| {
-            ProviderError::Unavailable(format!(
+            ProviderError::Keeper(format!(
                 "the sandbox keeper died during setup: {}",
                 log_tail(dir)
             ))
@@ -293,7 +293,7 @@ async fn await_report(
             let dir2 = dir.clone();
             let meta = state::read_json::<Meta>(&dir.meta()).ok();
             blocking(move || clean_stale(&dir2, meta.as_ref())).await?;
-            return Err(ProviderError::Unavailable(format!(
+            return Err(ProviderError::Keeper(format!(
                 "the sandbox did not become ready within {}s",
                 CREATE_TIMEOUT.as_secs()
             )));
@@ -302,7 +302,7 @@ async fn await_report(
     match readiness {
         Readiness::Ready { warnings, .. } => Ok(Started::Ready(warnings)),
         Readiness::Unsupported(e) => Err(ProviderError::Unsupported(e)),
-        Readiness::Failed(e) => Err(ProviderError::Unavailable(format!(
+        Readiness::Failed(e) => Err(ProviderError::Keeper(format!(
             "cannot create a local sandbox: {e}"
         ))),
     }

@@ -311,8 +311,38 @@ pub enum ProviderError {
     /// or may not have run.
     #[error("the call to sandbox {sandbox} broke after it may have been sent: {message}")]
     Unconfirmed { sandbox: SandboxId, message: String },
+    /// The sandbox's server (what runs its commands and file operations)
+    /// could not be reached: nothing was sent. The sandbox may be shutting
+    /// down.
+    #[error(
+        "sandbox {sandbox} does not answer ({detail}); it may be shutting down, check list_sandboxes"
+    )]
+    NotAnswering { sandbox: SandboxId, detail: String },
+    /// The sandbox's server got the request and refused to start it (out
+    /// of processes, most likely): nothing ran.
+    #[error(
+        "sandbox {sandbox} refused the request, nothing ran ({message}); it may be out of processes, retry later"
+    )]
+    Refused { sandbox: SandboxId, message: String },
+    /// A sandbox's keeper (the process that builds, holds and ends it)
+    /// failed or did not report in time: at create nothing was created.
+    /// The message says at which step, in the keeper's words when it has
+    /// them.
+    #[error("{0}")]
+    Keeper(String),
+    /// A started process's exit status could not be learnt (its sandbox
+    /// went away, or the answer was lost); the message says which.
+    #[error("{0}")]
+    ProcessLost(String),
+    /// The service behind the provider (a remote API, the host's random
+    /// number generator, an isolation probe) cannot serve the call now;
+    /// the message names it.
     #[error("{0}")]
     Unavailable(String),
+    /// A failure inside this process that no request causes (a worker
+    /// task panicked or was cancelled, an invariant broke): a bug.
+    #[error("{0}")]
+    Internal(String),
     /// A setting of this process's configuration is refused (malformed, or
     /// naming what is never allowed); the message names it and what to
     /// write instead.

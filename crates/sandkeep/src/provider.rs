@@ -27,7 +27,7 @@ impl Kind {
         match std::env::var("SANDKEEP_PROVIDER").as_deref().map(str::trim) {
             Err(_) | Ok("" | "local") => Ok(Self::Local),
             Ok("e2b") => Ok(Self::E2b),
-            Ok(other) => Err(ProviderError::Unavailable(format!(
+            Ok(other) => Err(ProviderError::Misconfigured(format!(
                 "SANDKEEP_PROVIDER={other:?} is not a provider: use \"local\" or \"e2b\""
             ))),
         }

@@ -354,11 +354,12 @@ async fn a_fork_the_sandbox_refuses_is_a_plain_error() {
     let result = p.exec(id, request(&format!("echo ran > /tmp/{m}"))).await;
     set_nproc(&soft);
     match result {
-        Err(sandkeep::provider::ProviderError::Unavailable(message)) => {
+        Err(e @ sandkeep::provider::ProviderError::Refused { .. }) => {
+            let message = e.to_string();
             assert!(message.contains("nothing ran"), "{message}");
             assert!(message.contains("fork"), "{message}");
         }
-        other => panic!("expected a plain Unavailable error, got {other:?}"),
+        other => panic!("expected a Refused error, got {other:?}"),
     }
     let out = sh(&p, id, &format!("cat /tmp/{m} 2>&1; echo after")).await;
     assert!(
