@@ -7,7 +7,7 @@
 //! (the local provider in-process) and `fake_kernel` (a kernel without
 //! namespaces, simulated). Nothing here asserts product behaviour; the
 //! tests do.
-#![allow(dead_code)] // each test crate uses a different subset
+#![allow(dead_code)] // each test binary uses a different subset
 
 pub mod cli;
 pub mod e2b;
@@ -160,7 +160,9 @@ pub fn require(cond: bool, why: &str) -> bool {
 
 /// Test-harness arguments that run only the ignored test `name` of this
 /// test binary, printing its output: how a test runs part of itself as a
-/// separate process (another user, environment or lifetime).
+/// separate process (another user, environment or lifetime). `name` is the
+/// test's full name in the binary, its module's path included
+/// (`net::no_clone3_inner` in tests/local/): it is matched exactly.
 pub fn ignored_test_args(name: &str) -> [&str; 5] {
     [
         "--exact",

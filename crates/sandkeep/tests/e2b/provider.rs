@@ -6,7 +6,7 @@
 //! read long after envd forgot its process, a setsid escapee, and a start
 //! whose envd call breaks after it was forwarded.
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -591,7 +591,7 @@ fn count(log: &std::sync::Mutex<String>, what: &str) -> usize {
 /// the local provider, in one run; HTTP requests per tool call; helper
 /// uploads per sandbox, the helper's size and its upload time. Run (the
 /// small helper built first, so it is the one uploaded):
-/// `cargo build --release -p sandkeep-task && cargo test --release -p sandkeep --test e2b_provider -- --ignored --nocapture bench`
+/// `cargo build --release -p sandkeep-task && cargo test --release -p sandkeep --test e2b -- --ignored --nocapture bench`
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "a benchmark: run it explicitly"]
 async fn bench_round_trips_e2b_vs_local() {
