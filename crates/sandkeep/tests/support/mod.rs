@@ -55,6 +55,19 @@ impl Home {
         home
     }
 
+    /// A home whose `sandkeep` processes use the e2b provider on an
+    /// endpoint of its own started with `vars` added to its environment
+    /// (the endpoint's settings), whatever `SANDKEEP_TEST_PROVIDER` says.
+    pub fn with_e2b_endpoint_env(vars: &[(&str, &str)]) -> Self {
+        Self {
+            dir: tempfile::Builder::new()
+                .prefix("sandkeep-test")
+                .tempdir()
+                .expect("tempdir"),
+            e2b: Some(e2b::Endpoint::start_with(vars)),
+        }
+    }
+
     /// The provider configuration of the `sandkeep` processes this home
     /// starts (empty: the local provider on this home).
     pub fn provider_vars(&self) -> Vec<(&'static str, String)> {
