@@ -334,12 +334,14 @@ async fn filesystem_rpc(
 
 /// The endpoint over `provider`, behind `api_key`, keeping its records
 /// (metadata, access tokens) in `records`, which is created mode 0700 if
-/// missing.
+/// missing. An ended process's end event is kept for Connect as long as
+/// `SANDKEEP_E2B_END_RETENTION_MS` says (30 s, as envd, when unset).
 pub fn router(
     provider: Arc<dyn Provider>,
     api_key: String,
     records: PathBuf,
 ) -> Result<Router, String> {
+    let end_retention = process::end_retention_from_env()?;
     std::fs::create_dir_all(&records)
         .and_then(|()| {
             use std::os::unix::fs::PermissionsExt;
@@ -350,6 +352,6 @@ pub fn router(
         provider,
         api_key,
         records: Records { dir: records },
-        processes: Arc::default(),
+        processes: Arc::new(process::Processes::new(end_retention)),
     })))
 }

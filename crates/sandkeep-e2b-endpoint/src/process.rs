@@ -9,7 +9,7 @@
 //!   pipe, so a slow client slows the process down (as a full pipe would)
 //!   instead of missing chunks;
 //! - a process leaves List when it exits, and its end event stays for
-//!   Connect for [`END_RETENTION`];
+//!   Connect for [`END_RETENTION`] (or what [`END_RETENTION_ENV`] says);
 //! - `Connect-Timeout-Ms` on Start SIGKILLs the process when it expires,
 //!   attached or not; closing the stream otherwise leaves it running;
 //! - SendSignal accepts SIGTERM and SIGKILL and reaches the leader only.
@@ -37,8 +37,26 @@ use super::connect::{self, Code, RpcError};
 use sandkeep_provider::{Program, Provider, RunningProcess, SandboxId, SpawnRequest};
 
 /// How long an ended process's end event is kept for Connect (envd's
-/// `terminatedRetentionTTL`).
+/// `terminatedRetentionTTL`), unless [`END_RETENTION_ENV`] says otherwise.
 pub const END_RETENTION: Duration = Duration::from_secs(30);
+/// The environment variable that sets another end retention, in
+/// milliseconds: envd has no such setting; it is there for tests that must
+/// outlive the window and would otherwise wait 30 s.
+pub const END_RETENTION_ENV: &str = "SANDKEEP_E2B_END_RETENTION_MS";
+
+/// The end retention [`END_RETENTION_ENV`] sets, [`END_RETENTION`] when it
+/// is unset; an error names a value that is not a number of milliseconds.
+pub fn end_retention_from_env() -> Result<Duration, String> {
+    match std::env::var(END_RETENTION_ENV) {
+        Err(std::env::VarError::NotPresent) => Ok(END_RETENTION),
+        Ok(v) => v
+            .trim()
+            .parse::<u64>()
+            .map(Duration::from_millis)
+            .map_err(|_| format!("{END_RETENTION_ENV}={v:?} is not a number of milliseconds")),
+        Err(e) => Err(format!("{END_RETENTION_ENV}: {e}")),
+    }
+}
 /// The largest data event (envd's chunk size).
 const CHUNK: usize = 32 * 1024;
 /// Without a `Keepalive-Ping-Interval` header, envd's interval.
@@ -110,13 +128,30 @@ impl Proc {
 }
 
 /// Every process started through this server, by sandbox.
-#[derive(Default)]
 pub struct Processes {
     table: Mutex<HashMap<SandboxId, BTreeMap<u32, Arc<Proc>>>>,
     next_pid: AtomicU32,
+    /// How long an ended process's end event is kept for Connect.
+    end_retention: Duration,
+}
+
+impl Default for Processes {
+    fn default() -> Self {
+        Self::new(END_RETENTION)
+    }
 }
 
 impl Processes {
+    /// An empty table whose ended processes stay for Connect for
+    /// `end_retention`.
+    pub fn new(end_retention: Duration) -> Self {
+        Self {
+            table: Mutex::default(),
+            next_pid: AtomicU32::default(),
+            end_retention,
+        }
+    }
+
     fn find(&self, id: &SandboxId, sel: &Selector) -> Result<Arc<Proc>, RpcError> {
         let table = self.table.lock().expect("process table lock");
         let procs = table.get(id);
@@ -282,6 +317,7 @@ pub async fn start(
     {
         let proc = Arc::clone(&proc);
         let processes = Arc::clone(processes);
+        let retention = processes.end_retention;
         let id = id.clone();
         tokio::spawn(async move {
             let waited = proc.control.wait().await;
@@ -300,7 +336,7 @@ pub async fn start(
             };
             proc.end.send_replace(Some(end));
             drop(proc.stdin.lock().await.take());
-            tokio::time::sleep(END_RETENTION).await;
+            tokio::time::sleep(retention).await;
             processes.remove(&id, proc.pid);
         });
     }

@@ -1,5 +1,5 @@
 // The official E2B JavaScript SDK against `sandkeep serve --e2b`: run by
-// crates/sandkeep/tests/e2b_sdk.rs with E2B_API_URL, E2B_SANDBOX_URL and
+// crates/sandkeep/tests/e2b/sdk.rs with E2B_API_URL, E2B_SANDBOX_URL and
 // E2B_API_KEY set, NODE_PATH pointing at the pinned `e2b` install. Prints
 // `ok NAME` per check; the first failure exits non-zero.
 import assert from 'node:assert/strict'

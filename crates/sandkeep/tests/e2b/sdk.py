@@ -1,6 +1,6 @@
 """The official E2B Python SDK against `sandkeep serve --e2b`.
 
-Run by crates/sandkeep/tests/e2b_sdk.rs with E2B_API_URL, E2B_SANDBOX_URL
+Run by crates/sandkeep/tests/e2b/sdk.rs with E2B_API_URL, E2B_SANDBOX_URL
 and E2B_API_KEY pointing at the server. Each check prints `ok NAME`; the
 first failure raises and the script exits non-zero.
 """

@@ -1,6 +1,6 @@
 """Interop check: the official MCP Python SDK drives sandkeep.
 
-Run by tests/mcp_interop.rs as
+Run by tests/mcp/interop.rs as
     python python_client.py SANDKEEP_BIN SANDKEEP_HOME HTTP_URL
 with SANDKEEP_HOME also set in the environment. It walks the acceptance
 path of SPEC.md section 9 with an independent client implementation:

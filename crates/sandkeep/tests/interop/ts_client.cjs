@@ -1,6 +1,6 @@
 // Interop check: the official MCP TypeScript SDK drives sandkeep.
 //
-// Run by tests/mcp_interop_ts.rs as
+// Run by tests/mcp/interop_ts.rs as
 //     node ts_client.cjs SANDKEEP_BIN SANDKEEP_HOME HTTP_URL TOKEN
 // with SANDKEEP_NODE_MODULES naming the directory whose node_modules holds
 // the pinned @modelcontextprotocol/sdk and ajv (scripts/test installs them).

@@ -34,6 +34,13 @@ pub struct Endpoint {
 impl Endpoint {
     /// Starts `sandkeep serve --e2b 127.0.0.1:0` on a home of its own.
     pub fn start() -> Self {
+        Self::start_with(&[])
+    }
+
+    /// As [`Endpoint::start`], the endpoint's environment adding `vars`
+    /// (its settings, such as `SANDKEEP_E2B_END_RETENTION_MS`); a real
+    /// account has none of them.
+    pub fn start_with(vars: &[(&str, &str)]) -> Self {
         if real() {
             let key =
                 std::env::var("E2B_API_KEY").expect("SANDKEEP_TEST_E2B_REAL=1 needs E2B_API_KEY");
@@ -58,6 +65,7 @@ impl Endpoint {
             .env("SANDKEEP_HOME", home.path())
             .env_remove("SANDKEEP_PROVIDER")
             .env("SANDKEEP_LOG", "sandkeep=info")
+            .envs(vars.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).expect("endpoint log"))

@@ -7,7 +7,7 @@
 //! (the local provider in-process) and `fake_kernel` (a kernel without
 //! namespaces, simulated). Nothing here asserts product behaviour; the
 //! tests do.
-#![allow(dead_code)] // each test crate uses a different subset
+#![allow(dead_code)] // each test binary uses a different subset
 
 pub mod cli;
 pub mod e2b;
@@ -53,6 +53,19 @@ impl Home {
             home.e2b = Some(e2b::Endpoint::start());
         }
         home
+    }
+
+    /// A home whose `sandkeep` processes use the e2b provider on an
+    /// endpoint of its own started with `vars` added to its environment
+    /// (the endpoint's settings), whatever `SANDKEEP_TEST_PROVIDER` says.
+    pub fn with_e2b_endpoint_env(vars: &[(&str, &str)]) -> Self {
+        Self {
+            dir: tempfile::Builder::new()
+                .prefix("sandkeep-test")
+                .tempdir()
+                .expect("tempdir"),
+            e2b: Some(e2b::Endpoint::start_with(vars)),
+        }
     }
 
     /// The provider configuration of the `sandkeep` processes this home
@@ -160,7 +173,9 @@ pub fn require(cond: bool, why: &str) -> bool {
 
 /// Test-harness arguments that run only the ignored test `name` of this
 /// test binary, printing its output: how a test runs part of itself as a
-/// separate process (another user, environment or lifetime).
+/// separate process (another user, environment or lifetime). `name` is the
+/// test's full name in the binary, its module's path included
+/// (`net::no_clone3_inner` in tests/local/): it is matched exactly.
 pub fn ignored_test_args(name: &str) -> [&str; 5] {
     [
         "--exact",

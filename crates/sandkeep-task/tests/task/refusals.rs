@@ -2,7 +2,7 @@
 //! created: repeated ids, the 129th task, missing cwd, values out of range,
 //! malformed input, and an unsafe private directory.
 
-mod common;
+use crate::common;
 
 use std::fs;
 use std::os::unix::fs::{PermissionsExt, symlink};

@@ -8,7 +8,7 @@
 //! The same wrapper pauses a retention or a creation to show what a
 //! session end does meanwhile.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 
@@ -139,7 +139,7 @@ async fn secrets_of_the_server_are_masked_in_returned_output() {
 /// the end does not wait for it, destroys the still unretained sandbox,
 /// and the start then fails plainly without ever reaching the helper. The
 /// opposite order (retained first, kept) is raced across two providers in
-/// local_lifecycle.rs.
+/// tests/local/lifecycle.rs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_session_end_before_the_retain_fails_the_start_and_runs_nothing() {
     let home = Home::new();

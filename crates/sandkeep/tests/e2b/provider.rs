@@ -6,7 +6,7 @@
 //! read long after envd forgot its process, a setsid escapee, and a start
 //! whose envd call breaks after it was forwarded.
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -463,12 +463,24 @@ async fn acceptance_path_with_the_server_sigkilled() {
     b.close().await;
 }
 
-/// envd keeps an exited process's end event 30 s (the endpoint too; it
-/// has no knob to shorten it, so this test waits it out). The task's
-/// result comes from the helper's files, so it is still there after.
+/// envd keeps an exited process's end event 30 s, and so does the
+/// endpoint unless `SANDKEEP_E2B_END_RETENTION_MS` shortens it: here to
+/// [`END_RETENTION`], and this test waits the window out (30 s on a real
+/// account, which has no such knob). The task's result comes from the
+/// helper's files, so it is still there after.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_task_read_after_envds_end_event_window_keeps_its_exit_code() {
-    let home = Home::with_e2b();
+    /// The end retention the endpoint is given here (envd's is 30 s).
+    const END_RETENTION: Duration = Duration::from_secs(1);
+    let home = Home::with_e2b_endpoint_env(&[(
+        "SANDKEEP_E2B_END_RETENTION_MS",
+        &END_RETENTION.as_millis().to_string(),
+    )]);
+    let window = if home.e2b.as_ref().is_some_and(Endpoint::shared) {
+        Duration::from_secs(30)
+    } else {
+        END_RETENTION
+    };
     let s = StdioServer::start(&home).await;
     let id = sid(&ok(&s.client, "create_sandbox", json!({"timeout": 600})).await);
     let task = tid(&ok(
@@ -480,7 +492,7 @@ async fn a_task_read_after_envds_end_event_window_keeps_its_exit_code() {
     let done = wait_terminal(&s.client, &id, &task, Duration::from_secs(20)).await;
     assert_eq!(done["exit_code"], 7, "{done}");
     // The passing of time is what is tested here.
-    tokio::time::sleep(Duration::from_secs(32)).await;
+    tokio::time::sleep(window + Duration::from_secs(2)).await;
     let later = ok(
         &s.client,
         "get_task",
@@ -591,7 +603,7 @@ fn count(log: &std::sync::Mutex<String>, what: &str) -> usize {
 /// the local provider, in one run; HTTP requests per tool call; helper
 /// uploads per sandbox, the helper's size and its upload time. Run (the
 /// small helper built first, so it is the one uploaded):
-/// `cargo build --release -p sandkeep-task && cargo test --release -p sandkeep --test e2b_provider -- --ignored --nocapture bench`
+/// `cargo build --release -p sandkeep-task && cargo test --release -p sandkeep --test e2b -- --ignored --nocapture bench`
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "a benchmark: run it explicitly"]
 async fn bench_round_trips_e2b_vs_local() {

@@ -3,7 +3,7 @@
 //! 129th task, many concurrent calls on one connection, the stdio session
 //! rules under the 2026-07-28 protocol, and which tools renew a deadline.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -5,7 +5,7 @@
 //! `sandbox_id`. Also: `--allow-origin`, and the README's annotation table
 //! against what `tools/list` publishes.
 
-mod support;
+use crate::support;
 
 use serde_json::{Value, json};
 use support::mcp::*;

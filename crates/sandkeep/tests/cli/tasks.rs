@@ -2,7 +2,7 @@
 //! MCP server sees and the other way round, `task logs --follow` streaming,
 //! exit codes that carry the task's status, and `--json` in the MCP shapes.
 
-mod support;
+use crate::support;
 
 use std::io::Read;
 use std::process::{Child, ExitStatus, Stdio};
@@ -685,7 +685,7 @@ fn nothing_outlives_inner() {
 
 #[test]
 fn nothing_a_cli_starts_outlives_it_for_long() {
-    let stdout = support::run_ignored_test("nothing_outlives_inner", "SK_OUTLIVES");
+    let stdout = support::run_ignored_test("tasks::nothing_outlives_inner", "SK_OUTLIVES");
     assert!(stdout.contains("NOTHING OUTLIVED"), "{stdout}");
 }
 

@@ -1,7 +1,7 @@
 //! The helper is a static executable that runs in an otherwise empty root:
 //! only itself and /proc, no shell, no libraries, no /dev.
 
-mod common;
+use crate::common;
 
 use std::fs;
 use std::process::Command;

@@ -4,7 +4,7 @@
 //! process, expiry, stale state, the task helper end to end, and that
 //! nothing survives destruction.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
@@ -110,7 +110,7 @@ async fn server_with_a_canary_in_its_environment() {
 /// never the server's own (which may hold its secrets).
 #[test]
 fn the_servers_environment_never_reaches_a_sandbox() {
-    let out = ignored_test("server_with_a_canary_in_its_environment")
+    let out = ignored_test("lifecycle::server_with_a_canary_in_its_environment")
         .env("SK_SERVER_CANARY", "leaked")
         .output()
         .unwrap();
@@ -439,7 +439,7 @@ async fn creator_process() {
 async fn sigkill_of_the_creator_changes_nothing() {
     let home = state_dir();
     let m = tag("4242");
-    let mut child = ignored_test("creator_process")
+    let mut child = ignored_test("lifecycle::creator_process")
         .env("SK_CREATOR_HOME", home.path())
         .env("SK_CREATOR_TAG", &m)
         .stdout(Stdio::piped())

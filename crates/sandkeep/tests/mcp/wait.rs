@@ -10,7 +10,7 @@
 //! progress less often than a command, and open sessionless waits over
 //! HTTP do not count against the session cap.
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};

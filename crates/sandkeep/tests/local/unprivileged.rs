@@ -5,7 +5,7 @@
 //! `unprivileged_inner` test; an
 //! unprivileged CI runs the inner test's checks directly.
 
-mod support;
+use crate::support;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
@@ -40,7 +40,7 @@ fn unprivileged_mode_works_and_holds() {
             "--",
         ])
         .arg(std::env::current_exe().unwrap())
-        .args(ignored_test_args("unprivileged_inner"))
+        .args(ignored_test_args("unprivileged::unprivileged_inner"))
         .env_clear()
         .env("HOME", "/var/tmp")
         .env("PATH", "/usr/local/bin:/usr/bin:/bin")

@@ -4,7 +4,7 @@
 //! (nothing ran). The server runs in-process over a pipe with a provider
 //! that records calls; no sandbox is needed, since none may be touched.
 
-mod support;
+use crate::support;
 
 use serde_json::{Value, json};
 use support::mcp::*;

@@ -2,7 +2,7 @@
 //! codes, timeouts, cancel, the process group after exit, escaped
 //! processes, lost supervisors, floods and secrets.
 
-mod common;
+use crate::common;
 
 use std::io::{BufRead, BufReader};
 use std::os::unix::process::CommandExt;

@@ -7,7 +7,7 @@
 //! tests are skipped with a printed reason, except under `CI=true`, where
 //! they fail.
 
-mod support;
+use crate::support;
 
 use std::path::PathBuf;
 use std::process::Output;

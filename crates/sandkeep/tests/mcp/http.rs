@@ -3,7 +3,7 @@
 //! child processes on the real local provider; raw requests for the HTTP
 //! edge (token, Origin).
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -3,7 +3,7 @@
 //! task helper work, writes outside the sandbox are refused (Landlock), and
 //! kill and expiry still end every process, escaped daemons included.
 
-mod support;
+use crate::support;
 
 use std::path::Path;
 use std::process::Command;
@@ -116,7 +116,7 @@ fn refused_namespaces_inner() {
 
 #[test]
 fn refused_namespaces_fall_back_visibly() {
-    let stdout = run_ignored_test("refused_namespaces_inner", "SK_REFUSE_NAMESPACES");
+    let stdout = run_ignored_test("fallback::refused_namespaces_inner", "SK_REFUSE_NAMESPACES");
     assert!(stdout.contains("ISOLATION landlock"), "{stdout}");
     assert!(stdout.contains("DOCTOR landlock"), "{stdout}");
 }

@@ -7,7 +7,7 @@
 //! a virtualenv with the pinned `mcp` and sets it). Without it the test is
 //! skipped with a printed reason, except under `CI=true`, where it fails.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -11,7 +11,7 @@
 //! (scripts/test installs both). Without them the test is skipped with a
 //! printed reason, except under `CI=true`, where it fails.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -4,7 +4,7 @@
 //! observed state; once the supervisor runs again the cancel completes.
 //! End to end: rmcp client, `sandkeep serve` child, real local sandbox.
 
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant};
 

@@ -2,7 +2,7 @@
 //! names the problem (whether clap or the service refuses them), help texts
 //! and completions. These tests create no sandbox.
 
-mod support;
+use crate::support;
 
 use support::Home;
 use support::cli::describe;

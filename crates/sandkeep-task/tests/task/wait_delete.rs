@@ -6,7 +6,7 @@
 //! delete frees a place and refuses a running task; list shows the
 //! command redacted, newest first.
 
-mod common;
+use crate::common;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::process::Stdio;

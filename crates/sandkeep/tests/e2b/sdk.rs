@@ -10,7 +10,7 @@
 //! JavaScript SDK (`e2b` from npm, pinned) runs `tests/e2b/sdk.mjs` the
 //! same way, from the `node_modules` named by `SANDKEEP_TEST_E2B_JS`.
 
-mod support;
+use crate::support;
 
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};

@@ -3,7 +3,7 @@
 //! anything is read from it, and a planted sandbox record is never acted
 //! on — above all, the process it names is never signalled.
 
-mod support;
+use crate::support;
 
 use std::os::unix::fs::{PermissionsExt, chown};
 use std::path::Path;

@@ -3,7 +3,7 @@
 //! killed at the timeout, output held open by background processes,
 //! floods; and the doctor report.
 
-mod support;
+use crate::support;
 
 use std::io::IoSlice;
 use std::time::{Duration, Instant};

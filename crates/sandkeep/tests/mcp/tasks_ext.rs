@@ -6,7 +6,7 @@
 //! 2026-07-28 JSON-RPC over HTTP. A client that does not declare it, or
 //! declares it on a 2025-era session, sees run_command unchanged.
 
-mod support;
+use crate::support;
 
 use std::process::Stdio;
 use std::time::{Duration, Instant};

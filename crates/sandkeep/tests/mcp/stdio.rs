@@ -3,7 +3,7 @@
 //! with a SIGKILL of the server mid-task, the session rules of §6, and the
 //! stdio edge cases (notification first, EOF first, signals).
 
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant};
 

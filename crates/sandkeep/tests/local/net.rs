@@ -10,7 +10,7 @@
 //! and under an identity no host account can signal, and is gone with the
 //! sandbox.
 
-mod support;
+use crate::support;
 
 use std::net::{IpAddr, TcpListener, UdpSocket};
 use std::os::linux::net::SocketAddrExt;
@@ -480,7 +480,7 @@ fn an_ordinary_users_sandboxes_are_isolated_too() {
         "--",
     ])
     .arg(std::env::current_exe().unwrap())
-    .args(support::ignored_test_args("unprivileged_inner"))
+    .args(support::ignored_test_args("net::unprivileged_inner"))
     .env_clear()
     .env("HOME", "/var/tmp")
     .env("PATH", "/usr/local/bin:/usr/bin:/bin")
@@ -799,7 +799,7 @@ fn no_network_namespaces_inner() {
 
 #[test]
 fn without_network_namespaces_network_is_refused_and_the_default_says_so() {
-    let stdout = support::run_ignored_test("no_network_namespaces_inner", "SK_NO_NETNS");
+    let stdout = support::run_ignored_test("net::no_network_namespaces_inner", "SK_NO_NETNS");
     assert!(stdout.contains("NO-NETNS CHECKED"), "{stdout}");
 }
 
@@ -989,7 +989,7 @@ fn the_hosts_subnets_and_gateways_are_refused_whatever_their_range() {
     let out = std::process::Command::new("unshare")
         .args(["--net", "--"])
         .arg(std::env::current_exe().unwrap())
-        .args(support::ignored_test_args("host_network_inner"))
+        .args(support::ignored_test_args("net::host_network_inner"))
         .env("SK_HOST_NETWORK_INNER", "1")
         .output()
         .expect("run unshare");
@@ -1163,7 +1163,7 @@ fn a_trusted_range_is_reached_and_the_rest_of_its_block_is_not() {
     let out = std::process::Command::new("unshare")
         .args(["--net", "--mount", "--"])
         .arg(std::env::current_exe().unwrap())
-        .args(support::ignored_test_args("egress_trust_inner"))
+        .args(support::ignored_test_args("net::egress_trust_inner"))
         .env("SK_EGRESS_TRUST_INNER", "1")
         .env_remove(EGRESS_TRUST_VAR)
         .output()
@@ -1722,7 +1722,7 @@ fn without_clone3_the_proxy_still_enters_the_sandboxs_cgroups() {
     ) {
         return;
     }
-    let stdout = support::run_ignored_test("no_clone3_inner", "SK_NO_CLONE3");
+    let stdout = support::run_ignored_test("net::no_clone3_inner", "SK_NO_CLONE3");
     assert!(stdout.contains("NO-CLONE3 CHECKED"), "{stdout}");
 }
 

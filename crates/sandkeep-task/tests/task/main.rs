@@ -1,0 +1,10 @@
+//! The helper against real processes, one module per former test file, in
+//! one test binary (each binary is linked statically; one link instead of
+//! four). `common` is their shared sandbox user.
+
+mod common;
+
+mod lifecycle;
+mod refusals;
+mod static_binary;
+mod wait_delete;

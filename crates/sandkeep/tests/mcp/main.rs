@@ -1,0 +1,21 @@
+//! The MCP server end to end (stdio, HTTP, the independent SDK clients and
+//! the clients users run), one module per former test file, in one test
+//! binary: each binary links sandkeep statically, and linking dominated a
+//! cold build when every file was a binary. scripts/test runs this binary
+//! once more on the e2b provider (`SANDKEEP_TEST_PROVIDER=e2b`).
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod cancel;
+mod clients;
+mod faults;
+mod http;
+mod interop;
+mod interop_ts;
+mod sessionless;
+mod stdio;
+mod tasks_ext;
+mod unconfirmed;
+mod validation;
+mod wait;
