@@ -32,7 +32,7 @@ const WARMUP: usize = 3;
 /// `sandkeep` and `sandkeep-keeper` copied side by side, as `cargo install`
 /// lays them out: what people run, and installed like `bwrap`. The
 /// linker's own output runs slower until the page cache settles (up to a
-/// millisecond a fresh exec, docs/benchmarks.md).
+/// millisecond a fresh exec, docs/benchmarks-log.md).
 fn installed_copy() -> (tempfile::TempDir, std::path::PathBuf) {
     let bin = state_dir("sk-bench-bin-");
     for name in ["sandkeep", "sandkeep-keeper"] {
