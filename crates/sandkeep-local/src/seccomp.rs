@@ -21,7 +21,7 @@
 //! once for every syscall number to find those it always allows (its
 //! action cache); a chain of about 120 comparisons made that take 0.25 ms
 //! of every sandbox's creation, a search of depth 7 takes a few tens of
-//! microseconds (docs/benchmarks.md). libseccomp builds such trees but is
+//! microseconds (docs/benchmarks-log.md). libseccomp builds such trees but is
 //! a C library and a system package.
 //!
 //! The filter is x86_64's: its syscall numbers, its audit arch, its

@@ -32,7 +32,7 @@ pub const SMALL_KEEPER: &str = "sandkeep-keeper";
 /// it live as long as the sandbox. From the whole static `sandkeep`
 /// (25 MB) a keeper starts about a millisecond later, with more page
 /// faults, than from its own 2.6 MB executable, and an idle sandbox costs
-/// 826 KiB PSS instead of 234 (docs/benchmarks.md). The small one is used
+/// 826 KiB PSS instead of 234 (docs/benchmarks-log.md). The small one is used
 /// until it proves not to be of this build.
 #[derive(Debug)]
 pub struct Keepers {

@@ -2,6 +2,9 @@
 //! exit is seen, the cost of capturing a 1 GiB flood, and supervisor
 //! memory. Each figure is a median with its ratio to a baseline measured in
 //! the same run. Run with `cargo bench -p sandkeep-task` (release build).
+//! Besides its own lines it prints one `BENCH name=… value=… unit=…
+//! baseline=… ratio=… target=…` line a figure, which `scripts/bench`
+//! collects (the format of crates/sandkeep/benches/common).
 
 use std::fs;
 use std::io::Read;
@@ -171,13 +174,35 @@ fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
 }
 
-fn report(what: &str, value: Duration, target: &str, baseline_name: &str, baseline: Duration) {
+/// The machine-readable line for `scripts/bench` (see the module's doc).
+fn bench_line(name: &str, value: f64, unit: &str, baseline: Option<f64>, target: &str) {
+    let (baseline, ratio) = match baseline {
+        Some(b) if b != 0.0 => (format!("{b:.3}"), format!("{:.3}", value / b)),
+        Some(b) => (format!("{b:.3}"), "-".to_owned()),
+        None => ("-".to_owned(), "-".to_owned()),
+    };
+    println!(
+        "BENCH name={name} value={value:.3} unit={unit} baseline={baseline} ratio={ratio} target={target}"
+    );
+}
+
+/// Prints the human line and, under `key` with the machine-readable
+/// `bench_target`, the `BENCH` line.
+fn report(
+    key: &str,
+    what: &str,
+    value: Duration,
+    (target, bench_target): (&str, &str),
+    baseline_name: &str,
+    baseline: Duration,
+) {
     println!(
         "{what}: median {:.2} ms (target {target}); baseline {baseline_name}: {:.2} ms; ratio {:.2}",
         ms(value),
         ms(baseline),
         value.as_secs_f64() / baseline.as_secs_f64()
     );
+    bench_line(key, ms(value), "ms", Some(ms(baseline)), bench_target);
 }
 
 fn spawn_true() -> Duration {
@@ -227,9 +252,10 @@ fn main() {
         })
         .collect();
     report(
+        "helper.start",
         "start -> first record returned",
         median(starts),
-        "<= 5 ms",
+        ("<= 5 ms", "<=5"),
         "spawn of /bin/true",
         baseline,
     );
@@ -244,9 +270,10 @@ fn main() {
         })
         .collect();
     report(
+        "helper.status",
         "status of a running task",
         median(statuses),
-        "<= 2 ms",
+        ("<= 2 ms", "<=2"),
         "spawn of /bin/true",
         baseline,
     );
@@ -282,23 +309,30 @@ fn main() {
         })
         .collect();
     report(
+        "helper.exit_seen",
         "exit -> terminal seen by status",
         median(seen),
-        "<= 10 ms",
+        ("<= 10 ms", "<=10"),
         "direct child seen by waitpid",
         median(direct),
     );
 
-    for (label, producer) in [
-        ("1 GiB of zeros (head -c)", "head -c 1073741824 /dev/zero"),
+    for (key, label, producer) in [
         (
+            "zeros",
+            "1 GiB of zeros (head -c)",
+            "head -c 1073741824 /dev/zero",
+        ),
+        (
+            "lines",
             "1 GiB of lines (yes | head -c)",
             "yes 'a line of ordinary log output' | head -c 1073741824",
         ),
-        ("1.07 GB of numbered lines (seq)", "seq 118500000"),
+        ("seq", "1.07 GB of numbered lines (seq)", "seq 118500000"),
         // The producer of pueue's output benchmark (../shared/notes/pueue.md
         // §4.2, 200 MB there: 2.3x /dev/null), at 1 GiB.
         (
+            "tr",
             "1 GiB of x (head -c | tr, pueue's producer)",
             "head -c 1073741824 /dev/zero | tr '\\0' x",
         ),
@@ -333,23 +367,26 @@ fn main() {
         }
         let captured = median(captured);
         report(
+            &format!("helper.capture_{key}"),
             &format!("capture of {label}, start to terminal seen"),
             captured,
-            "<= 1.3x baseline",
+            ("<= 1.3x baseline", "<=1.3x"),
             "same command to /dev/null",
             median(to_null),
         );
         report(
+            &format!("helper.capture_{key}_vs_cat"),
             &format!("capture of {label}, start to terminal seen"),
             captured,
-            "none",
+            ("none", "-"),
             "same command into a pipe drained by cat",
             median(to_pipe),
         );
         report(
+            &format!("helper.capture_{key}_vs_splice"),
             &format!("capture of {label}, start to terminal seen"),
             captured,
-            "none",
+            ("none", "-"),
             "same command into a pipe only spliced to /dev/null",
             median(to_bare_pipe),
         );
@@ -387,5 +424,19 @@ fn main() {
         "supervisor peak RSS (VmHWM) after a 100 MiB flood, 8 secrets: {flood_hwm} KiB (target <= 4096 KiB); \
          baseline idle supervisor: {idle_hwm} KiB; ratio {:.2}",
         flood_hwm as f64 / idle_hwm as f64
+    );
+    bench_line(
+        "helper.pss_128_supervisors",
+        total_pss as f64,
+        "KiB",
+        Some(128.0 * 4096.0),
+        "-",
+    );
+    bench_line(
+        "helper.flood_hwm",
+        flood_hwm as f64,
+        "KiB",
+        Some(idle_hwm as f64),
+        "<=4096",
     );
 }

@@ -6,11 +6,12 @@
 //!
 //! Run: `scripts/test` once (it installs both SDKs), then
 //! `SANDKEEP_TEST_PYTHON=target/py-venv/bin/python
-//! SANDKEEP_TEST_NODE_MODULES=$PWD/target/node-interop cargo bench -p sandkeep --bench clients`.
+//! SANDKEEP_TEST_NODE_MODULES=$PWD/target/node-interop cargo bench -p sandkeep --bench clients`
+//! (or `scripts/bench clients`). Prints one `BENCH` line a figure.
 
 mod common;
 
-use common::{EXE, state_dir};
+use common::{EXE, bench_line, state_dir};
 use serde_json::Value;
 
 const SAMPLES: &str = "200";
@@ -58,5 +59,11 @@ fn main() {
             v["tools_list_ms"].as_f64().unwrap_or(f64::NAN),
             v["get_task_ms"].as_f64().unwrap_or(f64::NAN)
         );
+    }
+    for (key, v) in [("python", &py), ("ts", &ts)] {
+        for field in ["tools_list", "get_task"] {
+            let value = v[format!("{field}_ms")].as_f64().unwrap_or(f64::NAN);
+            bench_line(&format!("clients.{key}.{field}"), value, "ms", None, "-");
+        }
     }
 }

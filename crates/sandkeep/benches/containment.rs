@@ -10,7 +10,8 @@
 //!
 //! Run: `cargo bench -p sandkeep --bench containment` as root. Needs
 //! `bwrap` (Debian: `apt-get install bubblewrap`); refuses to run without it
-//! rather than print a figure with no baseline.
+//! rather than print a figure with no baseline. Prints one `BENCH` line a
+//! figure for `scripts/bench`.
 
 mod common;
 
@@ -19,7 +20,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Instant;
 
-use common::{EXE, local_config, median, ms, state_dir};
+use common::{EXE, bench_line, local_config, median, ms, state_dir};
 use sandkeep::provider::local::{HostBounds, LocalProvider};
 use sandkeep::provider::{CreateSpec, Provider, SandboxId};
 
@@ -31,7 +32,7 @@ const WARMUP: usize = 3;
 /// `sandkeep` and `sandkeep-keeper` copied side by side, as `cargo install`
 /// lays them out: what people run, and installed like `bwrap`. The
 /// linker's own output runs slower until the page cache settles (up to a
-/// millisecond a fresh exec, docs/benchmarks.md).
+/// millisecond a fresh exec, docs/benchmarks-log.md).
 fn installed_copy() -> (tempfile::TempDir, std::path::PathBuf) {
     let bin = state_dir("sk-bench-bin-");
     for name in ["sandkeep", "sandkeep-keeper"] {
@@ -156,6 +157,27 @@ fn main() {
     println!(
         "  host memory per idle sandbox    : {:8} KiB PSS (keeper and every process below it; target <= 1024)",
         pss_kib
+    );
+    bench_line(
+        "containment.fresh_exec",
+        ms(fresh),
+        "ms",
+        Some(ms(bwrapped)),
+        "<=2x",
+    );
+    bench_line(
+        "containment.create_200_live",
+        ms(busy_create),
+        "ms",
+        Some(ms(idle_create)),
+        "<=2x",
+    );
+    bench_line(
+        "containment.idle_pss",
+        pss_kib as f64,
+        "KiB",
+        None,
+        "<=1024",
     );
 }
 

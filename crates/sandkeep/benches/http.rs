@@ -7,14 +7,15 @@
 //! Prints throughput, p50/p99 latency and the server's CPU time per
 //! request for each, and the ratios token / no token.
 //!
-//! Run: `cargo bench -p sandkeep --bench http`.
+//! Run: `cargo bench -p sandkeep --bench http`. Prints one `BENCH` line a
+//! figure for `scripts/bench` (target: the token and caps cost ≤ 5 %).
 
 mod common;
 
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use common::{EXE, median, ms, state_dir};
+use common::{EXE, bench_line, median, ms, state_dir};
 use rmcp::ServiceExt;
 use rmcp::model::CallToolRequestParams;
 use rmcp::transport::StreamableHttpClientTransport;
@@ -228,5 +229,14 @@ async fn main() {
         ms(t_p99) / ms(o_p99),
         t_cpu / o_cpu
     );
+    bench_line(
+        "http.throughput",
+        t_rate,
+        "calls/s",
+        Some(o_rate),
+        ">=0.95x",
+    );
+    bench_line("http.p50", ms(t_p50), "ms", Some(ms(o_p50)), "<=1.05x");
+    bench_line("http.cpu_per_call", t_cpu, "us", Some(o_cpu), "<=1.05x");
     cli(home.path(), &["sandbox", "kill", &sandbox, "--json"]);
 }

@@ -10,7 +10,7 @@ mod common;
 use std::process::{Command, Stdio};
 use std::time::Instant;
 
-use common::{exec_request, local_config, local_provider, median, ms, state_dir};
+use common::{bench_line, exec_request, local_config, local_provider, median, ms, state_dir};
 use sandkeep::provider::local::LocalProvider;
 use sandkeep::provider::{CreateSpec, Provider};
 
@@ -126,7 +126,7 @@ fn main() {
         ms(bash_baseline)
     );
     println!(
-        "  create_sandbox                   : {:8.3} ms  ({SANDBOXES} runs, target <= 50 ms)",
+        "  create_sandbox                   : {:8.3} ms  ({SANDBOXES} runs, target <= 15 ms)",
         ms(create)
     );
     println!(
@@ -144,5 +144,22 @@ fn main() {
         ms(weak_create),
         ms(weak_exec),
         weak_exec.as_secs_f64() / baseline.as_secs_f64()
+    );
+    bench_line("local.create", ms(create), "ms", None, "<=15");
+    bench_line("local.kill", ms(kill), "ms", None, "<=50");
+    bench_line(
+        "local.exec",
+        ms(exec),
+        "ms",
+        Some(ms(bash_baseline)),
+        "<=1.5x",
+    );
+    bench_line("local.fallback_create", ms(weak_create), "ms", None, "-");
+    bench_line(
+        "local.fallback_exec",
+        ms(weak_exec),
+        "ms",
+        Some(ms(baseline)),
+        "-",
     );
 }

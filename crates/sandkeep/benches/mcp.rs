@@ -7,14 +7,15 @@
 //! - start_task, against the helper's own `start` the same way.
 //! - The server's idle RSS, and its RSS after 10,000 get_task calls.
 //!
-//! Run: `cargo bench -p sandkeep --bench mcp` (prints medians and ratios).
+//! Run: `cargo bench -p sandkeep --bench mcp` (prints medians and ratios,
+//! and one `BENCH` line a figure for `scripts/bench`).
 
 mod common;
 
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use common::{EXE, exec_request, local_provider, median, ms, state_dir};
+use common::{EXE, bench_line, exec_request, local_provider, median, ms, state_dir};
 use rmcp::ServiceExt;
 use rmcp::model::CallToolRequestParams;
 use sandkeep::provider::local::LocalProvider;
@@ -179,6 +180,16 @@ async fn main() {
         before as f64 / 1024.0,
         after as f64 / 1024.0,
         after as i64 - before as i64
+    );
+    bench_line("mcp.get_task", ms(mg), "ms", Some(ms(bg)), "<=5");
+    bench_line("mcp.start_task", ms(msd), "ms", Some(ms(bs)), "<=15");
+    bench_line("mcp.idle_rss", idle_rss as f64, "KiB", None, "<=30720");
+    bench_line(
+        "mcp.rss_growth_10k_calls",
+        after as f64 - before as f64,
+        "KiB",
+        None,
+        "-",
     );
 
     call(&client, "kill_sandbox", json!({"sandbox_id": sid})).await;

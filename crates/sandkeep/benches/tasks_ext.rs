@@ -9,14 +9,15 @@
 //! them alike. Target: the task's result within 1.2x the blocking call.
 //!
 //! Run: `cargo bench -p sandkeep --bench tasks_ext` (prints medians and
-//! ratios to the blocking call).
+//! ratios to the blocking call, and one `BENCH` line a figure for
+//! `scripts/bench`).
 
 mod common;
 
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use common::{EXE, median, ms, state_dir};
+use common::{EXE, bench_line, median, ms, state_dir};
 use rmcp::ServiceExt;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, ClientCapabilities, ClientConfig, GetTaskParams,
@@ -143,6 +144,8 @@ async fn main() {
         ms(a),
         a.as_secs_f64() / b.as_secs_f64()
     );
+    bench_line("tasks_ext.followed", ms(f), "ms", Some(ms(b)), "<=1.2x");
+    bench_line("tasks_ext.at_once", ms(a), "ms", Some(ms(b)), "<=1.2x");
 
     let _ = plain
         .call_tool(

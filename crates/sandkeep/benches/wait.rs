@@ -10,7 +10,8 @@
 //!    server RSS, server CPU over 10 s while they all wait, and the
 //!    processes in the sandbox (one shared watcher serves them all).
 //!
-//! Run: `cargo bench -p sandkeep --bench wait`.
+//! Run: `cargo bench -p sandkeep --bench wait`. Prints one `BENCH` line a
+//! figure for `scripts/bench`.
 
 mod common;
 
@@ -18,7 +19,7 @@ use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use common::{EXE, median, ms, state_dir};
+use common::{EXE, bench_line, median, ms, state_dir};
 use rmcp::ServiceExt;
 use rmcp::model::CallToolRequestParams;
 use rmcp::service::RunningService;
@@ -235,13 +236,22 @@ async fn main() {
         .await;
     }
     let max = *latencies.iter().max().unwrap();
+    let exit_to_answer = median(latencies);
     println!(
         "exit -> wait_task answer: median {:.1} ms, max {:.1} ms ({LATENCY_SAMPLES} samples)",
-        ms(median(latencies)),
+        ms(exit_to_answer),
         ms(max)
+    );
+    bench_line(
+        "wait.exit_to_answer",
+        ms(exit_to_answer),
+        "ms",
+        None,
+        "<=20",
     );
 
     // 2. wait_task against a 2 ms get_task loop, same 3 s task.
+    let mut server_ticks = Vec::new();
     for mode in ["wait_task", "get_task every 2 ms"] {
         let mark = format!("/tmp/cmp-{}", mode.len());
         let task = marked_task(&client, &sid, "3", &mark).await;
@@ -280,8 +290,16 @@ async fn main() {
             server,
             machine
         );
+        server_ticks.push(server);
         call(&client, "delete_task", handle).await;
     }
+    bench_line(
+        "wait.server_cpu_vs_poll",
+        server_ticks[0] as f64,
+        "ticks",
+        Some(server_ticks[1] as f64),
+        "<=0.01x",
+    );
     call(&client, "kill_sandbox", json!({"sandbox_id": sid})).await;
     drop(client);
     drop(child);
@@ -374,13 +392,28 @@ async fn idle_waiters_over_http(home: &tempfile::TempDir) {
     let (server0, t0) = (process_ticks(pid), Instant::now());
     tokio::time::sleep(Duration::from_secs(10)).await;
     let idle_ticks = process_ticks(pid) - server0;
+    let rss_waiting = rss_kib(pid);
     println!(
         "{IDLE_WAITERS} idle wait_task calls over HTTP: server RSS {} KiB (before {} KiB), server CPU {} ticks in {:.1} s; \
          {in_sandbox} processes in the sandbox, {watchers} of them watchers",
-        rss_kib(pid),
+        rss_waiting,
         rss_before,
         idle_ticks,
         t0.elapsed().as_secs_f64()
+    );
+    bench_line(
+        "wait.idle_1000_rss",
+        rss_waiting as f64,
+        "KiB",
+        Some(rss_before as f64),
+        "<=65536",
+    );
+    bench_line(
+        "wait.idle_1000_cpu",
+        idle_ticks as f64,
+        "ticks",
+        None,
+        "<=1",
     );
     assert_eq!(watchers, 1, "one shared watcher in the sandbox");
     call(
@@ -394,10 +427,12 @@ async fn idle_waiters_over_http(home: &tempfile::TempDir) {
         let v = w.await.unwrap();
         assert_eq!(v["state"], "cancelled", "{v}");
     }
+    let all_answered = t.elapsed();
     println!(
         "all {IDLE_WAITERS} answered {:.0} ms after the cancel returned",
-        ms(t.elapsed())
+        ms(all_answered)
     );
+    bench_line("wait.idle_1000_answered", ms(all_answered), "ms", None, "-");
     call(&client, "kill_sandbox", json!({"sandbox_id": sid})).await;
     let _ = server.start_kill();
 }

@@ -46,3 +46,20 @@ pub fn median(mut v: Vec<Duration>) -> Duration {
 pub fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
 }
+
+/// The machine-readable line `scripts/bench` collects from every bench,
+/// printed beside the human output:
+/// `BENCH name=… value=… unit=… baseline=… ratio=… target=…`.
+/// `baseline` is measured in the same run (`-` when there is none) and
+/// `ratio` is value / baseline; `target` is `<=N` or `>=N` in `unit`,
+/// `<=Nx` or `>=Nx` of the baseline, or `-`.
+pub fn bench_line(name: &str, value: f64, unit: &str, baseline: Option<f64>, target: &str) {
+    let (baseline, ratio) = match baseline {
+        Some(b) if b != 0.0 => (format!("{b:.3}"), format!("{:.3}", value / b)),
+        Some(b) => (format!("{b:.3}"), "-".to_owned()),
+        None => ("-".to_owned(), "-".to_owned()),
+    };
+    println!(
+        "BENCH name={name} value={value:.3} unit={unit} baseline={baseline} ratio={ratio} target={target}"
+    );
+}

@@ -1,4 +1,4 @@
-"""Two `sandkeep serve --e2b` builds side by side (docs/benchmarks.md):
+"""Two `sandkeep serve --e2b` builds side by side (docs/benchmarks-log.md):
 
     E2B_API_KEY=KEY python crates/sandkeep/tests/e2b/compare.py \
         http://BEFORE_ADDR http://AFTER_ADDR

@@ -1,5 +1,5 @@
 """CPU time per `commands.run("true")`, which a loaded machine inflates far
-less than wall time (docs/benchmarks.md):
+less than wall time (docs/benchmarks-log.md):
 
     E2B_API_URL=http://ADDR E2B_SANDBOX_URL=http://ADDR E2B_API_KEY=KEY \
         python crates/sandkeep/tests/e2b/cpu.py SERVER_PID SANDKEEP_HOME_OF_THE_SERVER

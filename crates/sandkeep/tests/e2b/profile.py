@@ -1,5 +1,5 @@
 """Where the time of `commands.run("true")` goes, through a release
-`sandkeep serve --e2b` on the local provider (docs/benchmarks.md):
+`sandkeep serve --e2b` on the local provider (docs/benchmarks-log.md):
 
     E2B_API_URL=http://ADDR E2B_SANDBOX_URL=http://ADDR E2B_API_KEY=KEY \
         python crates/sandkeep/tests/e2b/profile.py SANDKEEP_HOME_OF_THE_SERVER

@@ -696,10 +696,19 @@ async fn bench_round_trips_e2b_vs_local() {
             e2b[i].as_secs_f64() / local[i].as_secs_f64(),
             reqs[i]
         );
+        // The machine-readable line of the benches, for scripts/bench.
+        let (l, e) = (local[i].as_secs_f64() * 1e3, e2b[i].as_secs_f64() * 1e3);
+        println!(
+            "BENCH name=e2b_provider.{tool} value={e:.3} unit=ms baseline={l:.3} ratio={:.3} target=<=3x",
+            e / l
+        );
     }
     println!(
         "helper uploads in the e2b sandbox ({} tasks): {uploads}",
         N + 1
+    );
+    println!(
+        "BENCH name=e2b_provider.helper_uploads value={uploads} unit=uploads baseline=- ratio=- target=<=1"
     );
     if let (Some(bytes), Some(micros)) = upload {
         println!(
