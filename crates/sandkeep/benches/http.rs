@@ -191,8 +191,16 @@ async fn main() {
     );
     let handle = json!({"sandbox_id": sandbox, "task_id": task["task_id"]});
 
-    let guarded = Server::start(home.path(), &[]).await;
-    let open = Server::start(home.path(), &["--insecure-no-auth"]).await;
+    // Every client comes from loopback, as from a reverse proxy, and each
+    // holds more than one connection: the per-peer cap (half of the total
+    // by default) would evict connections of this very round's clients.
+    let one_peer = ["--max-connections-per-peer", "256"];
+    let guarded = Server::start(home.path(), &one_peer).await;
+    let open = Server::start(
+        home.path(),
+        &[&one_peer[..], &["--insecure-no-auth"]].concat(),
+    )
+    .await;
     let (mut with, mut without) = (Vec::new(), Vec::new());
     for _ in 0..ROUNDS {
         with.push(round(&guarded, &handle).await);
