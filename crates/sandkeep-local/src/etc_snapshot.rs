@@ -210,7 +210,13 @@ fn fingerprint(dir: OwnedFd, hasher: &mut DefaultHasher, depth: usize) {
             continue;
         }
         let Ok(fd) = dir.fd() else { return };
-        (depth, name.to_bytes()).hash(hasher);
+        (depth, name.to_bytes(), entry.ino()).hash(hasher);
+        // A symlink is copied by its target alone, and a new target is a
+        // new link, which changes its directory: nothing to stat (most
+        // of /etc's entries are links).
+        if entry.file_type() == FileType::Symlink {
+            continue;
+        }
         let Ok(st) = rustix::fs::statat(fd, name, AtFlags::SYMLINK_NOFOLLOW) else {
             continue;
         };
