@@ -235,19 +235,22 @@ impl HttpServer {
             .expect("spawn sandkeep serve --http");
         let stderr = collect(child.stderr.take().unwrap());
         let mut url = String::new();
+        // The token's line may come after the URL's: both are awaited
+        // (without a token there is no such line).
+        let tokenless = args.contains(&"--insecure-no-auth");
         until(
             Duration::from_secs(10),
-            "the server to print its URL",
+            "the server to print its URL and how to send its token",
             || {
-                let found = stderr
-                    .lock()
-                    .unwrap()
+                let printed = stderr.lock().unwrap();
+                let found = printed
                     .lines()
                     .find_map(|l| l.split("serving MCP at ").nth(1).map(str::to_owned));
                 if let Some(u) = found {
                     url = u;
                 }
-                std::future::ready(!url.is_empty())
+                let told = tokenless || printed.contains("`Authorization: Bearer ");
+                std::future::ready(!url.is_empty() && told)
             },
         )
         .await;
