@@ -359,6 +359,19 @@ async fn each_sandbox_shows_etc_as_it_was_at_create() {
     for id in [&a.sandbox_id, &b.sandbox_id] {
         assert_eq!(text(&sh(&p, id, &show).await.stdout), "one\nend\n");
     }
+    // What one sandbox writes to its /etc stays its own: the snapshot
+    // they share and the other sandbox see none of it.
+    let tamper = format!("echo tampered >> {0} && cat {0}", file.display());
+    assert_eq!(
+        text(&sh(&p, &a.sandbox_id, &tamper).await.stdout),
+        "one\ntampered\n"
+    );
+    assert_eq!(
+        text(&sh(&p, &b.sandbox_id, &show).await.stdout),
+        "one\nend\n"
+    );
+    let in_snapshot = first.join(file.file_name().unwrap());
+    assert_eq!(std::fs::read_to_string(&in_snapshot).unwrap(), "one\n");
 
     std::fs::write(&file, "two\n").unwrap();
     std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
@@ -369,7 +382,7 @@ async fn each_sandbox_shows_etc_as_it_was_at_create() {
         "a file made private before create shows"
     );
     assert_eq!(
-        text(&sh(&p, &a.sandbox_id, &show).await.stdout),
+        text(&sh(&p, &b.sandbox_id, &show).await.stdout),
         "one\nend\n",
         "a running sandbox's /etc changed"
     );
