@@ -34,7 +34,7 @@ use super::etc_snapshot;
 use super::state::{HELPER_DIR, HELPER_NAME, SandboxDir, Spec};
 use super::sys;
 
-/// Host top-level entries the sandbox sees (as overlays, or as the same
+/// Host top-level entries the sandbox sees (as read-only binds or overlays, or as the same
 /// symlinks); everything else is left out.
 const ALLOWED: &[&str] = &[
     "bin", "sbin", "lib", "lib32", "lib64", "libx32", "usr", "etc", "opt", "srv", "var",
@@ -87,7 +87,7 @@ pub enum Owner {
 
 pub struct Built {
     /// Whether host-owned files appear with their real owners (idmapped
-    /// lower layers, or root's copy of `/etc`) rather than as `nobody`.
+    /// lower layers, as root's `/etc` snapshot is) rather than as `nobody`.
     pub idmapped: bool,
     pub warnings: Vec<String>,
 }
