@@ -34,8 +34,8 @@ use super::etc_snapshot;
 use super::state::{HELPER_DIR, HELPER_NAME, SandboxDir, Spec};
 use super::sys;
 
-/// Host top-level entries the sandbox sees (as read-only binds or overlays, or as the same
-/// symlinks); everything else is left out.
+/// Host top-level entries the sandbox sees (as read-only binds or
+/// overlays, or as the same symlinks); everything else is left out.
 const ALLOWED: &[&str] = &[
     "bin", "sbin", "lib", "lib32", "lib64", "libx32", "usr", "etc", "opt", "srv", "var",
 ];
