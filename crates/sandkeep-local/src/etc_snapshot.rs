@@ -244,7 +244,7 @@ fn build(tree: &OwnedFd, store: &Path, snapshot: &Path, base: u32) -> Result<(),
         take_over(&new, mode)
     });
     let result = result.and_then(|()| match std::fs::rename(&new, snapshot) {
-        Err(e) if snapshot.is_dir() => Err(e).or(Ok(())),
+        Err(_) if snapshot.is_dir() => Ok(()),
         other => other.map_err(|e| format!("rename {}: {e}", new.display())),
     });
     if snapshot.is_dir() {
