@@ -74,7 +74,9 @@ impl Endpoint {
         let start = Instant::now();
         let url = loop {
             let text = std::fs::read_to_string(&log).unwrap_or_default();
-            if let Some(url) = text
+            // Only whole lines: the address may be read half written.
+            let complete = &text[..text.rfind('\n').map_or(0, |i| i + 1)];
+            if let Some(url) = complete
                 .lines()
                 .find_map(|l| l.split("E2B-compatible endpoint at ").nth(1))
             {
