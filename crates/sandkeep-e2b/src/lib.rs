@@ -250,6 +250,8 @@ impl E2bProvider {
             isolation: ISOLATION.to_owned(),
             network: Some(network),
             allow_hosts: Vec::new(),
+            shares: Vec::new(),
+            shares_since_ns: 0,
             limits: Limits {
                 memory_mib: d.memory_mb.filter(|&m| m > 0),
                 milli_cpus: d.cpu_count.filter(|&c| c > 0).map(|c| c * 1000),
@@ -469,6 +471,11 @@ impl Provider for E2bProvider {
             if asked {
                 return Err(refuse(name));
             }
+        }
+        if !spec.shares.is_empty() {
+            return Err(ProviderError::Unsupported(
+                "the e2b provider does not mount host shares yet (ro and cow uploads are planned; rw shares need the local provider); create the sandbox with shares: [], or use the local provider. Nothing was created".into(),
+            ));
         }
         if !spec.allow_hosts.is_empty() {
             return Err(ProviderError::Unsupported(

@@ -88,6 +88,10 @@ pub struct InitContext {
     /// Where the snapshot of the host's /etc is answered (root, `base`):
     /// see [`super::etc_snapshot`].
     pub etc_snapshot: Option<OwnedFd>,
+    /// Root mode: per share of `spec.shares`, the user namespace its
+    /// mount is idmapped through (see `keeper::userns::share_idmap`);
+    /// `None` where there is none.
+    pub share_idmaps: Vec<Option<OwnedFd>>,
     pub listener: OwnedFd,
     /// The doors of the cgroups the init enters itself, first thing
     /// (see [`cgroup::Doors`]); it was born in the others.
@@ -119,7 +123,10 @@ impl From<String> for InitReport {
 /// The root filesystem's failure crosses to the keeper as its message.
 impl From<rootfs::BuildError> for InitReport {
     fn from(e: rootfs::BuildError) -> Self {
-        InitReport::Failed(e.to_string())
+        match e {
+            rootfs::BuildError::Unsupported(why) => InitReport::Unsupported(why),
+            e => InitReport::Failed(e.to_string()),
+        }
     }
 }
 
@@ -132,6 +139,7 @@ pub fn run(ctx: InitContext) -> ! {
         net,
         memory_cgroup,
         etc_snapshot,
+        share_idmaps,
         listener,
         cgroups,
         report,
@@ -150,7 +158,12 @@ pub fn run(ctx: InitContext) -> ! {
         ))),
         (Ok(()), Mode::Namespaces { owner, userns }) => {
             let memory_cgroup = memory_cgroup.as_deref();
-            setup(&spec, &dir, owner, userns, net, memory_cgroup, etc_snapshot).map(
+            let inputs = rootfs::Inputs {
+                memory_cgroup,
+                etc_snapshot,
+                share_idmaps,
+            };
+            setup(&spec, &dir, owner, userns, net, inputs).map(
                 |(isolation, warnings, isolated, p)| {
                     proxy = p;
                     network = isolated;
@@ -195,8 +208,7 @@ fn setup(
     owner: Owner,
     userns: Option<OwnedFd>,
     net: NetPlan,
-    memory_cgroup: Option<&std::path::Path>,
-    etc_snapshot: Option<OwnedFd>,
+    inputs: rootfs::Inputs<'_>,
 ) -> Result<(String, Vec<String>, bool, ProxySocket), InitReport> {
     sys::set_signal_mask(&[]).map_err(|e| format!("signal mask: {e}"))?;
     // The cgroup namespace roots each hierarchy at the cgroups the init
@@ -211,7 +223,7 @@ fn setup(
     rustix::system::sethostname(spec.sandbox_id.as_str().as_bytes())
         .map_err(|e| format!("sethostname: {e}"))?;
     let idmap = userns.as_ref().map(|f| f.as_fd());
-    let built = rootfs::build(dir, spec, owner, idmap, memory_cgroup, etc_snapshot)?;
+    let built = rootfs::build(dir, spec, owner, idmap, inputs)?;
     retitle(spec.sandbox_id.as_str());
     enter_sandbox_identity(owner, userns)?;
     // The keeper's death must end the sandbox. Set only now: credential

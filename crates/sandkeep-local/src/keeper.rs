@@ -316,6 +316,12 @@ fn start(home: &Home, dir: &SandboxDir) -> Result<Running, SetupError> {
         }
         _ => None,
     };
+    // Made before the pid namespace: a child forked after it would be its
+    // pid 1, and the namespace would die with it.
+    let share_idmaps = match base {
+        Some(base) if !spec.process_only => share_idmaps(&spec, base)?,
+        _ => Vec::new(),
+    };
     // Children that finish their work early and exit on their own: reaped
     // once the provider has its answer, off the create's path.
     let exiting: Vec<i32> = etc_snapshot
@@ -374,6 +380,7 @@ fn start(home: &Home, dir: &SandboxDir) -> Result<Running, SetupError> {
             net,
             memory_cgroup,
             etc_snapshot,
+            share_idmaps,
             listener,
             cgroups: tasks,
             report: report_w,
@@ -453,6 +460,37 @@ fn fork_proxy(
         home.root(),
     );
     Proxy::fork(policy, base.map(slots::proxy_uid), doors)
+}
+
+/// Root mode: a user namespace per share to idmap its mount through, one
+/// per distinct owner of the share directories (see
+/// `userns::share_idmap`); `None` where making it failed: the init then
+/// mounts the share unmapped, or refuses it when it is `rw`.
+fn share_idmaps(spec: &Spec, base: u32) -> Result<Vec<Option<OwnedFd>>, SetupError> {
+    use std::os::unix::fs::MetadataExt;
+    let mut made: Vec<((u32, u32), Option<OwnedFd>)> = Vec::new();
+    let mut out = Vec::new();
+    for share in &spec.shares {
+        let md = fs::metadata(&share.path).map_err(SetupError::host_files(format!(
+            "stat the share {}",
+            share.path
+        )))?;
+        let owner = (md.uid(), md.gid());
+        if !made.iter().any(|(o, _)| *o == owner) {
+            let userns = userns::share_idmap(base, owner.0, owner.1).ok();
+            made.push((owner, userns));
+        }
+        let fd = made
+            .iter()
+            .find(|(o, _)| *o == owner)
+            .and_then(|(_, fd)| fd.as_ref());
+        out.push(
+            fd.map(OwnedFd::try_clone)
+                .transpose()
+                .map_err(SetupError::keeper("dup"))?,
+        );
+    }
+    Ok(out)
 }
 
 /// The sandbox's namespaces, or the process-only mode with a warning
@@ -551,6 +589,8 @@ fn sandbox_info(
         network: None,
         allow_hosts: Vec::new(),
         limits: enforced_limits(enforced, spec, process_only)?,
+        shares: spec.shares.clone(),
+        shares_since_ns: spec.shares_since_ns,
     };
     record_network(&mut info, spec, net)?;
     Ok(info)

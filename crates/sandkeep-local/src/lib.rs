@@ -76,8 +76,8 @@ use self::presence::{Presence, Until, inspect, lock_sandbox, terminate};
 use self::state::{Home, Meta, Spec};
 use self::wire::Request;
 use sandkeep_provider::{
-    CreateSpec, ExecOutput, ExecRequest, FileEntry, Provider, ProviderError, Release, Result,
-    SandboxId, SandboxInfo, SpawnRequest, Spawned,
+    CreateSpec, ExecOutput, ExecRequest, FileEntry, Layers, Provider, ProviderError, Release,
+    Result, SandboxId, SandboxInfo, ShareMode, SpawnRequest, Spawned,
 };
 
 /// The first argument that makes the `sandkeep` binary a keeper.
@@ -148,6 +148,13 @@ const FULL_ISOLATION: &str = "userns-idmap";
 /// Process-only sandboxes share the host's network: an explicit network
 /// mode or host list cannot be honoured there. (Where the kernel refuses
 /// namespaces at create time instead, the keeper refuses them itself.)
+/// Nanoseconds since the epoch, as file change times count them.
+fn now_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+}
+
 fn refuse_shared_network(spec: &CreateSpec, process_only: bool) -> Result<()> {
     if process_only && (spec.network.is_some() || !spec.allow_hosts.is_empty()) {
         return Err(ProviderError::Unsupported(
@@ -467,6 +474,11 @@ impl Provider for LocalProvider {
             Some(self.home.templates().join(&spec.template))
         };
         refuse_shared_network(&spec, self.config.process_only)?;
+        if self.config.process_only && !spec.shares.is_empty() {
+            return Err(ProviderError::Unsupported(
+                "host shares need namespaced sandboxes; this server runs process-only ones (run `sandkeep doctor`)".into(),
+            ));
+        }
         cgroup::refuse_unenforceable(&spec.limits, self.config.process_only)
             .map_err(ProviderError::Unsupported)?;
         let id = Self::new_id()?;
@@ -489,6 +501,8 @@ impl Provider for LocalProvider {
             allow_hosts: spec.allow_hosts,
             limits: spec.limits,
             egress_trust: self.config.egress_trust.clone(),
+            shares: spec.shares,
+            shares_since_ns: now_ns(),
         };
         let (home, bounds, at) = (self.home.clone(), self.config.bounds, dir.clone());
         blocking(move || {
@@ -701,6 +715,16 @@ impl Provider for LocalProvider {
 
     async fn retain(&self, id: &SandboxId) -> Result<()> {
         self.update(id, |m| m.info.retained = true).await.map(drop)
+    }
+
+    fn share_layers(&self, info: &SandboxInfo) -> Result<Vec<Layers>> {
+        Ok(info
+            .shares
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| s.mode == ShareMode::Cow)
+            .map(|(i, s)| state::share_layers(i, s))
+            .collect())
     }
 
     async fn task_helper(&self, id: &SandboxId) -> Result<String> {

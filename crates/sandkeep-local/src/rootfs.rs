@@ -23,7 +23,7 @@
 
 use std::fs;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::os::unix::fs::{PermissionsExt, symlink};
+use std::os::unix::fs::{MetadataExt, PermissionsExt, symlink};
 use std::path::{Path, PathBuf};
 
 use rustix::mount::{
@@ -33,6 +33,7 @@ use rustix::mount::{
 use super::etc_snapshot;
 use super::state::{HELPER_DIR, HELPER_NAME, SandboxDir, Spec};
 use super::sys;
+use sandkeep_provider::{Share, ShareMode};
 
 /// Host top-level entries the sandbox sees (as read-only binds or
 /// overlays, or as the same symlinks); everything else is left out.
@@ -112,6 +113,22 @@ pub enum BuildError {
     /// The snapshot of the host's `/etc` (see `etc_snapshot`) is missing.
     #[error("{0}")]
     EtcSnapshot(String),
+    /// A request this host cannot carry out (a share it cannot mount as
+    /// asked); nothing of the sandbox runs.
+    #[error("{0}")]
+    Unsupported(String),
+}
+
+/// What the root filesystem is built from besides the spec and the
+/// sandbox's own user namespace.
+pub struct Inputs<'a> {
+    /// The sandbox's memory cgroup on the host (shown read-only inside).
+    pub memory_cgroup: Option<&'a Path>,
+    /// Where the snapshot of the host's /etc is answered (root's base).
+    pub etc_snapshot: Option<OwnedFd>,
+    /// Per share of the spec, the user namespace its mount is idmapped
+    /// through.
+    pub share_idmaps: Vec<Option<OwnedFd>>,
 }
 
 /// Names the step that an I/O or system-call error broke.
@@ -182,9 +199,13 @@ pub fn build(
     spec: &Spec,
     owner: Owner,
     idmap: Option<BorrowedFd<'_>>,
-    memory_cgroup: Option<&Path>,
-    etc_snapshot: Option<OwnedFd>,
+    inputs: Inputs<'_>,
 ) -> Result<Built, BuildError> {
+    let Inputs {
+        memory_cgroup,
+        etc_snapshot,
+        share_idmaps,
+    } = inputs;
     // Nothing mounted from here on may propagate back to the host.
     rustix::mount::mount_change(
         "/",
@@ -302,6 +323,10 @@ pub fn build(
     }
     bind_with(&disk.join("run"), &root.join("run"), nosuid)?;
     bind_with(&disk.join("home"), &root.join("root"), nosuid)?;
+    for (index, share) in spec.shares.iter().enumerate() {
+        let idmap = share_idmaps.get(index).and_then(Option::as_ref);
+        mount_share(&disk, &root, index, share, owner, idmap, &mut built)?;
+    }
 
     rustix::mount::mount(
         "proc",
@@ -351,6 +376,105 @@ pub fn build(
     // The tmpfs root itself stays writable: it belongs to the sandbox.
     pivot(&root)?;
     Ok(built)
+}
+
+/// Mounts a host share at its own path (SPEC §13): `ro` and `rw` as binds
+/// of the directory, `cow` as an overlay with the upper layer on the
+/// disk, its two layers shown read-only below `/.sandkeep/shares/INDEX/`
+/// for the helper's `changes`. Through `idmap` (root's) the owner of the
+/// share directory is the sandbox root; without one, root's sandboxes see
+/// the share's files as nobody's and may not have an `rw` share (what
+/// they made would be a sandbox uid's on the host).
+fn mount_share(
+    disk: &Path,
+    root: &Path,
+    index: usize,
+    share: &Share,
+    owner: Owner,
+    idmap: Option<&OwnedFd>,
+    built: &mut Built,
+) -> Result<(), BuildError> {
+    let host = Path::new(&share.path);
+    let target = share_mount_point(root, host, owner)?;
+    let shifted = matches!(owner, Owner::Shifted { .. });
+    // The share as the sandbox sees it (idmapped), on the disk; without
+    // an idmap, the host directory itself.
+    let seen = match idmap {
+        Some(userns) => match idmapped_lower(disk, &format!("share-{index}"), host, userns.as_fd())
+        {
+            Ok(lower) => lower,
+            Err(e) => {
+                built.warnings.push(format!(
+                    "share {}: idmapped mount unavailable ({e}); its files are nobody's inside",
+                    share.path
+                ));
+                host.to_path_buf()
+            }
+        },
+        None => host.to_path_buf(),
+    };
+    if shifted && share.mode == ShareMode::Rw && seen == host {
+        return Err(BuildError::Unsupported(format!(
+            "the rw share {} needs an idmapped mount (Linux 5.12+ and a filesystem that supports \
+             them), which this host refused; share it as cow or ro, or run `sandkeep doctor`",
+            share.path
+        )));
+    }
+    let flags = MountFlags::NOSUID | MountFlags::NODEV;
+    match share.mode {
+        ShareMode::Ro => bind_with(&seen, &target, flags | MountFlags::RDONLY),
+        ShareMode::Rw => bind_with(&seen, &target, flags),
+        ShareMode::Cow => {
+            let name = format!("share-{index}");
+            let (upper, work) = (
+                disk.join("upper").join(&name),
+                disk.join("work").join(&name),
+            );
+            for d in [&upper, &work] {
+                fs::create_dir_all(d).map_err(ctx(format!("mkdir {}", d.display())))?;
+                chown(d, owner, 0, 0)?;
+            }
+            let md = fs::metadata(&seen).map_err(ctx(format!("stat {}", share.path)))?;
+            fs::set_permissions(&upper, fs::Permissions::from_mode(md.mode() & 0o7777))
+                .map_err(ctx("chmod a share's upper layer"))?;
+            mount_overlay(&seen, &upper, &work, &target, !shifted)?;
+            let shown = root.join(HELPER_DIR).join("shares").join(index.to_string());
+            for (layer, from) in [("upper", &upper), ("lower", &seen)] {
+                let at = shown.join(layer);
+                fs::create_dir_all(&at).map_err(ctx(format!("mkdir {}", at.display())))?;
+                bind(from, &at, true)?;
+            }
+            Ok(())
+        }
+    }
+}
+
+/// The directory a share is mounted on inside: the host path below the
+/// new root, made where the root does not show it (below `/home`, say),
+/// each level a real directory (a symlink there would take the mount
+/// elsewhere).
+fn share_mount_point(root: &Path, host: &Path, owner: Owner) -> Result<PathBuf, BuildError> {
+    let mut at = root.to_path_buf();
+    for part in host.strip_prefix("/").unwrap_or(host).components() {
+        at.push(part);
+        match fs::symlink_metadata(&at) {
+            Ok(md) if md.is_dir() => {}
+            Ok(_) => {
+                return Err(BuildError::Unsupported(format!(
+                    "cannot mount the share {}: {} is not a directory in the sandbox",
+                    host.display(),
+                    at.strip_prefix(root).unwrap_or(&at).display()
+                )));
+            }
+            Err(_) => {
+                fs::create_dir(&at).map_err(ctx(format!("mkdir {}", at.display())))?;
+                fs::set_permissions(&at, fs::Permissions::from_mode(0o755))
+                    .map_err(ctx(format!("chmod {}", at.display())))?;
+                chown(&at, owner, 0, 0)?;
+            }
+        }
+    }
+    Ok(at)
 }
 
 /// An empty directory owned by the sandbox's root, to mount on.

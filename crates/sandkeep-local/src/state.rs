@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use sandkeep_proto::record::ProcessIdentity;
-use sandkeep_provider::{Limits, Network, SandboxId, SandboxInfo};
+use sandkeep_provider::{Layers, Limits, Network, SandboxId, SandboxInfo, Share};
 
 use crate::netpolicy::EgressTrust;
 
@@ -24,6 +24,17 @@ use crate::netpolicy::EgressTrust;
 /// sandbox's directory).
 pub const HELPER_DIR: &str = ".sandkeep";
 pub const HELPER_NAME: &str = "sandkeep-task";
+
+/// Where the sandbox shows the layers of its `index`th share (a cow one),
+/// read-only, for the helper's `changes` and `export`: below
+/// `/HELPER_DIR/shares/INDEX/`.
+pub fn share_layers(index: usize, share: &Share) -> Layers {
+    Layers {
+        path: share.path.clone(),
+        upper: format!("/{HELPER_DIR}/shares/{index}/upper"),
+        lower: format!("/{HELPER_DIR}/shares/{index}/lower"),
+    }
+}
 
 /// Where the sandbox's exec/file socket is found, relative to its directory.
 /// Kept short: unix socket paths are limited to 108 bytes.
@@ -304,6 +315,12 @@ pub struct Spec {
     /// The provider's `SANDKEEP_EGRESS_TRUST` when the sandbox was made.
     #[serde(default)]
     pub egress_trust: EgressTrust,
+    /// Host directories mounted at their own paths (SPEC §13).
+    #[serde(default)]
+    pub shares: Vec<Share>,
+    /// When the shares were looked at, nanoseconds since the epoch.
+    #[serde(default)]
+    pub shares_since_ns: u64,
 }
 
 /// What a live sandbox's record holds.

@@ -230,11 +230,22 @@ pub fn become_id(uid: u32, gid: u32, clear_groups: bool) -> io::Result<()> {
 /// (it may keep setgroups); `None` is this process mapping its own fresh
 /// namespace, which the kernel allows only after setgroups is denied.
 pub fn write_id_maps(pid: Option<i32>, uid: u32, gid: u32, count: u32) -> io::Result<()> {
+    write_id_map_lines(
+        pid,
+        &format!("0 {uid} {count}"),
+        &format!("0 {gid} {count}"),
+    )
+}
+
+/// Writes `uid_map` and `gid_map` lines (`INSIDE OUTSIDE COUNT`) of
+/// `pid`'s user namespace (this process's when `None`, denying
+/// `setgroups` first as the kernel requires of an unprivileged writer).
+pub fn write_id_map_lines(pid: Option<i32>, uid_map: &str, gid_map: &str) -> io::Result<()> {
     let proc = pid.map_or_else(|| "/proc/self".to_owned(), |p| format!("/proc/{p}"));
     let setgroups = pid.is_none().then_some(("setgroups", "deny".to_owned()));
     for (file, content) in setgroups.into_iter().chain([
-        ("uid_map", format!("0 {uid} {count}")),
-        ("gid_map", format!("0 {gid} {count}")),
+        ("uid_map", uid_map.to_owned()),
+        ("gid_map", gid_map.to_owned()),
     ]) {
         let path = format!("{proc}/{file}");
         std::fs::write(&path, content)

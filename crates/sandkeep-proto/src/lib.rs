@@ -17,6 +17,7 @@ pub mod limits;
 pub mod page;
 pub mod procfs;
 pub mod record;
+pub mod shares;
 pub mod shell;
 pub mod task;
 pub mod wire;

@@ -26,6 +26,8 @@ pub mod verb {
     pub const LIST: &str = "list";
     pub const WAIT: &str = "wait";
     pub const DELETE: &str = "delete";
+    pub const CHANGES: &str = "changes";
+    pub const EXPORT: &str = "export";
 }
 
 /// `sandkeep-task start JSON`.

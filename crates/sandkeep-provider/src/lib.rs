@@ -19,6 +19,8 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncRead, AsyncWrite};
 
+pub use sandkeep_proto::shares::{Layers, Share, ShareMode};
+
 /// A sandbox id: 1–64 characters of `[a-z0-9-]`, starting with a letter or
 /// digit. Ids come from users, so the type keeps them safe to use in paths.
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -117,6 +119,9 @@ pub struct CreateSpec {
     /// narrowing. Non-empty implies [`Network::Internet`].
     pub allow_hosts: Vec<String>,
     pub limits: Limits,
+    /// Host directories to mount, among the operator's (SPEC §13); paths
+    /// resolved and checked by the caller.
+    pub shares: Vec<Share>,
 }
 
 /// Unix seconds now: the clock of [`SandboxInfo`]'s times (the task
@@ -165,6 +170,13 @@ pub struct SandboxInfo {
     /// The limits in force.
     #[serde(default)]
     pub limits: Limits,
+    /// The host directories it mounts.
+    #[serde(default)]
+    pub shares: Vec<Share>,
+    /// When its shares were mounted, nanoseconds since the epoch: a host
+    /// path changed later is a conflict for `apply_changes`.
+    #[serde(default)]
+    pub shares_since_ns: u64,
 }
 
 /// A foreground command.
@@ -443,6 +455,17 @@ pub trait Provider: Send + Sync {
     /// The path of the static task helper inside the sandbox, placing it
     /// there first if needed.
     async fn task_helper(&self, id: &SandboxId) -> Result<String>;
+
+    /// Where the in-sandbox helper finds the layers of `info`'s cow shares
+    /// (SPEC §13), in the order of `info.shares`, to compare them with
+    /// `sandkeep-task changes` and `export`.
+    fn share_layers(&self, info: &SandboxInfo) -> Result<Vec<Layers>> {
+        let _ = info;
+        Err(ProviderError::Unsupported(format!(
+            "copy-on-write shares need the local provider; the {} provider has none",
+            self.kind()
+        )))
+    }
 }
 
 #[cfg(test)]

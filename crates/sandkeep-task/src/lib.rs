@@ -1,5 +1,7 @@
 //! sandkeep's in-sandbox helper: the private task directory, the verbs
-//! start / status / wait / cancel / delete / list, and the supervisor that runs each task.
+//! start / status / wait / cancel / delete / list, and the supervisor that runs each task;
+//! besides, `changes` and `export`, what the sandbox wrote in its
+//! copy-on-write shares.
 //!
 //! The helper is a short-lived command answering with exactly one JSON
 //! object on stdout (the verb's reply, or an error reply with exit code 1);
@@ -13,6 +15,7 @@
 
 mod cancel;
 mod capture;
+mod changes;
 mod delete;
 mod error;
 mod nullio;
@@ -48,7 +51,7 @@ pub fn version_line() -> String {
     )
 }
 
-const USAGE: &str = "usage: sandkeep-task --version | start JSON | status JSON | wait JSON | wait --stream | cancel JSON | delete JSON | list [{}]";
+const USAGE: &str = "usage: sandkeep-task --version | start JSON | status JSON | wait JSON | wait --stream | cancel JSON | delete JSON | list [{}] | changes JSON | export JSON";
 
 /// Runs the helper with its command-line arguments (without argv\[0\]) and
 /// returns the process exit code.
@@ -86,6 +89,18 @@ pub fn main_with_args(args: Vec<String>) -> i32 {
         Some(verb::CANCEL) => reply(parse(json).and_then(cancel::cancel)),
         Some(verb::DELETE) => reply(parse(json).and_then(delete::delete)),
         Some(verb::LIST) => reply(no_arguments(json).and_then(|()| status::list())),
+        Some(verb::CHANGES) => reply(parse(json).and_then(changes::changes)),
+        // A stream, not one JSON reply: only a failure is a reply (after
+        // whatever was written; the host reads the exit code first).
+        Some(verb::EXPORT) => {
+            match parse(json).and_then(|r| changes::export(r, &mut std::io::stdout().lock())) {
+                Ok(()) => 0,
+                Err(e) => {
+                    eprintln!("{e}");
+                    1
+                }
+            }
+        }
         _ => reply::<()>(Err(HelperError::BadRequest(USAGE.into()))),
     }
 }

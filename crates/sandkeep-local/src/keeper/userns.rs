@@ -74,15 +74,45 @@ fn unshare_owned_by(base: u32) -> io::Result<()> {
 /// exits once it is released; the keeper reaps it later). The init joins
 /// it after building the root, and idmaps lower layers through it.
 pub fn shifted_userns(child: UsernsChild, base: u32) -> Result<OwnedFd, String> {
+    let count = slots::BLOCK;
+    map(
+        child,
+        &format!("0 {base} {count}"),
+        &format!("0 {base} {count}"),
+    )
+    .map_err(|e| format!("map the sandbox user namespace: {e}"))
+}
+
+/// Root mode, a host share (SPEC §13): a user namespace in which the share
+/// directory's owner `uid`/`gid` are the sandbox root's host ids `base`.
+/// Idmapped through it, the share shows the owner's files as the sandbox
+/// root's, and what sandbox root makes there belongs to the owner on the
+/// host, never to a sandbox uid.
+pub fn share_idmap(base: u32, uid: u32, gid: u32) -> Result<OwnedFd, String> {
+    let child = fork_userns_child(base)?;
+    let pid = child.pid;
+    let userns = map(
+        child,
+        &format!("{uid} {base} 1"),
+        &format!("{gid} {base} 1"),
+    )
+    .map_err(|e| format!("map a share's user namespace: {e}"));
+    let _ = sys::wait_for(pid);
+    userns
+}
+
+/// Writes `child`'s id maps and holds its namespace by an fd; the child
+/// is released to exit.
+fn map(child: UsernsChild, uid_map: &str, gid_map: &str) -> Result<OwnedFd, String> {
     let pid = child.pid;
     let mut b = [0u8; 1];
     let answered = rustix::io::read(&child.unshared, &mut b).is_ok_and(|n| n == 1 && b[0] == b'y');
     if !answered {
         return Err("unshare(CLONE_NEWUSER) failed; user namespaces are disabled on this host (run `sandkeep doctor`)".into());
     }
-    let userns = sys::write_id_maps(Some(pid), base, base, slots::BLOCK)
+    let userns = sys::write_id_map_lines(Some(pid), uid_map, gid_map)
         .and_then(|()| fs::File::open(format!("/proc/{pid}/ns/user")).map(OwnedFd::from))
-        .map_err(|e| format!("map the sandbox user namespace: {e}"));
+        .map_err(|e| e.to_string());
     // Released only now: the namespace lives on through its fd.
     drop(child.done);
     userns

@@ -35,7 +35,10 @@ pub enum SessionKind {
 impl Context {
     /// Opens the provider this environment configures (`SANDKEEP_PROVIDER`)
     /// and starts a session.
-    pub fn open(kind: SessionKind) -> Result<Self, CliError> {
+    pub fn open(
+        kind: SessionKind,
+        shares: Vec<sandkeep_shares::ShareConfig>,
+    ) -> Result<Self, CliError> {
         let provider = open_provider()?;
         let session = match kind {
             SessionKind::Ordinary => Session::new(),
@@ -44,7 +47,7 @@ impl Context {
         Ok(Self {
             // The same configuration secrets as `sandkeep serve` masks, so
             // a person sees no more of them than an agent does.
-            service: Service::new(provider, super::serve::secrets(None)),
+            service: Service::new(provider, super::serve::secrets(None)).with_shares(shares),
             session,
         })
     }
@@ -185,7 +188,17 @@ pub async fn with_context(
     kind: SessionKind,
     body: impl AsyncFnOnce(&Context) -> Outcome,
 ) -> Outcome {
-    let ctx = Context::open(kind)?;
+    with_shares(kind, Vec::new(), body).await
+}
+
+/// [`with_context`] whose service has the shares of the command line's
+/// `--share` (the person at the shell is the operator).
+pub async fn with_shares(
+    kind: SessionKind,
+    shares: Vec<sandkeep_shares::ShareConfig>,
+    body: impl AsyncFnOnce(&Context) -> Outcome,
+) -> Outcome {
+    let ctx = Context::open(kind, shares)?;
     let outcome = tokio::select! {
         outcome = body(&ctx) => outcome,
         () = interrupted() => Ok(exit::INTERRUPTED),

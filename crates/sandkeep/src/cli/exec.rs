@@ -7,10 +7,10 @@ use clap::Args;
 use sandkeep_proto::TaskState;
 use sandkeep_proto::limits::RUN_TIMEOUT_MAX;
 
-use crate::service::{CreateSandboxArgs, RunCommandArgs, RunCommandResult};
+use crate::service::{CreateSandboxArgs, ListChangesArgs, RunCommandArgs, RunCommandResult};
 
 use super::Outcome;
-use super::context::{CliError, SessionKind, with_context};
+use super::context::{CliError, SessionKind, with_shares};
 use super::exit;
 use super::output::{self, OutputArgs};
 
@@ -38,6 +38,10 @@ pub struct ExecArgs {
     /// and exec exits with 124 (or the command's signal status).
     #[arg(long, value_name = "S")]
     pub timeout: Option<u64>,
+    /// For a fresh sandbox: host directories to mount (see `sandbox create
+    /// --share`); its cow changes are discarded with it.
+    #[command(flatten)]
+    pub shares: super::shares::ShareArgs,
     #[command(flatten)]
     pub output: OutputArgs,
     /// The command to run.
@@ -47,6 +51,17 @@ pub struct ExecArgs {
 
 pub async fn run(args: ExecArgs) -> Outcome {
     let fresh = args.sandbox.is_none();
+    if !fresh && !args.shares.shares.is_empty() {
+        return Err(CliError::new(
+            "--share mounts directories in a fresh sandbox; an existing one keeps the shares it was \
+             created with",
+        )
+        .hint("drop --share, or drop --sandbox to run in a fresh sandbox"));
+    }
+    let shares = args.shares.configured()?;
+    let cow = shares
+        .iter()
+        .any(|s| s.mode == sandkeep_proto::shares::ShareMode::Cow);
     let request = RunCommandArgs {
         command: args.command.join(" "),
         sandbox_id: args.sandbox,
@@ -55,13 +70,20 @@ pub async fn run(args: ExecArgs) -> Outcome {
     };
     // An ordinary session: a sandbox created here is in its destruction set
     // and goes when the session ends.
-    with_context(SessionKind::Ordinary, async |ctx| {
-        if fresh {
-            ctx.service
-                .create_sandbox(&ctx.session, CreateSandboxArgs::default())
-                .await?;
-        }
+    with_shares(SessionKind::Ordinary, shares, async |ctx| {
+        let created = if fresh {
+            Some(
+                ctx.service
+                    .create_sandbox(&ctx.session, CreateSandboxArgs::default())
+                    .await?,
+            )
+        } else {
+            None
+        };
         let result = ctx.service.run_command(&ctx.session, request).await?;
+        if let (Some(created), true) = (created, cow) {
+            say_discarded(ctx, created.sandbox_id).await;
+        }
         if args.output.json {
             output::print_json(&result);
         } else {
@@ -71,6 +93,29 @@ pub async fn run(args: ExecArgs) -> Outcome {
     })
     .await
     .map_err(CliError::forwarding)
+}
+
+/// A fresh sandbox goes with this command: whatever it changed in its cow
+/// shares goes with it, and the person is told so.
+async fn say_discarded(ctx: &super::context::Context, sandbox_id: String) {
+    let listed = ctx
+        .service
+        .list_changes(ListChangesArgs {
+            sandbox_id,
+            diff: None,
+        })
+        .await;
+    match listed {
+        Ok(l) if l.changes.is_empty() => {}
+        Ok(l) => eprintln!(
+            "sandkeep: {}{} change(s) to the cow share(s) are discarded with this sandbox; to keep \
+             them, create one with `sandkeep sandbox create --share …`, then `sandkeep sandbox \
+             apply`",
+            l.changes.len(),
+            if l.truncated { "+" } else { "" }
+        ),
+        Err(e) => eprintln!("sandkeep: could not list the cow shares' changes: {e}"),
+    }
 }
 
 fn print_human(result: &RunCommandResult) {

@@ -54,6 +54,10 @@ pub struct McpConfigArgs {
     /// $SANDKEEP_HOME/http-token.
     #[arg(long, value_name = "URL")]
     pub http: Option<String>,
+    /// Host directories the server shares with its sandboxes (see `serve
+    /// --share`).
+    #[command(flatten)]
+    pub shares: super::shares::ShareArgs,
 }
 
 /// Prints the configuration; returns the exit code.
@@ -93,7 +97,18 @@ pub fn run(args: &McpConfigArgs) -> u8 {
             return exit::USAGE;
         }
     }
-    println!("{}", render(args.client, &binary, &env));
+    // Checked now, as the server will check them at its start.
+    if let Err(e) = super::shares::resolve(&args.shares.shares) {
+        eprintln!("sandkeep mcp-config: {e}");
+        return exit::USAGE;
+    }
+    let serve_args: Vec<String> = args
+        .shares
+        .shares
+        .iter()
+        .flat_map(|s| ["--share".to_owned(), s.clone()])
+        .collect();
+    println!("{}", render(args.client, &binary, &serve_args, &env));
     exit::OK
 }
 
@@ -227,9 +242,23 @@ fn pretty(config: serde_json::Value) -> String {
     serde_json::to_string_pretty(&config).expect("a JSON literal encodes")
 }
 
-/// The configuration text for `client`, with the server's environment.
-pub fn render(client: Client, binary: &Path, env: &[(&str, String)]) -> String {
+/// The configuration text for `client`: `binary serve SERVE_ARGS…` with
+/// the server's environment.
+pub fn render(
+    client: Client,
+    binary: &Path,
+    serve_args: &[String],
+    env: &[(&str, String)],
+) -> String {
     let bin = binary.display().to_string();
+    let argv: Vec<String> = std::iter::once("serve".to_owned())
+        .chain(serve_args.iter().cloned())
+        .collect();
+    let shell_args = argv
+        .iter()
+        .map(|a| shell_quote(a))
+        .collect::<Vec<_>>()
+        .join(" ");
     let words = |flag: &str| {
         env.iter()
             .map(|(k, v)| format!("{flag} {k}={}", shell_quote(v)))
@@ -238,18 +267,22 @@ pub fn render(client: Client, binary: &Path, env: &[(&str, String)]) -> String {
     };
     match client {
         Client::ClaudeCode => format!(
-            "claude mcp add --scope user sandkeep {} -- {} serve",
+            "claude mcp add --scope user sandkeep {} -- {} {shell_args}",
             words("--env"),
             shell_quote(&bin)
         ),
         Client::Inspector => format!(
-            "npx @modelcontextprotocol/inspector {} {} serve",
+            "npx @modelcontextprotocol/inspector {} {} {shell_args}",
             words("-e"),
             shell_quote(&bin)
         ),
         Client::Codex => format!(
-            "[mcp_servers.sandkeep]\ncommand = {}\nargs = [\"serve\"]\nenv = {{ {} }}\n{}\n{CODEX_APPROVAL}",
+            "[mcp_servers.sandkeep]\ncommand = {}\nargs = [{}]\nenv = {{ {} }}\n{}\n{CODEX_APPROVAL}",
             toml_string(&bin),
+            argv.iter()
+                .map(|a| toml_string(a))
+                .collect::<Vec<_>>()
+                .join(", "),
             env.iter()
                 .map(|(k, v)| format!("{k} = {}", toml_string(v)))
                 .collect::<Vec<_>>()
@@ -265,7 +298,7 @@ pub fn render(client: Client, binary: &Path, env: &[(&str, String)]) -> String {
                 "mcpServers": {
                     "sandkeep": {
                         "command": bin,
-                        "args": ["serve"],
+                        "args": argv,
                         "env": env
                     }
                 }
@@ -313,7 +346,7 @@ mod tests {
             Client::Inspector,
             Client::Json,
         ] {
-            let text = render(client, bin, &env);
+            let text = render(client, bin, &[], &env);
             for part in [
                 "/opt/my tools/sandkeep",
                 "SANDKEEP_HOME",
@@ -326,7 +359,7 @@ mod tests {
             }
         }
         let json: serde_json::Value =
-            serde_json::from_str(&render(Client::Json, bin, &env)).unwrap();
+            serde_json::from_str(&render(Client::Json, bin, &[], &env)).unwrap();
         assert_eq!(
             json["mcpServers"]["sandkeep"]["env"]["SANDKEEP_HOME"],
             "/srv/sandkeep"
@@ -335,17 +368,19 @@ mod tests {
             json["mcpServers"]["sandkeep"]["env"][EGRESS_TRUST_VAR],
             "203.0.113.0/24,198.18.0.0/15"
         );
-        assert!(render(Client::ClaudeCode, bin, &env).contains(
+        assert!(render(Client::ClaudeCode, bin, &[], &env).contains(
             "--env SANDKEEP_HOME=/srv/sandkeep --env SANDKEEP_EGRESS_TRUST=203.0.113.0/24,198.18.0.0/15 -- '/opt/my tools/sandkeep' serve"
         ));
-        let codex = render(Client::Codex, bin, &env[..1]);
+        let codex = render(Client::Codex, bin, &[], &env[..1]);
         assert!(
             codex.contains("env = { SANDKEEP_HOME = \"/srv/sandkeep\" }"),
             "{codex}"
         );
-        assert!(render(Client::ClaudeCode, bin, &env).contains("'/opt/my tools/sandkeep' serve"));
         assert!(
-            render(Client::Codex, bin, &env)
+            render(Client::ClaudeCode, bin, &[], &env).contains("'/opt/my tools/sandkeep' serve")
+        );
+        assert!(
+            render(Client::Codex, bin, &[], &env)
                 .contains("\ndefault_tools_approval_mode = \"approve\"")
         );
     }

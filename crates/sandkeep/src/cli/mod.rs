@@ -19,6 +19,7 @@ mod output;
 mod sandbox;
 mod secret_file;
 pub(crate) mod serve;
+mod shares;
 mod status_line;
 mod task;
 

@@ -8,7 +8,7 @@ use clap::{Args, Subcommand};
 use crate::service::{CreateSandboxArgs, KillSandboxArgs, ListSandboxesArgs};
 
 use super::Outcome;
-use super::context::{SessionKind, with_context};
+use super::context::{SessionKind, with_context, with_shares};
 use super::exit;
 use super::output::outln;
 use super::output::{self, OutputArgs, Table};
@@ -23,6 +23,8 @@ pub enum SandboxCommand {
     Create(CreateArgs),
     List(ListArgs),
     Kill(KillArgs),
+    Changes(super::shares::ChangesArgs),
+    Apply(super::shares::ApplyArgs),
 }
 
 impl SandboxCommand {
@@ -31,6 +33,8 @@ impl SandboxCommand {
             Self::Create(a) => a.output.json,
             Self::List(a) => a.output.json,
             Self::Kill(a) => a.output.json,
+            Self::Changes(a) => a.output.json,
+            Self::Apply(a) => a.output.json,
         }
     }
 }
@@ -42,7 +46,8 @@ impl SandboxCommand {
         works.\n\n\
         The sandbox outlives this command: it lives until its deadline or `sandkeep sandbox kill`.",
     after_help = "Examples:\n  sandkeep sandbox create\n  \
-        sandkeep sandbox create --timeout 3600 --env API_KEY=\"$API_KEY\" --env LANG=C.UTF-8"
+        sandkeep sandbox create --timeout 3600 --env API_KEY=\"$API_KEY\" --env LANG=C.UTF-8\n  \
+        sandkeep sandbox create --share \"$PWD:cow\" --share ~/.cargo:ro"
 )]
 pub struct CreateArgs {
     /// Template (base image) of the sandbox [default: base].
@@ -76,6 +81,8 @@ pub struct CreateArgs {
     /// Most MiB the sandbox may write [default: 4096].
     #[arg(long, value_name = "MIB")]
     pub disk_mib: Option<u64>,
+    #[command(flatten)]
+    pub shares: super::shares::ShareArgs,
     #[command(flatten)]
     pub output: OutputArgs,
 }
@@ -114,13 +121,17 @@ pub async fn run(cmd: SandboxCommand) -> Outcome {
         SandboxCommand::Create(args) => create(args).await,
         SandboxCommand::List(args) => list(args).await,
         SandboxCommand::Kill(args) => kill(args).await,
+        SandboxCommand::Changes(args) => super::shares::changes(args).await,
+        SandboxCommand::Apply(args) => super::shares::apply(args).await,
     }
 }
 
 async fn create(args: CreateArgs) -> Outcome {
     let envs: BTreeMap<String, String> = args.envs.into_iter().collect();
+    let shares = args.shares.configured()?;
     let request = CreateSandboxArgs {
         template: args.template,
+        shares: None,
         timeout: args.timeout,
         envs: (!envs.is_empty()).then_some(envs),
         network: args.network,
@@ -131,7 +142,7 @@ async fn create(args: CreateArgs) -> Outcome {
         disk_mib: args.disk_mib,
     };
     // Stateless: the sandbox must not be destroyed when this process ends.
-    with_context(SessionKind::Stateless, async |ctx| {
+    with_shares(SessionKind::Stateless, shares, async |ctx| {
         let created = ctx.service.create_sandbox(&ctx.session, request).await?;
         if args.output.json {
             output::print_json(&created);

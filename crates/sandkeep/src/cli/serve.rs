@@ -28,6 +28,12 @@ pub struct ServeArgs {
     /// (e.g. 127.0.0.1:3000): set E2B_API_URL and E2B_SANDBOX_URL to it.
     #[arg(long, value_name = "ADDR")]
     pub e2b: Option<String>,
+    /// Host directory that sandboxes may mount at the same path (repeatable):
+    /// `PATH[:ro|cow|rw]`, default ro. create_sandbox mounts all of them
+    /// unless its `shares` picks some; an agent never names another host
+    /// path. `cow` keeps writes in the sandbox until apply_changes.
+    #[command(flatten)]
+    pub shares: super::shares::ShareArgs,
     /// The API key E2B clients must send (E2B_API_KEY). Without it the
     /// server generates one, writes it to $SANDKEEP_HOME/e2b-api-key (mode
     /// 0600) and prints it on stderr; a non-loopback --e2b address needs it.
@@ -143,6 +149,13 @@ pub fn run(args: ServeArgs) -> i32 {
             return 2;
         }
     };
+    let shares = match super::shares::resolve(&args.shares.shares) {
+        Ok(shares) => shares,
+        Err(e) => {
+            eprintln!("sandkeep serve: {e}");
+            return 2;
+        }
+    };
     let provider = match provider::open_bounded(args.provider, bounds(&args)) {
         Ok(p) => p,
         Err(e) => {
@@ -175,7 +188,11 @@ pub fn run(args: ServeArgs) -> i32 {
     let whereabouts = provider::whereabouts(args.provider);
     tracing::info!("{whereabouts}");
     let whereabouts = mcp::Whereabouts::new(whereabouts);
-    let service = Arc::new(Service::new(provider, secrets(token)).with_ceilings(ceilings));
+    let service = Arc::new(
+        Service::new(provider, secrets(token))
+            .with_ceilings(ceilings)
+            .with_shares(shares),
+    );
     let (Some(addr), Some(auth)) = (addr, auth) else {
         return mcp::stdio::run(service, whereabouts);
     };

@@ -504,6 +504,32 @@ is unknown afterwards.",
         input_schema: input::<DeleteTaskArgs>,
         output_schema: output::<DeleteTaskResult>,
     },
+    ToolSpec {
+        name: "list_changes",
+        title: "List a sandbox's changes to shared host directories",
+        about: "List what the sandbox changed in its copy-on-write shares (host directories the \
+operator shared as cow, mounted at their own paths): each path added, modified or deleted, sorted, \
+compared with the host directory; with diff: true also a unified diff of the text files. Nothing \
+reaches the host until apply_changes.",
+        session_note: "",
+        sessionless_note: "",
+        annotations: READS,
+        input_schema: input::<ListChangesArgs>,
+        output_schema: output::<ListChangesResult>,
+    },
+    ToolSpec {
+        name: "apply_changes",
+        title: "Write a sandbox's changes to the shared host directories",
+        about: "Write the sandbox's changes to its copy-on-write shares into the host directories \
+(all, or those at or below `paths`): files replaced atomically, deletions applied, symlinks made \
+as symlinks. A host path that changed after the sandbox was created is a conflict: left alone and \
+reported. Review list_changes first: this changes the user's files.",
+        session_note: "",
+        sessionless_note: "",
+        annotations: annotations(false, true, false, false),
+        input_schema: input::<ApplyChangesArgs>,
+        output_schema: output::<ApplyChangesResult>,
+    },
 ];
 
 #[cfg(test)]

@@ -73,6 +73,7 @@ impl Service {
             args.pids,
             args.disk_mib,
         )?;
+        let shares = self.chosen_shares(args.shares)?;
         let info = self
             .provider
             .create(CreateSpec {
@@ -82,6 +83,7 @@ impl Service {
                 network,
                 allow_hosts,
                 limits,
+                shares,
             })
             .await?;
         if !session.adopt(info.sandbox_id.clone()) {
@@ -91,6 +93,7 @@ impl Service {
             return Err(ToolError::SessionEnded(info.sandbox_id.to_string()));
         }
         Ok(CreateSandboxResult {
+            shares: super::shares::share_results(&info),
             sandbox_id: info.sandbox_id.to_string(),
             next: session
                 .is_stateless()
@@ -130,6 +133,7 @@ impl Service {
             .await?
             .into_iter()
             .map(|i: SandboxInfo| SandboxEntry {
+                shares: super::shares::share_results(&i),
                 sandbox_id: i.sandbox_id.to_string(),
                 template: i.template,
                 created_at: i.created_at,
@@ -159,7 +163,7 @@ impl Service {
                 &id,
                 ExecRequest {
                     command: args.command,
-                    cwd: args.cwd,
+                    cwd: args.cwd.or_else(|| Self::default_cwd(&renewed)),
                     timeout: Duration::from_secs(timeout),
                     stdin: None,
                     output_limit: RUN_OUTPUT_MAX_BYTES,
@@ -266,10 +270,14 @@ impl Service {
         validate::command_and_cwd(&args.command, args.cwd.as_deref())?;
         let timeout = validate::task_timeout(args.timeout)?;
         let id = self.resolve(session, args.sandbox_id.as_deref())?;
+        let cwd = match args.cwd {
+            Some(cwd) => Some(cwd),
+            None => Self::default_cwd(&self.provider.info(&id).await?),
+        };
         let request = StartRequest {
             task_id: new_task_id()?,
             command: args.command,
-            cwd: args.cwd,
+            cwd,
             timeout,
         };
         let encoded = wire::encoded_request_len(&request);

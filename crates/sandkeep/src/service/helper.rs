@@ -97,11 +97,61 @@ pub(super) async fn call_within<Req: Serialize, Rep: DeserializeOwned>(
         .await
         .map_err(HelperError::Provider)?;
     let timeout = CALL_TIMEOUT + wait;
-    let result = exec(provider, &helper, sandbox, verb, request, timeout).await;
+    let result = exec(
+        provider,
+        &helper,
+        sandbox,
+        verb,
+        request,
+        timeout,
+        REPLY_LIMIT,
+    )
+    .await;
     if let Err(HelperError::Provider(ProviderError::NoSuchSandbox(_))) = &result {
         paths.forget(sandbox);
     }
     result
+}
+
+/// [`call`] for a verb with a reply larger than a status page (`changes`:
+/// thousands of entries and a diff) and its own timeout.
+pub(super) async fn call_with<Req: Serialize, Rep: DeserializeOwned>(
+    provider: &dyn Provider,
+    paths: &HelperPaths,
+    sandbox: &SandboxId,
+    verb: &str,
+    request: &Req,
+    timeout: Duration,
+    reply_limit: usize,
+) -> Result<Rep, HelperError> {
+    let helper = paths
+        .get(provider, sandbox)
+        .await
+        .map_err(HelperError::Provider)?;
+    exec(
+        provider,
+        &helper,
+        sandbox,
+        verb,
+        request,
+        timeout,
+        reply_limit,
+    )
+    .await
+}
+
+impl HelperError {
+    /// The tool error of a helper call that is not about one task.
+    pub(super) fn into_tool_error(self, sandbox: &SandboxId) -> super::ToolError {
+        match self {
+            HelperError::Provider(p) => super::ToolError::Provider(p),
+            HelperError::Refused { kind, message } => super::ToolError::Helper { kind, message },
+            HelperError::Unreadable(detail) => super::ToolError::BadHelperReply {
+                sandbox_id: sandbox.to_string(),
+                detail,
+            },
+        }
+    }
 }
 
 async fn exec<Req: Serialize, Rep: DeserializeOwned>(
@@ -111,6 +161,7 @@ async fn exec<Req: Serialize, Rep: DeserializeOwned>(
     verb: &str,
     request: &Req,
     timeout: Duration,
+    output_limit: usize,
 ) -> Result<Rep, HelperError> {
     let out = provider
         .exec(
@@ -120,7 +171,7 @@ async fn exec<Req: Serialize, Rep: DeserializeOwned>(
                 cwd: None,
                 timeout,
                 stdin: None,
-                output_limit: REPLY_LIMIT,
+                output_limit,
             },
         )
         .await

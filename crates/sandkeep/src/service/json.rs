@@ -113,6 +113,8 @@ impl Service {
             "wait_task" => to_json(Box::pin(self.wait_task(parse(tool, args)?)).await?),
             "list_tasks" => to_json(Box::pin(self.list_tasks(parse(tool, args)?)).await?),
             "delete_task" => to_json(Box::pin(self.delete_task(parse(tool, args)?)).await?),
+            "list_changes" => to_json(Box::pin(self.list_changes(parse(tool, args)?)).await?),
+            "apply_changes" => to_json(Box::pin(self.apply_changes(parse(tool, args)?)).await?),
             other => return Err(ToolError::UnknownTool(other.to_owned())),
         })
     }

@@ -41,6 +41,7 @@ mod mask;
 #[cfg(test)]
 mod reference;
 mod session;
+mod shares;
 mod types;
 mod validate;
 mod wait_task;
@@ -53,6 +54,10 @@ use crate::provider::{Provider, Release, SandboxId};
 pub use error::ToolError;
 pub use list_tasks::{ListTasksArgs, ListTasksResult, TaskEntry};
 pub use session::Session;
+pub use shares::{
+    ApplyChangesArgs, ApplyChangesResult, ChangeEntry, ConflictEntry, ListChangesArgs,
+    ListChangesResult, ShareResult,
+};
 pub use types::*;
 pub use wait_task::{DeleteTaskArgs, DeleteTaskResult, WaitTaskArgs, WaitTaskResult};
 
@@ -67,6 +72,8 @@ pub struct Service {
     waiters: waiters::Waiters,
     answers: wait_task::SharedReads,
     ceilings: Ceilings,
+    /// The operator's host shares (SPEC §13).
+    shares: Vec<sandkeep_shares::ShareConfig>,
 }
 
 /// The most a `create_sandbox` may ask for (SPEC.md §7: server options).
@@ -118,6 +125,7 @@ impl Service {
             waiters: waiters::Waiters::default(),
             answers: wait_task::SharedReads::default(),
             ceilings: Ceilings::default(),
+            shares: Vec::new(),
         }
     }
 

@@ -24,6 +24,11 @@ pub struct CreateSandboxArgs {
     /// Template (base image) of the sandbox.
     #[serde(default)]
     pub template: Option<String>,
+    /// Host directories to mount, among those the operator configured
+    /// (each at the same path inside). Default: all of them; [] for none.
+    #[serde(default)]
+    #[schemars(length(max = SHARES_MAX))]
+    pub shares: Option<Vec<String>>,
     /// Seconds until the sandbox is destroyed. run_command and the file tools push the deadline to now + timeout;
     /// the task tools do not.
     #[serde(default)]
@@ -111,6 +116,9 @@ pub struct CreateSandboxResult {
     pub allow_hosts: Vec<String>,
     /// The limits in force; null where the host cannot enforce one.
     pub limits: LimitsResult,
+    /// Host directories mounted at their own paths; the first is where
+    /// commands run by default.
+    pub shares: Vec<super::ShareResult>,
 }
 
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
@@ -154,6 +162,9 @@ pub struct SandboxEntry {
     pub allow_hosts: Vec<String>,
     /// The limits in force; null where the host cannot enforce one.
     pub limits: LimitsResult,
+    /// Host directories mounted at their own paths; the first is where
+    /// commands run by default.
+    pub shares: Vec<super::ShareResult>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]

@@ -80,6 +80,14 @@ pub(crate) fn allowed(tool: &str, param: &str) -> Option<String> {
         ),
         (_, "pids") => resource_rule(PIDS_MIN, "", PIDS_DEFAULT),
         (_, "disk_mib") => resource_rule(DISK_MIB_MIN, " (MiB)", DISK_MIB_DEFAULT),
+        (_, "shares") => format!(
+            "an array of at most {SHARES_MAX} host paths, each one of the shares the operator \
+             configured (`serve --share`), default all of them; [] for none"
+        ),
+        (_, "diff") => "a boolean, default false".into(),
+        (_, "paths") => "an array of absolute paths inside the sandbox's cow shares, default \
+                         every change"
+            .into(),
         _ => return None,
     })
 }
