@@ -64,6 +64,13 @@ pub fn is_secret_name(name: &str) -> bool {
     SECRET_NAME_MARKERS.iter().any(|m| upper.contains(m))
 }
 
+/// Host shares a sandbox may mount (SPEC §13).
+pub const SHARES_MAX: usize = 16;
+/// Entries `list_changes` returns at most, then `truncated`.
+pub const CHANGES_MAX: usize = 10_000;
+/// Bytes of `list_changes`'s unified diff at most, then `diff_truncated`.
+pub const CHANGES_DIFF_MAX_BYTES: usize = 262_144;
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -78,10 +85,3 @@ mod tests {
         assert!(!is_secret_name("HOME"));
     }
 }
-
-/// Host shares a sandbox may mount (SPEC §13).
-pub const SHARES_MAX: usize = 16;
-/// Entries `list_changes` returns at most, then `truncated`.
-pub const CHANGES_MAX: usize = 10_000;
-/// Bytes of `list_changes`'s unified diff at most, then `diff_truncated`.
-pub const CHANGES_DIFF_MAX_BYTES: usize = 262_144;

@@ -313,7 +313,7 @@ fn open_dir(parent: impl AsFd, name: &str) -> Result<OwnedFd, Errno> {
 fn ctime_ns(st: &Stat) -> u64 {
     (st.st_ctime as u64)
         .saturating_mul(1_000_000_000)
-        .saturating_add(st.st_ctime_nsec as u64)
+        .saturating_add(st.st_ctime_nsec)
 }
 
 /// Removes the directory `name` of `parent` with everything in it,

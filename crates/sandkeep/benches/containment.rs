@@ -103,6 +103,7 @@ fn main() {
             network: None,
             allow_hosts: Vec::new(),
             limits: Default::default(),
+            shares: Vec::new(),
         };
         let creates = |n: usize| {
             let provider = &provider;

@@ -57,6 +57,7 @@ fn main() {
         network: None,
         allow_hosts: Vec::new(),
         limits: Default::default(),
+        shares: Vec::new(),
     };
     let (create, kill, exec, isolation) = rt.block_on(async {
         let mut creates = Vec::new();

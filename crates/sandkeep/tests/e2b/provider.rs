@@ -37,6 +37,7 @@ fn spec() -> CreateSpec {
         network: None,
         allow_hosts: Vec::new(),
         limits: Default::default(),
+        shares: Vec::new(),
     }
 }
 

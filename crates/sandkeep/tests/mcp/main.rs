@@ -14,6 +14,7 @@ mod http;
 mod interop;
 mod interop_ts;
 mod sessionless;
+mod shares;
 mod stdio;
 mod tasks_ext;
 mod unconfirmed;

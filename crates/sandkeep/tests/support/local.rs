@@ -54,6 +54,7 @@ pub fn spec(timeout: u64) -> CreateSpec {
         network: None,
         allow_hosts: Vec::new(),
         limits: Default::default(),
+        shares: Vec::new(),
     }
 }
 

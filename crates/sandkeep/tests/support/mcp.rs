@@ -37,7 +37,12 @@ pub struct StdioServer {
 
 impl StdioServer {
     pub async fn start(home: &Home) -> Self {
-        let mut child = home.spawn_serve(Stdio::piped());
+        Self::start_with(home, &[]).await
+    }
+
+    /// [`StdioServer::start`] with more arguments to `serve`.
+    pub async fn start_with(home: &Home, args: &[&str]) -> Self {
+        let mut child = home.spawn_serve_with(Stdio::piped(), args);
         let stdout = child.stdout.take().unwrap();
         let stdin = child.stdin.take().unwrap();
         let stderr = collect(child.stderr.take().unwrap());

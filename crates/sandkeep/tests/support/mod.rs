@@ -104,8 +104,14 @@ impl Home {
     /// A `sandkeep serve` child speaking MCP on piped stdin and stdout, for
     /// tests that write the protocol themselves.
     pub fn spawn_serve(&self, stderr: Stdio) -> tokio::process::Child {
+        self.spawn_serve_with(stderr, &[])
+    }
+
+    /// [`Home::spawn_serve`] with more arguments to `serve`.
+    pub fn spawn_serve_with(&self, stderr: Stdio, args: &[&str]) -> tokio::process::Child {
         self.async_command()
             .arg("serve")
+            .args(args)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(stderr)
