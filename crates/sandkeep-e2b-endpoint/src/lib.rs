@@ -50,7 +50,7 @@ use axum::routing::{get, post};
 use sandkeep_envd_wire as envd_wire;
 use serde::{Deserialize, Serialize};
 
-use sandkeep_provider::{Provider, SandboxId};
+use sandkeep_provider::{Provider, SandboxId, Share};
 
 /// The envd version advertised: the SDKs gate features on it, and this
 /// endpoint serves what envd 0.6.13 does (minus what docs/e2b.md lists).
@@ -120,6 +120,9 @@ impl<S: Send + Sync> axum::extract::FromRequest<S> for SmallBody {
 pub struct E2b {
     provider: Arc<dyn Provider>,
     api_key: String,
+    /// The operator's host shares (`serve --e2b --share`): every sandbox
+    /// made here mounts them (E2B's API has no way to choose).
+    shares: Vec<Share>,
     records: Records,
     processes: Arc<process::Processes>,
 }
@@ -336,10 +339,12 @@ async fn filesystem_rpc(
 /// (metadata, access tokens) in `records`, which is created mode 0700 if
 /// missing. An ended process's end event is kept for Connect as long as
 /// `SANDKEEP_E2B_END_RETENTION_MS` says (30 s, as envd, when unset).
+/// Every sandbox made through it mounts `shares`.
 pub fn router(
     provider: Arc<dyn Provider>,
     api_key: String,
     records: PathBuf,
+    shares: Vec<Share>,
 ) -> Result<Router, String> {
     let end_retention = process::end_retention_from_env()?;
     std::fs::create_dir_all(&records)
@@ -351,6 +356,7 @@ pub fn router(
     Ok(routes(Arc::new(E2b {
         provider,
         api_key,
+        shares,
         records: Records { dir: records },
         processes: Arc::new(process::Processes::new(end_retention)),
     })))

@@ -145,7 +145,7 @@ async fn create(e2b: &E2b, body: &[u8], default_timeout: u64) -> Response {
         network: (request.allow_internet_access == Some(false)).then_some(Network::None),
         allow_hosts: Vec::new(),
         limits: Default::default(),
-        shares: Vec::new(),
+        shares: e2b.shares.clone(),
     };
     let info = match e2b.provider.create(spec).await {
         Ok(info) => info,

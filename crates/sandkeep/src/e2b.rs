@@ -16,6 +16,8 @@ pub struct E2bOptions {
     pub api_key: String,
     /// Open connections at once, in all and per peer.
     pub connections: crate::edge::Caps,
+    /// Host shares every sandbox made here mounts.
+    pub shares: Vec<sandkeep_shares::ShareConfig>,
 }
 
 /// Serves until SIGTERM/SIGINT; returns the exit code.
@@ -27,7 +29,8 @@ pub fn run(provider: Arc<dyn Provider>, options: E2bOptions) -> i32 {
             return 1;
         }
     };
-    let router = match sandkeep_e2b_endpoint::router(provider, options.api_key, records) {
+    let shares = options.shares.iter().map(|s| s.share()).collect();
+    let router = match sandkeep_e2b_endpoint::router(provider, options.api_key, records, shares) {
         Ok(r) => r,
         Err(e) => {
             eprintln!("sandkeep serve: {e}");

@@ -133,26 +133,31 @@ pub fn run(args: ServeArgs) -> i32 {
         );
         return 2;
     }
+    let shares = match super::shares::resolve(&args.shares.shares) {
+        Ok(shares) => shares,
+        Err(e) => {
+            eprintln!("sandkeep serve: {e}");
+            return 2;
+        }
+    };
     if let Some(e2b) = &args.e2b {
         return serve_e2b(
             e2b,
             args.api_key.clone(),
             args.provider,
             bounds(&args),
-            connection_caps(&args),
+            crate::e2b::E2bOptions {
+                addr: "127.0.0.1:0".parse().expect("an address"),
+                api_key: String::new(),
+                connections: connection_caps(&args),
+                shares,
+            },
         );
     }
     let addr = match args.http.as_deref().map(resolve).transpose() {
         Ok(a) => a,
         Err(message) => {
             eprintln!("sandkeep serve: {message}");
-            return 2;
-        }
-    };
-    let shares = match super::shares::resolve(&args.shares.shares) {
-        Ok(shares) => shares,
-        Err(e) => {
-            eprintln!("sandkeep serve: {e}");
             return 2;
         }
     };
@@ -214,12 +219,14 @@ pub fn run(args: ServeArgs) -> i32 {
 
 /// `serve --e2b ADDR`: the key (configured, or generated on loopback
 /// only), then the endpoint.
+/// `options` carries everything but the address and the key, which are
+/// resolved here.
 fn serve_e2b(
     text: &str,
     configured: Option<String>,
     kind: provider::Kind,
     bounds: provider::Bounds,
-    connections: crate::edge::Caps,
+    options: crate::e2b::E2bOptions,
 ) -> i32 {
     let addr = match resolve(text) {
         Ok(a) => a,
@@ -265,7 +272,7 @@ fn serve_e2b(
         crate::e2b::E2bOptions {
             addr,
             api_key,
-            connections,
+            ..options
         },
     )
 }

@@ -292,7 +292,19 @@ fn own_errors(tool: &str) -> Vec<(String, String)> {
                 "the message names the parameter and what to use instead; nothing was created"
                     .into(),
             ),
+            pair(
+                "A share in `shares` that the operator did not configure",
+                "invalid parameter `shares`: … is not one of them: the configured shares are \
+                 /home/me/project (cow); nothing was created"
+                    .into(),
+            ),
         ],
+        "list_changes" | "apply_changes" => vec![pair(
+            "The sandbox has no copy-on-write share",
+            "sandbox sb-… has no copy-on-write share (…), so it has no changes to list or \
+                 apply: create the sandbox with a share the operator configured as PATH:cow"
+                .into(),
+        )],
         "read_file" => vec![pair(
             "The file is too large",
             ProviderError::FileTooLarge {
@@ -354,7 +366,7 @@ fn example(tool: &str) -> Option<(Value, Value)> {
                 "sandbox_id": SB, "template": "base",
                 "created_at": 1_796_290_000, "expires_at": 1_796_293_600,
                 "isolation": "userns-idmap", "network": "internet", "allow_hosts": [],
-                "limits": limits,
+                "limits": limits, "shares": [{"path": "/home/me/project", "mode": "cow"}],
             }),
         ),
         "kill_sandbox" => (
@@ -367,7 +379,7 @@ fn example(tool: &str) -> Option<(Value, Value)> {
                 "sandbox_id": SB, "template": "base",
                 "created_at": 1_796_290_000, "expires_at": 1_796_293_600, "retained": true,
                 "isolation": "userns-idmap", "network": "internet", "allow_hosts": [],
-                "limits": limits,
+                "limits": limits, "shares": [{"path": "/home/me/project", "mode": "cow"}],
             }]}),
         ),
         "run_command" => (
@@ -376,6 +388,31 @@ fn example(tool: &str) -> Option<(Value, Value)> {
                 "exit_code": 0, "timed_out": false,
                 "stdout_truncated": false, "stderr_truncated": false,
                 "sandbox_id": SB, "stdout": "Linux 6.12.0\n", "stderr": "",
+            }),
+        ),
+        "list_changes" => (
+            json!({"sandbox_id": SB, "diff": true}),
+            json!({
+                "sandbox_id": SB,
+                "changes": [
+                    {"path": "/home/me/project/NOTES", "kind": "added", "type": "file", "size": 5},
+                    {"path": "/home/me/project/old.txt", "kind": "deleted", "type": "file", "size": 4},
+                ],
+                "truncated": false,
+                "diff": "diff --git a/home/me/project/NOTES b/home/me/project/NOTES\nnew file mode 100644\n\
+                         --- /dev/null\n+++ b/home/me/project/NOTES\n@@ -0,0 +1 @@\n+todo\n\
+                         diff --git a/home/me/project/old.txt b/home/me/project/old.txt\n\
+                         deleted file mode 100644\n--- a/home/me/project/old.txt\n+++ /dev/null\n\
+                         @@ -1 +0,0 @@\n-old\n",
+                "diff_truncated": false,
+            }),
+        ),
+        "apply_changes" => (
+            json!({"sandbox_id": SB, "paths": ["/home/me/project/NOTES"]}),
+            json!({
+                "sandbox_id": SB,
+                "applied": ["/home/me/project/NOTES"],
+                "conflicts": [],
             }),
         ),
         "read_file" => (
@@ -481,6 +518,8 @@ fn typed(tool: &str, args: &Value, result: &Value) -> (Value, Value) {
         "wait_task" => fits::<WaitTaskArgs, WaitTaskResult>(tool, args, result),
         "list_tasks" => fits::<ListTasksArgs, ListTasksResult>(tool, args, result),
         "delete_task" => fits::<DeleteTaskArgs, DeleteTaskResult>(tool, args, result),
+        "list_changes" => fits::<ListChangesArgs, ListChangesResult>(tool, args, result),
+        "apply_changes" => fits::<ApplyChangesArgs, ApplyChangesResult>(tool, args, result),
         _ => panic!("{tool}: add its argument and result types to reference::typed"),
     }
 }

@@ -89,6 +89,7 @@ impl From<Change> for ChangeEntry {
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct ListChangesResult {
+    /// The sandbox compared.
     pub sandbox_id: String,
     /// Sorted by path. A path whose type, mode and content equal the
     /// host's is not listed.
@@ -116,12 +117,15 @@ pub struct ApplyChangesArgs {
 /// A change left alone, and why.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct ConflictEntry {
+    /// The path left alone.
     pub path: String,
+    /// Why: what happened to it on the host.
     pub reason: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct ApplyChangesResult {
+    /// The sandbox whose changes were applied.
     pub sandbox_id: String,
     /// The paths written to (or removed from) the host.
     pub applied: Vec<String>,

@@ -482,3 +482,103 @@ fn mcp_config_passes_the_shares_to_serve() {
     let out = home.run(&["mcp-config", "json", "--share", "/nonexistent/x"]);
     assert_eq!(out.status.code(), Some(2), "{}", describe(&out));
 }
+
+/// An ordinary user's own project, shared cow, changed and applied: what
+/// lands is that user's. Run as root, it runs `sandkeep` as a throwaway
+/// user (`setpriv`).
+#[test]
+fn an_ordinary_user_shares_their_project_and_applies_its_changes() {
+    const USER: &str = "sktest";
+    if !rustix::process::geteuid().is_root() {
+        eprintln!("already an ordinary user: the other share tests cover this one");
+        return;
+    }
+    let _user = support::local::ThrowawayUser::ensure(USER);
+    let id = |flag: &str| -> u32 {
+        let out = std::process::Command::new("id")
+            .args([flag, USER])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
+    };
+    let (uid, gid) = (id("-u"), id("-g"));
+    let base = tempfile::Builder::new()
+        .prefix("sandkeep-user")
+        .tempdir()
+        .unwrap();
+    std::fs::set_permissions(base.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let project = base.path().join("project");
+    std::fs::create_dir(&project).unwrap();
+    std::fs::write(project.join("README"), "hello\n").unwrap();
+    for p in [&project, &project.join("README")] {
+        std::os::unix::fs::chown(p, Some(uid), Some(gid)).unwrap();
+    }
+    let home = base.path().join("state");
+    std::fs::create_dir(&home).unwrap();
+    std::os::unix::fs::chown(&home, Some(uid), Some(gid)).unwrap();
+    let p = project.to_str().unwrap().to_owned();
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new("setpriv")
+            .args([
+                &format!("--reuid={uid}"),
+                &format!("--regid={gid}"),
+                "--init-groups",
+                "--",
+            ])
+            .arg(support::bin())
+            .args(args)
+            .env_clear()
+            .env("SANDKEEP_HOME", &home)
+            .env("HOME", base.path())
+            .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+            .output()
+            .expect("run setpriv");
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "sandkeep {args:?} as {USER}: {}",
+            describe(&out)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let created: Value = serde_json::from_str(&run(&[
+        "sandbox",
+        "create",
+        "--json",
+        "--share",
+        &format!("{p}:cow"),
+    ]))
+    .unwrap();
+    let sb = created["sandbox_id"].as_str().unwrap().to_owned();
+    assert_eq!(created["isolation"], "userns-single", "{created}");
+    run(&[
+        "exec",
+        "--sandbox",
+        &sb,
+        "--",
+        "echo more >> README; mkdir d; echo x > d/f",
+    ]);
+    let listed: Value = serde_json::from_str(&run(&["sandbox", "changes", &sb, "--json"])).unwrap();
+    let paths: Vec<&str> = listed["changes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["path"].as_str().unwrap())
+        .collect();
+    let expected = [format!("{p}/README"), format!("{p}/d"), format!("{p}/d/f")];
+    assert_eq!(paths, expected, "{listed}");
+    assert_eq!(
+        std::fs::read_to_string(project.join("README")).unwrap(),
+        "hello\n"
+    );
+    run(&["sandbox", "apply", &sb]);
+    assert_eq!(
+        std::fs::read_to_string(project.join("README")).unwrap(),
+        "hello\nmore\n"
+    );
+    for made in ["README", "d", "d/f"] {
+        let md = std::fs::metadata(project.join(made)).unwrap();
+        assert_eq!((md.uid(), md.gid()), (uid, gid), "{made} is the user's");
+    }
+    run(&["sandbox", "kill", &sb]);
+}

@@ -306,3 +306,17 @@ def _():
     finally:
         for sbx in made:
             sbx.kill()
+
+
+@check("share")
+def _():
+    # sdk.rs starts the server with `--share SK_SHARE:cow`: every sandbox
+    # made here mounts it at its own path, and the host copy stays intact.
+    share = os.environ["SK_SHARE"]
+    sbx = make()
+    r = sbx.commands.run(f"cat {share}/README; echo sdk >> {share}/README")
+    assert r.stdout == "hello\n", r
+    assert sbx.files.read(f"{share}/README") == "hello\nsdk\n"
+    with open(f"{share}/README") as f:
+        assert f.read() == "hello\n", "the host's copy changed"
+    print("sandbox", sbx.sandbox_id, flush=True)

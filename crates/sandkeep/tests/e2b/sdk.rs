@@ -146,15 +146,25 @@ async fn sdk_check(name: &str) {
 /// Runs one check of tests/e2b/sdk.py against a fresh server started
 /// with `args` too.
 async fn sdk_check_on(name: &str, args: &[&str]) {
-    let Some(python) = python() else { return };
-    let home = Home::new();
+    sdk_check_with(&Home::new(), name, args, &[]).await;
+}
+
+/// [`sdk_check_on`] on `home`, with `envs` for the script; its stdout
+/// (`None` when the SDK is missing and the check was skipped).
+async fn sdk_check_with(
+    home: &Home,
+    name: &str,
+    args: &[&str],
+    envs: &[(&str, &str)],
+) -> Option<String> {
+    let python = python()?;
     let key = format!("test-key-{}", std::process::id());
-    let server =
-        E2bServer::launch(&home, &[&["--api-key", &key], args].concat(), key.clone()).await;
+    let server = E2bServer::launch(home, &[&["--api-key", &key], args].concat(), key.clone()).await;
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/e2b/sdk.py");
     let run = tokio::process::Command::new(&python)
         .arg(script)
         .arg(name)
+        .envs(envs.iter().copied())
         .env("E2B_API_URL", &server.url)
         .env("E2B_SANDBOX_URL", &server.url)
         .env("E2B_API_KEY", &server.key)
@@ -175,6 +185,42 @@ async fn sdk_check_on(name: &str, args: &[&str]) {
         server.stderr.lock().unwrap()
     );
     eprintln!("{}", stdout.trim());
+    Some(stdout.into_owned())
+}
+
+/// `serve --e2b --share`: a sandbox made through the E2B API mounts the
+/// share, and the MCP tools (here the CLI on the same state directory) see
+/// and apply what it changed there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sdk_sandboxes_mount_the_servers_shares() {
+    let project = tempfile::Builder::new()
+        .prefix("sandkeep-project")
+        .tempdir()
+        .unwrap();
+    std::fs::write(project.path().join("README"), "hello\n").unwrap();
+    let p = std::fs::canonicalize(project.path()).unwrap();
+    let p = p.to_str().unwrap();
+    let home = Home::new();
+    let cow = format!("{p}:cow");
+    let Some(stdout) = sdk_check_with(&home, "share", &["--share", &cow], &[("SK_SHARE", p)]).await
+    else {
+        return;
+    };
+    let sb = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("sandbox "))
+        .expect("the check prints its sandbox");
+    let changed = home.json(&["sandbox", "changes", sb, "--json"]);
+    assert_eq!(
+        changed["changes"][0]["path"],
+        format!("{p}/README"),
+        "{changed}"
+    );
+    home.ok(&["sandbox", "apply", sb]);
+    assert_eq!(
+        std::fs::read_to_string(project.path().join("README")).unwrap(),
+        "hello\nsdk\n"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
