@@ -182,11 +182,11 @@ impl Walk {
         let Ok(host_names) = names(&self.lower.join(rel)) else {
             return Ok(());
         };
+        // One listing of the merged directory, not a lookup per name.
+        let seen = names(&self.merged.join(rel))?;
         for name in host_names {
-            let rel = rel.join(&name);
-            if fs::symlink_metadata(self.merged.join(&rel))
-                .is_err_and(|e| e.kind() == io::ErrorKind::NotFound)
-            {
+            if seen.binary_search(&name).is_err() {
+                let rel = rel.join(&name);
                 let md = fs::symlink_metadata(self.lower.join(&rel))?;
                 out.push(self.found(&rel, ChangeKind::Deleted, &md, true));
             }
