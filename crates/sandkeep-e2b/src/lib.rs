@@ -256,6 +256,7 @@ impl E2bProvider {
                 pids: None,
                 disk_mib: d.disk_size_mb.filter(|&m| m > 0),
             },
+            ports: Vec::new(),
         })
     }
 

@@ -12,7 +12,9 @@
 //! whole process tree itself), releases the sandbox's mount namespace (held
 //! so that the teardown of its mounts is not part of the init's exit),
 //! removes the sandbox's files and exits. It is single-threaded and runs no
-//! async runtime; it never executes sandbox code itself.
+//! async runtime; it never executes sandbox code itself. While it waits it
+//! relays the sandbox's port forwards, from inside the sandbox's network
+//! namespace, which it joins once the sandbox is ready (see `forward`).
 
 use std::fs;
 use std::io::{self, Write};
@@ -27,6 +29,7 @@ use rustix::thread::UnshareFlags;
 use serde::{Deserialize, Serialize};
 
 use super::cgroup::{self, Resources};
+use super::forward::{self, Relay};
 use super::init::{self, InitContext, InitReport, Mode, NetPlan};
 use super::proxy::{Policy as ProxyPolicy, Proxy};
 use super::rootfs::Owner;
@@ -219,7 +222,7 @@ pub fn run(home: Home, id: SandboxId) -> i32 {
     let _ = std::env::set_current_dir("/");
     rustix::process::umask(rustix::fs::Mode::from_raw_mode(0o022));
     match start(&home, &dir) {
-        Ok(sandbox) => {
+        Ok(mut sandbox) => {
             report(
                 ready,
                 &Readiness::Ready {
@@ -227,10 +230,11 @@ pub fn run(home: Home, id: SandboxId) -> i32 {
                     warnings: sandbox.warnings.clone(),
                 },
             );
+            start_forwards(&dir, &mut sandbox);
             for &pid in &sandbox.exiting {
                 let _ = sys::wait_for(pid);
             }
-            watch(&dir, &sandbox);
+            watch(&dir, &mut sandbox);
             destroy(&dir, sandbox);
             0
         }
@@ -273,6 +277,11 @@ struct Running {
     /// The first host uid of the sandbox's uid block, when it has one:
     /// its slot is released by number.
     uid_base: Option<u32>,
+    /// Where servers ask for port forwards, until the relay takes it over
+    /// (see [`start_forwards`]).
+    ports: Option<OwnedFd>,
+    /// The port forwards; dropped first at the end.
+    relay: Option<Relay>,
     /// The init's mount namespace, held so that its teardown (every mount
     /// and file system of the sandbox, several RCU grace periods) happens
     /// here once the init is dead, not in the init's exit: whoever waits
@@ -350,6 +359,7 @@ fn start(home: &Home, dir: &SandboxDir) -> Result<Running, SetupError> {
     }
     let helper = helper_path(&spec, dir, process_only)?;
     let listener = listen(dir)?;
+    let ports = forward::listen(dir).map_err(SetupError::host_files("listen for port requests"))?;
     let (report_r, report_w) = rustix::net::socketpair(
         rustix::net::AddressFamily::UNIX,
         rustix::net::SocketType::SEQPACKET,
@@ -434,8 +444,29 @@ fn start(home: &Home, dir: &SandboxDir) -> Result<Running, SetupError> {
         proxy,
         cgroup_dirs,
         uid_base: base,
+        ports: Some(ports),
+        relay: None,
         mounts,
     })
+}
+
+/// Starts relaying the port forwards, off the create's path (the provider
+/// has its answer): the keeper joins the sandbox's network namespace, if
+/// it has one, by the init's pidfd. Requests that came meanwhile wait in
+/// the listener's queue. Without it the sandbox works, unexposed.
+fn start_forwards(dir: &SandboxDir, sandbox: &mut Running) {
+    let Some(control) = sandbox.ports.take() else {
+        return;
+    };
+    let netns = sandbox
+        .meta
+        .info
+        .network
+        .map(|_| sandbox.init_pidfd.as_fd());
+    match Relay::new(dir, control, netns) {
+        Ok(r) => sandbox.relay = Some(r),
+        Err(e) => eprintln!("sandkeep keeper: no port forwards: {e}"),
+    }
 }
 
 /// The egress proxy of `spec`'s sandbox. Forked before any namespace is
@@ -551,6 +582,7 @@ fn sandbox_info(
         network: None,
         allow_hosts: Vec::new(),
         limits: enforced_limits(enforced, spec, process_only)?,
+        ports: Vec::new(),
     };
     record_network(&mut info, spec, net)?;
     Ok(info)
@@ -756,8 +788,9 @@ fn namespaces(base: Option<u32>, userns_child: Option<UsernsChild>) -> Result<Mo
     Ok(mode)
 }
 
-/// Waits until the deadline, a kill request or the init's death.
-fn watch(dir: &SandboxDir, sandbox: &Running) {
+/// Waits until the deadline, a kill request or the init's death, relaying
+/// the port forwards meanwhile.
+fn watch(dir: &SandboxDir, sandbox: &mut Running) {
     let mut expires_at = sandbox.meta.info.expires_at;
     loop {
         let deadline = UNIX_EPOCH + Duration::from_secs(expires_at);
@@ -776,28 +809,42 @@ fn watch(dir: &SandboxDir, sandbox: &Running) {
             }
         }
         // Wake at least once a minute: wall-clock jumps move the deadline.
-        let wait = left.min(Duration::from_secs(60));
+        // Connections with more to move than one round moves: no wait.
+        let wait = match &sandbox.relay {
+            Some(r) if r.busy() => Duration::ZERO,
+            _ => left.min(Duration::from_secs(60)),
+        };
         let timeout = rustix::event::Timespec {
             tv_sec: wait.as_secs() as i64,
             tv_nsec: i64::from(wait.subsec_nanos()),
         };
-        let mut fds = [
-            PollFd::new(&sandbox.init_pidfd, PollFlags::IN),
-            PollFd::new(&sandbox.signals, PollFlags::IN),
-        ];
-        match rustix::event::poll(&mut fds, Some(&timeout)) {
-            Ok(_) => {
-                if !fds[0].revents().is_empty() {
-                    return;
-                }
-                if !fds[1].revents().is_empty()
-                    && !sys::drain_signalfd(sandbox.signals.as_fd()).is_empty()
-                {
-                    return;
-                }
+        let relay_ready = {
+            let mut fds = vec![
+                PollFd::new(&sandbox.init_pidfd, PollFlags::IN),
+                PollFd::new(&sandbox.signals, PollFlags::IN),
+            ];
+            if let Some(r) = &sandbox.relay {
+                fds.push(PollFd::from_borrowed_fd(r.as_fd(), PollFlags::IN));
             }
-            Err(e) if e == rustix::io::Errno::INTR => {}
-            Err(_) => return,
+            match rustix::event::poll(&mut fds, Some(&timeout)) {
+                Ok(_) => {
+                    if !fds[0].revents().is_empty() {
+                        return;
+                    }
+                    if !fds[1].revents().is_empty()
+                        && !sys::drain_signalfd(sandbox.signals.as_fd()).is_empty()
+                    {
+                        return;
+                    }
+                    fds.get(2).is_some_and(|f| !f.revents().is_empty())
+                }
+                Err(e) if e == rustix::io::Errno::INTR => false,
+                Err(_) => return,
+            }
+        };
+        if let Some(r) = sandbox.relay.as_mut().filter(|r| relay_ready || r.busy()) {
+            r.round();
+            continue;
         }
         if left > wait {
             continue;
@@ -814,6 +861,9 @@ fn destroy(dir: &SandboxDir, mut sandbox: Running) {
     // while a session end that waits only for its processes has returned
     // and the rest below is still under way.
     let _ = fs::remove_file(dir.meta());
+    // Then the forwards: once kill_sandbox returns, no host port leads
+    // into the sandbox.
+    drop(sandbox.relay.take());
     if sandbox.meta.process_only {
         teardown::kill_descendants();
     }

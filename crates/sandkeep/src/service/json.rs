@@ -113,6 +113,9 @@ impl Service {
             "wait_task" => to_json(Box::pin(self.wait_task(parse(tool, args)?)).await?),
             "list_tasks" => to_json(Box::pin(self.list_tasks(parse(tool, args)?)).await?),
             "delete_task" => to_json(Box::pin(self.delete_task(parse(tool, args)?)).await?),
+            "expose_port" => {
+                to_json(Box::pin(self.expose_port(session, parse(tool, args)?)).await?)
+            }
             other => return Err(ToolError::UnknownTool(other.to_owned())),
         })
     }

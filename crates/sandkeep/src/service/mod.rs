@@ -38,6 +38,7 @@ mod helper;
 mod json;
 mod list_tasks;
 mod mask;
+mod ports;
 #[cfg(test)]
 mod reference;
 mod session;
@@ -52,6 +53,7 @@ use crate::provider::{Provider, Release, SandboxId};
 
 pub use error::ToolError;
 pub use list_tasks::{ListTasksArgs, ListTasksResult, TaskEntry};
+pub use ports::{ExposePortArgs, ExposePortResult, PortEntry};
 pub use session::Session;
 pub use types::*;
 pub use wait_task::{DeleteTaskArgs, DeleteTaskResult, WaitTaskArgs, WaitTaskResult};

@@ -354,7 +354,7 @@ fn example(tool: &str) -> Option<(Value, Value)> {
                 "sandbox_id": SB, "template": "base",
                 "created_at": 1_796_290_000, "expires_at": 1_796_293_600,
                 "isolation": "userns-idmap", "network": "internet", "allow_hosts": [],
-                "limits": limits,
+                "limits": limits, "ports": [],
             }),
         ),
         "kill_sandbox" => (
@@ -368,6 +368,7 @@ fn example(tool: &str) -> Option<(Value, Value)> {
                 "created_at": 1_796_290_000, "expires_at": 1_796_293_600, "retained": true,
                 "isolation": "userns-idmap", "network": "internet", "allow_hosts": [],
                 "limits": limits,
+                "ports": [{"port": 3000, "url": "http://127.0.0.1:40123"}],
             }]}),
         ),
         "run_command" => (
@@ -438,6 +439,10 @@ fn example(tool: &str) -> Option<(Value, Value)> {
             json!({"sandbox_id": SB, "task_id": TASK}),
             json!({"sandbox_id": SB, "task_id": TASK, "deleted": true}),
         ),
+        "expose_port" => (
+            json!({"sandbox_id": SB, "port": 3000}),
+            json!({"sandbox_id": SB, "port": 3000, "url": "http://127.0.0.1:40123"}),
+        ),
         _ => return None,
     })
 }
@@ -481,6 +486,7 @@ fn typed(tool: &str, args: &Value, result: &Value) -> (Value, Value) {
         "wait_task" => fits::<WaitTaskArgs, WaitTaskResult>(tool, args, result),
         "list_tasks" => fits::<ListTasksArgs, ListTasksResult>(tool, args, result),
         "delete_task" => fits::<DeleteTaskArgs, DeleteTaskResult>(tool, args, result),
+        "expose_port" => fits::<ExposePortArgs, ExposePortResult>(tool, args, result),
         _ => panic!("{tool}: add its argument and result types to reference::typed"),
     }
 }

@@ -111,6 +111,8 @@ pub struct CreateSandboxResult {
     pub allow_hosts: Vec<String>,
     /// The limits in force; null where the host cannot enforce one.
     pub limits: LimitsResult,
+    /// The ports exposed with expose_port (none yet).
+    pub ports: Vec<super::PortEntry>,
 }
 
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
@@ -154,6 +156,8 @@ pub struct SandboxEntry {
     pub allow_hosts: Vec<String>,
     /// The limits in force; null where the host cannot enforce one.
     pub limits: LimitsResult,
+    /// The ports exposed with expose_port, and where each is reached.
+    pub ports: Vec<super::PortEntry>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]

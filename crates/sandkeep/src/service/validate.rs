@@ -80,6 +80,7 @@ pub(crate) fn allowed(tool: &str, param: &str) -> Option<String> {
         ),
         (_, "pids") => resource_rule(PIDS_MIN, "", PIDS_DEFAULT),
         (_, "disk_mib") => resource_rule(DISK_MIB_MIN, " (MiB)", DISK_MIB_DEFAULT),
+        (_, "port") => "an integer from 1 to 65535 (a TCP port inside the sandbox)".into(),
         _ => return None,
     })
 }
@@ -206,6 +207,19 @@ pub(super) fn command_and_cwd(command: &str, cwd: Option<&str>) -> Result<(), To
         path("cwd", cwd)?;
     }
     Ok(())
+}
+
+pub(super) fn port(v: u64) -> Result<crate::provider::Port, ToolError> {
+    u16::try_from(v)
+        .ok()
+        .and_then(crate::provider::Port::new)
+        .ok_or_else(|| {
+            ToolError::invalid(
+                "port",
+                &rule("expose_port", "port"),
+                format_args!("got {v}; nothing was exposed"),
+            )
+        })
 }
 
 pub(super) fn sandbox_id(v: &str) -> Result<SandboxId, ToolError> {
