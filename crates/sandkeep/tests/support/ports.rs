@@ -10,67 +10,11 @@ use tokio::net::TcpStream;
 
 /// A TCP echo server on 127.0.0.1:PORT (argv[1]), one thread per
 /// connection; it echoes until the client's end of file, then closes.
-pub const ECHO_PY: &str = r#"
-import socket, sys, threading
-s = socket.socket()
-s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-s.bind(('127.0.0.1', int(sys.argv[1])))
-s.listen(1024)
-def serve(c):
-    with c:
-        while True:
-            b = c.recv(1 << 20)
-            if not b:
-                break
-            c.sendall(b)
-while True:
-    c, _ = s.accept()
-    threading.Thread(target=serve, args=(c,), daemon=True).start()
-"#;
+pub const ECHO_PY: &str = include_str!("tcp_echo.py");
 
-/// A websocket echo server on 127.0.0.1:PORT (argv[1]): RFC 6455's
-/// handshake, then every data frame back, unmasked, until a close frame.
-/// Small on purpose (frames up to 64 KiB).
-pub const WEBSOCKET_PY: &str = r#"
-import base64, hashlib, socket, sys, threading
-GUID = '258EAFA5-E914-47DA-95CA-C5AB0DC85B11'
-s = socket.socket()
-s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-s.bind(('127.0.0.1', int(sys.argv[1])))
-s.listen(64)
-def serve(c):
-    f = c.makefile('rb')
-    key = ''
-    while True:
-        line = f.readline().decode()
-        if line in ('\r\n', ''):
-            break
-        k, _, v = line.partition(':')
-        if k.strip().lower() == 'sec-websocket-key':
-            key = v.strip()
-    accept = base64.b64encode(hashlib.sha1((key + GUID).encode()).digest()).decode()
-    c.sendall(('HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n'
-               'Connection: Upgrade\r\nSec-WebSocket-Accept: %s\r\n\r\n' % accept).encode())
-    while True:
-        h = f.read(2)
-        if len(h) < 2:
-            break
-        op, n = h[0] & 15, h[1] & 127
-        if n == 126:
-            n = int.from_bytes(f.read(2), 'big')
-        mask = f.read(4) if h[1] & 128 else b''
-        data = f.read(n)
-        if mask:
-            data = bytes(b ^ mask[i % 4] for i, b in enumerate(data))
-        if op == 8:
-            break
-        size = bytes([len(data)]) if len(data) < 126 else bytes([126]) + len(data).to_bytes(2, 'big')
-        c.sendall(bytes([0x80 | op]) + size + data)
-    c.close()
-while True:
-    c, _ = s.accept()
-    threading.Thread(target=serve, args=(c,), daemon=True).start()
-"#;
+/// A websocket echo server on 127.0.0.1:PORT (argv[1]); tests/e2b/sdk.py
+/// runs it too.
+pub const WEBSOCKET_PY: &str = include_str!("ws_echo.py");
 
 /// `host:port` of an `http://host:port` url.
 pub fn authority(url: &str) -> &str {
