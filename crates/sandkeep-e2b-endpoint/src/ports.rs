@@ -113,6 +113,9 @@ async fn relay(e2b: &E2b, id: SandboxId, port: Port, mut request: Request) -> Re
         };
     tokio::spawn(connection.with_upgrades());
     let wants_upgrade = request.headers().contains_key(header::UPGRADE);
+    // The inner hop is always HTTP/1.1; the answer is in the client's.
+    let version = request.version();
+    *request.version_mut() = axum::http::Version::HTTP_11;
     let client_side = hyper::upgrade::on(&mut request);
     // The forward resets the connection when nothing listens: the request
     // fails before any answer.
@@ -131,6 +134,7 @@ async fn relay(e2b: &E2b, id: SandboxId, port: Port, mut request: Request) -> Re
             }
         });
     }
+    *response.version_mut() = version;
     response.map(axum::body::Body::new)
 }
 
