@@ -238,19 +238,18 @@ const EDGE: EventFlags = EventFlags::IN
 
 impl Relay {
     /// Serves requests on `control`, recorded in the sandbox's
-    /// `ports.json`. `netns` is the init's pidfd when the sandbox has a
-    /// network namespace of its own, which this process joins (without one
-    /// it shares the host's); should that fail, every request is refused
-    /// with the reason.
+    /// `ports.json`. `netns` is the sandbox's network namespace when it has
+    /// one of its own, which this process joins (without one it shares the
+    /// host's); should that fail, every request is refused with the reason.
     pub fn new(
         dir: &SandboxDir,
         control: OwnedFd,
         netns: Option<BorrowedFd<'_>>,
     ) -> io::Result<Self> {
         let refusal = netns.and_then(|fd| {
-            rustix::thread::move_into_thread_name_spaces(
+            rustix::thread::move_into_link_name_space(
                 fd,
-                rustix::thread::ThreadNameSpaceType::NETWORK,
+                Some(rustix::thread::LinkNameSpaceType::Network),
             )
             .err()
             .map(|e| format!("cannot enter the sandbox's network namespace: {e}"))

@@ -280,6 +280,9 @@ struct Running {
     /// Where servers ask for port forwards, until the relay takes it over
     /// (see [`start_forwards`]).
     ports: Option<OwnedFd>,
+    /// The sandbox's network namespace when it has one of its own, from
+    /// the init: the relay joins it.
+    netns: Option<OwnedFd>,
     /// The port forwards; dropped first at the end.
     relay: Option<Relay>,
     /// The init's mount namespace, held so that its teardown (every mount
@@ -403,15 +406,18 @@ fn start(home: &Home, dir: &SandboxDir) -> Result<Running, SetupError> {
         PidfdFlags::empty(),
     )
     .map_err(SetupError::keeper("pidfd_open"))?;
-    if let Err(e) = read_report(&report_r, &mut info, &mut warnings, &mut proxy) {
-        let _ = rustix::process::pidfd_send_signal(&init_pidfd, Signal::KILL);
-        let _ = sys::wait_for(init_pid);
-        // Done by now, or soon (the init no longer reads its answer).
-        for &pid in &exiting {
-            let _ = sys::wait_for(pid);
+    let netns = match read_report(&report_r, &mut info, &mut warnings, &mut proxy) {
+        Ok(netns) => netns,
+        Err(e) => {
+            let _ = rustix::process::pidfd_send_signal(&init_pidfd, Signal::KILL);
+            let _ = sys::wait_for(init_pid);
+            // Done by now, or soon (the init no longer reads its answer).
+            for &pid in &exiting {
+                let _ = sys::wait_for(pid);
+            }
+            return Err(e);
         }
-        return Err(e);
-    }
+    };
     let init = ProcessIdentity::of(init_pid as u32).map_err(|source| SetupError::Identity {
         whose: "init's",
         source,
@@ -445,6 +451,7 @@ fn start(home: &Home, dir: &SandboxDir) -> Result<Running, SetupError> {
         cgroup_dirs,
         uid_base: base,
         ports: Some(ports),
+        netns,
         relay: None,
         mounts,
     })
@@ -452,18 +459,14 @@ fn start(home: &Home, dir: &SandboxDir) -> Result<Running, SetupError> {
 
 /// Starts relaying the port forwards, off the create's path (the provider
 /// has its answer): the keeper joins the sandbox's network namespace, if
-/// it has one, by the init's pidfd. Requests that came meanwhile wait in
+/// it has one. Requests that came meanwhile wait in
 /// the listener's queue. Without it the sandbox works, unexposed.
 fn start_forwards(dir: &SandboxDir, sandbox: &mut Running) {
     let Some(control) = sandbox.ports.take() else {
         return;
     };
-    let netns = sandbox
-        .meta
-        .info
-        .network
-        .map(|_| sandbox.init_pidfd.as_fd());
-    match Relay::new(dir, control, netns) {
+    let netns = sandbox.netns.take();
+    match Relay::new(dir, control, netns.as_ref().map(AsFd::as_fd)) {
         Ok(r) => sandbox.relay = Some(r),
         Err(e) => eprintln!("sandkeep keeper: no port forwards: {e}"),
     }
@@ -605,13 +608,14 @@ fn fork_into(v2: Option<cgroup::V2Door>, tasks: &mut Vec<OwnedFd>) -> io::Result
 /// Reads the init's report: its isolation level and warnings into `info`
 /// and `warnings`, and the egress proxy's listening socket, with which
 /// the proxy starts (or is dropped, when the sandbox got no network
-/// namespace). An error is why the sandbox was not made.
+/// namespace). Returns the sandbox's network namespace when it has one.
+/// An error is why the sandbox was not made.
 fn read_report(
     report: &OwnedFd,
     info: &mut SandboxInfo,
     warnings: &mut Vec<String>,
     proxy: &mut Option<Proxy>,
-) -> Result<(), SetupError> {
+) -> Result<Option<OwnedFd>, SetupError> {
     let mut buf = vec![0u8; 256 * 1024];
     let (n, mut fds) = wire::recv(report, &mut buf).unwrap_or_default();
     buf.truncate(n);
@@ -638,7 +642,8 @@ fn read_report(
         let listener = fds.pop().ok_or(SetupError::NoProxySocket)?;
         proxy.start(listener).map_err(SetupError::Proxy)?;
     }
-    Ok(())
+    // What is left: the namespace, first of the descriptors.
+    Ok(fds.pop())
 }
 
 /// The init's mount namespace. The init cannot have been reaped (its
