@@ -225,6 +225,13 @@ pub struct Relay {
     /// Connections that used their budget with more to move: they get no
     /// new edge, so the next round moves them.
     again: Vec<usize>,
+    /// Held for the moment the descriptors run out (see
+    /// `accept_connections`).
+    spare: Option<OwnedFd>,
+}
+
+fn spare_descriptor() -> Option<OwnedFd> {
+    std::fs::File::open("/dev/null").ok().map(OwnedFd::from)
 }
 
 fn key(slot: usize, side: u64) -> EventData {
@@ -274,6 +281,7 @@ impl Relay {
             slots: Vec::new(),
             free: Vec::new(),
             again: Vec::new(),
+            spare: spare_descriptor(),
         })
     }
 
@@ -433,8 +441,21 @@ impl Relay {
             ) {
                 Ok(fd) => fd,
                 Err(Errno::INTR | Errno::CONNABORTED) => continue,
-                // Drained; or out of descriptors, when the pending
-                // connections wait for some to close.
+                // Out of descriptors: the pending connection would keep
+                // the listener readable, and the keeper would spin on it.
+                // The spare descriptor makes room to refuse it.
+                Err(Errno::MFILE | Errno::NFILE) => match self.spare.take() {
+                    Some(spare) => {
+                        drop(spare);
+                        if let Ok(fd) = rustix::net::accept_with(listener, SocketFlags::CLOEXEC) {
+                            reset(fd);
+                        }
+                        self.spare = spare_descriptor();
+                        continue;
+                    }
+                    None => return,
+                },
+                // Drained.
                 Err(_) => return,
             };
             match connect_inside(port) {
