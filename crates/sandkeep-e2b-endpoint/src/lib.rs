@@ -20,7 +20,9 @@
 //! - every sandbox's envd (`envd`, `process`, over the Connect codec in
 //!   `connect`), routed by the `E2b-Sandbox-Id` header (or a
 //!   `{port}-{id}.` host name), behind the sandbox's access token
-//!   (`X-Access-Token`) except `/health`.
+//!   (`X-Access-Token`) except `/health`;
+//! - every sandbox's own servers (`ports`): a `{port}-{id}.` host name of
+//!   any other port.
 //!
 //! Sandboxes made here are ordinary sandboxes of the provider (the CLI,
 //! `list_sandboxes` and tasks see them); what E2B adds (metadata, the
@@ -33,6 +35,7 @@
 mod connect;
 mod envd;
 mod files;
+mod ports;
 mod process;
 mod rest;
 
@@ -314,7 +317,13 @@ fn routes(e2b: Arc<E2b>) -> Router {
         )
         .route("/process.Process/{method}", post(process_rpc))
         .route("/filesystem.Filesystem/{method}", post(filesystem_rpc));
-    api.merge(envd).fallback(rest::not_found).with_state(e2b)
+    api.merge(envd)
+        .fallback(rest::not_found)
+        .layer(axum::middleware::from_fn_with_state(
+            Arc::clone(&e2b),
+            ports::route,
+        ))
+        .with_state(e2b)
 }
 
 async fn process_rpc(

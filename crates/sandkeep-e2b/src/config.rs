@@ -65,6 +65,15 @@ impl E2bConfig {
         }
     }
 
+    /// Where `port` of sandbox `id` is reached, as the SDKs' `get_host`
+    /// names it (`PORT-ID.DOMAIN`, over TLS at E2B's edge). Also with
+    /// `E2B_SANDBOX_URL`: one envd URL says nothing of ports, and a
+    /// sandkeep endpoint routes this name once it reaches it.
+    pub fn port_url(&self, id: &str, port: u16, domain: Option<&str>) -> String {
+        let domain = domain.unwrap_or(&self.domain);
+        format!("https://{port}-{id}.{domain}")
+    }
+
     /// What marks a sandbox as made by sandkeep with these credentials:
     /// the first 16 hex digits of the key's SHA-256 (the key itself never
     /// leaves this process).
@@ -100,6 +109,18 @@ mod tests {
         assert_eq!(
             config(Some("http://127.0.0.1:9")).envd_url("abc", Some("my.cloud")),
             "http://127.0.0.1:9"
+        );
+    }
+
+    #[test]
+    fn port_urls_are_the_sdks_host_names() {
+        assert_eq!(
+            config(None).port_url("abc", 3000, None),
+            "https://3000-abc.e2b.app"
+        );
+        assert_eq!(
+            config(Some("http://127.0.0.1:9")).port_url("abc", 8080, Some("my.cloud")),
+            "https://8080-abc.my.cloud"
         );
     }
 

@@ -34,8 +34,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use sandkeep_envd_wire::filesystem::{ListDirRequest, MoveRequest, PathRequest};
 use sandkeep_provider::{
-    CreateSpec, ExecOutput, ExecRequest, FileEntry, FileKind, Limits, Network, Provider,
-    ProviderError, Release, Result, SandboxId, SandboxInfo, SpawnRequest, Spawned,
+    CreateSpec, ExecOutput, ExecRequest, FileEntry, FileKind, Limits, Network, Port, PortForward,
+    Provider, ProviderError, Release, Result, SandboxId, SandboxInfo, SpawnRequest, Spawned,
 };
 use serde::de::IgnoredAny;
 use serde_json::Value;
@@ -258,6 +258,7 @@ impl E2bProvider {
                 pids: None,
                 disk_mib: d.disk_size_mb.filter(|&m| m > 0),
             },
+            ports: Vec::new(),
         })
     }
 
@@ -582,6 +583,18 @@ impl Provider for E2bProvider {
             out.push(check.await);
         }
         Ok(out)
+    }
+
+    /// E2B's edge already routes every port of a sandbox by its host name:
+    /// nothing to set up, nothing to keep (so no `ports` in its listings).
+    async fn expose_port(&self, id: &SandboxId, port: Port) -> Result<PortForward> {
+        let known = self.refresh(id).await?;
+        Ok(PortForward {
+            port,
+            url: self
+                .config
+                .port_url(id.as_str(), port.get(), known.domain.as_deref()),
+        })
     }
 
     async fn info(&self, id: &SandboxId) -> Result<SandboxInfo> {

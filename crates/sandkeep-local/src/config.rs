@@ -2,7 +2,7 @@
 //! (`SANDKEEP_HOME`), the executable it runs as keeper and task helper, the
 //! process-only switch, the host-wide bounds of its sandboxes, and the
 //! address ranges its sandboxes' egress proxies trust
-//! (`SANDKEEP_EGRESS_TRUST`). Owns reading them from the environment; it
+//! (`SANDKEEP_EGRESS_TRUST`), and where its port forwards listen. Owns reading them from the environment; it
 //! must not touch the disk or start anything (the provider does, on `new`).
 
 use crate::bounds::HostBounds;
@@ -29,6 +29,9 @@ pub struct LocalConfig {
     /// Ranges that lead to the Internet on this host although the
     /// registries refuse them; each sandbox's proxy gets them at create.
     pub egress_trust: EgressTrust,
+    /// Where port forwards listen (`serve --expose-addr`): loopback unless
+    /// the operator says otherwise.
+    pub expose_addr: std::net::IpAddr,
 }
 
 impl LocalConfig {
@@ -39,6 +42,14 @@ impl LocalConfig {
             process_only: false,
             bounds: HostBounds::of_this_host(),
             egress_trust: EgressTrust::default(),
+            expose_addr: std::net::Ipv4Addr::LOCALHOST.into(),
+        }
+    }
+
+    pub fn with_expose_addr(self, expose_addr: std::net::IpAddr) -> Self {
+        Self {
+            expose_addr,
+            ..self
         }
     }
 

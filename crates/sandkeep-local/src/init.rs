@@ -76,6 +76,10 @@ pub struct NetPlan {
 /// The egress proxy's listening socket and its port, when there is one.
 type ProxySocket = Option<(OwnedFd, u16)>;
 
+/// The sandbox's network namespace and its egress proxy's socket, for
+/// the keeper; nothing when it has no namespace of its own.
+type NetworkFds = Option<(OwnedFd, ProxySocket)>;
+
 /// What the keeper hands its forked init.
 pub struct InitContext {
     pub spec: Spec,
@@ -96,8 +100,10 @@ pub struct InitContext {
     /// The doors of the cgroups the init enters itself, first thing
     /// (see [`cgroup::Doors`]); it was born in the others.
     pub cgroups: Vec<OwnedFd>,
-    /// A seqpacket socket: one JSON [`InitReport`], with the proxy's
-    /// listening socket attached when there is one, then closed.
+    /// A seqpacket socket: one JSON [`InitReport`], with the sandbox's
+    /// network namespace attached when it has one of its own (the keeper
+    /// relays port forwards from inside it) and then the proxy's listening
+    /// socket when there is one, then closed.
     pub report: OwnedFd,
 }
 
@@ -150,8 +156,7 @@ pub fn run(ctx: InitContext) -> ! {
         Mode::Namespaces { .. } => std::path::PathBuf::from(HOME),
         Mode::ProcessOnly { .. } => dir.home(),
     };
-    let mut proxy = None;
-    let mut network = false;
+    let mut network_fds = None;
     let setup = match (entered, mode) {
         (Err(e), _) => Err(InitReport::Failed(format!(
             "enter the sandbox's cgroups: {e}"
@@ -163,13 +168,10 @@ pub fn run(ctx: InitContext) -> ! {
                 etc_snapshot,
                 share_idmaps,
             };
-            setup(&spec, &dir, owner, userns, net, inputs).map(
-                |(isolation, warnings, isolated, p)| {
-                    proxy = p;
-                    network = isolated;
-                    (isolation, warnings)
-                },
-            )
+            setup(&spec, &dir, owner, userns, net, inputs).map(|(isolation, warnings, fds)| {
+                network_fds = fds;
+                (isolation, warnings)
+            })
         }
         (Ok(()), Mode::ProcessOnly { uid }) => {
             setup_process_only(&dir, uid).map_err(InitReport::Failed)
@@ -181,12 +183,18 @@ pub fn run(ctx: InitContext) -> ! {
             InitReport::Ready {
                 isolation,
                 warnings,
-                network,
+                network: network_fds.is_some(),
             },
         ),
         Err(e) => (false, e),
     };
-    let attached: Vec<_> = proxy.iter().map(|(fd, _)| fd.as_fd()).collect();
+    let (netns, proxy) = network_fds.unzip();
+    let proxy = proxy.flatten();
+    let attached: Vec<_> = netns
+        .iter()
+        .map(AsFd::as_fd)
+        .chain(proxy.iter().map(|(fd, _)| fd.as_fd()))
+        .collect();
     let delivered = wire::send(
         &report,
         &serde_json::to_vec(&message).unwrap_or_default(),
@@ -194,6 +202,8 @@ pub fn run(ctx: InitContext) -> ! {
     )
     .is_ok();
     drop(report);
+    // The keeper's now; nothing of the sandbox may ever hold it.
+    drop(netns);
     if !ok || !delivered {
         sys::exit_now(1);
     }
@@ -209,7 +219,7 @@ fn setup(
     userns: Option<OwnedFd>,
     net: NetPlan,
     inputs: rootfs::Inputs<'_>,
-) -> Result<(String, Vec<String>, bool, ProxySocket), InitReport> {
+) -> Result<(String, Vec<String>, NetworkFds), InitReport> {
     sys::set_signal_mask(&[]).map_err(|e| format!("signal mask: {e}"))?;
     // The cgroup namespace roots each hierarchy at the cgroups the init
     // has just entered: the sandbox sees `/`, not the host's path of its
@@ -219,7 +229,17 @@ fn setup(
     sys::unshare(flags).map_err(|e| format!("unshare mount/uts/ipc/cgroup namespaces: {e}"))?;
     let mut warnings = Vec::new();
     let isolated = net.isolate && own_network(spec, net, &mut warnings)?;
-    let proxy = if isolated { network(net)? } else { None };
+    let network_fds = if isolated {
+        // Opened by the init itself: the keeper of an ordinary user may
+        // not join it through the init's pidfd (that asks for ptrace
+        // rights over a process that is not dumpable).
+        let flags = rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::CLOEXEC;
+        let netns = rustix::fs::open("/proc/thread-self/ns/net", flags, rustix::fs::Mode::empty())
+            .map_err(|e| format!("open the network namespace: {e}"))?;
+        Some((netns, network(net)?))
+    } else {
+        None
+    };
     rustix::system::sethostname(spec.sandbox_id.as_str().as_bytes())
         .map_err(|e| format!("sethostname: {e}"))?;
     let idmap = userns.as_ref().map(|f| f.as_fd());
@@ -242,7 +262,7 @@ fn setup(
         (Owner::Invoker, _) => "userns-single",
     };
     warnings.extend(built.warnings);
-    Ok((isolation.to_owned(), warnings, isolated, proxy))
+    Ok((isolation.to_owned(), warnings, network_fds))
 }
 
 /// Overwrites the init's command line (the keeper's argument strings, in

@@ -12,7 +12,9 @@
 //! whole process tree itself), releases the sandbox's mount namespace (held
 //! so that the teardown of its mounts is not part of the init's exit),
 //! removes the sandbox's files and exits. It is single-threaded and runs no
-//! async runtime; it never executes sandbox code itself.
+//! async runtime; it never executes sandbox code itself. While it waits it
+//! relays the sandbox's port forwards, from inside the sandbox's network
+//! namespace, which it joins once the sandbox is ready (see `forward`).
 
 use std::fs;
 use std::io::{self, Write};
@@ -27,6 +29,7 @@ use rustix::thread::UnshareFlags;
 use serde::{Deserialize, Serialize};
 
 use super::cgroup::{self, Resources};
+use super::forward::{self, Relay};
 use super::init::{self, InitContext, InitReport, Mode, NetPlan};
 use super::proxy::{Policy as ProxyPolicy, Proxy};
 use super::rootfs::Owner;
@@ -219,7 +222,7 @@ pub fn run(home: Home, id: SandboxId) -> i32 {
     let _ = std::env::set_current_dir("/");
     rustix::process::umask(rustix::fs::Mode::from_raw_mode(0o022));
     match start(&home, &dir) {
-        Ok(sandbox) => {
+        Ok(mut sandbox) => {
             report(
                 ready,
                 &Readiness::Ready {
@@ -227,10 +230,11 @@ pub fn run(home: Home, id: SandboxId) -> i32 {
                     warnings: sandbox.warnings.clone(),
                 },
             );
+            start_forwards(&dir, &mut sandbox);
             for &pid in &sandbox.exiting {
                 let _ = sys::wait_for(pid);
             }
-            watch(&dir, &sandbox);
+            watch(&dir, &mut sandbox);
             destroy(&dir, sandbox);
             0
         }
@@ -273,6 +277,14 @@ struct Running {
     /// The first host uid of the sandbox's uid block, when it has one:
     /// its slot is released by number.
     uid_base: Option<u32>,
+    /// Where servers ask for port forwards, until the relay takes it over
+    /// (see [`start_forwards`]).
+    ports: Option<OwnedFd>,
+    /// The sandbox's network namespace when it has one of its own, from
+    /// the init: the relay joins it.
+    netns: Option<OwnedFd>,
+    /// The port forwards; dropped first at the end.
+    relay: Option<Relay>,
     /// The init's mount namespace, held so that its teardown (every mount
     /// and file system of the sandbox, several RCU grace periods) happens
     /// here once the init is dead, not in the init's exit: whoever waits
@@ -356,6 +368,7 @@ fn start(home: &Home, dir: &SandboxDir) -> Result<Running, SetupError> {
     }
     let helper = helper_path(&spec, dir, process_only)?;
     let listener = listen(dir)?;
+    let ports = forward::listen(dir).map_err(SetupError::host_files("listen for port requests"))?;
     let (report_r, report_w) = rustix::net::socketpair(
         rustix::net::AddressFamily::UNIX,
         rustix::net::SocketType::SEQPACKET,
@@ -400,15 +413,18 @@ fn start(home: &Home, dir: &SandboxDir) -> Result<Running, SetupError> {
         PidfdFlags::empty(),
     )
     .map_err(SetupError::keeper("pidfd_open"))?;
-    if let Err(e) = read_report(&report_r, &mut info, &mut warnings, &mut proxy) {
-        let _ = rustix::process::pidfd_send_signal(&init_pidfd, Signal::KILL);
-        let _ = sys::wait_for(init_pid);
-        // Done by now, or soon (the init no longer reads its answer).
-        for &pid in &exiting {
-            let _ = sys::wait_for(pid);
+    let netns = match read_report(&report_r, &mut info, &mut warnings, &mut proxy) {
+        Ok(netns) => netns,
+        Err(e) => {
+            let _ = rustix::process::pidfd_send_signal(&init_pidfd, Signal::KILL);
+            let _ = sys::wait_for(init_pid);
+            // Done by now, or soon (the init no longer reads its answer).
+            for &pid in &exiting {
+                let _ = sys::wait_for(pid);
+            }
+            return Err(e);
         }
-        return Err(e);
-    }
+    };
     let init = ProcessIdentity::of(init_pid as u32).map_err(|source| SetupError::Identity {
         whose: "init's",
         source,
@@ -441,8 +457,26 @@ fn start(home: &Home, dir: &SandboxDir) -> Result<Running, SetupError> {
         proxy,
         cgroup_dirs,
         uid_base: base,
+        ports: Some(ports),
+        netns,
+        relay: None,
         mounts,
     })
+}
+
+/// Starts relaying the port forwards, off the create's path (the provider
+/// has its answer): the keeper joins the sandbox's network namespace, if
+/// it has one. Requests that came meanwhile wait in
+/// the listener's queue. Without it the sandbox works, unexposed.
+fn start_forwards(dir: &SandboxDir, sandbox: &mut Running) {
+    let Some(control) = sandbox.ports.take() else {
+        return;
+    };
+    let netns = sandbox.netns.take();
+    match Relay::new(dir, control, netns.as_ref().map(AsFd::as_fd)) {
+        Ok(r) => sandbox.relay = Some(r),
+        Err(e) => eprintln!("sandkeep keeper: no port forwards: {e}"),
+    }
 }
 
 /// The egress proxy of `spec`'s sandbox. Forked before any namespace is
@@ -591,6 +625,7 @@ fn sandbox_info(
         limits: enforced_limits(enforced, spec, process_only)?,
         shares: spec.shares.clone(),
         shares_since_ns: spec.shares_since_ns,
+        ports: Vec::new(),
     };
     record_network(&mut info, spec, net)?;
     Ok(info)
@@ -613,13 +648,14 @@ fn fork_into(v2: Option<cgroup::V2Door>, tasks: &mut Vec<OwnedFd>) -> io::Result
 /// Reads the init's report: its isolation level and warnings into `info`
 /// and `warnings`, and the egress proxy's listening socket, with which
 /// the proxy starts (or is dropped, when the sandbox got no network
-/// namespace). An error is why the sandbox was not made.
+/// namespace). Returns the sandbox's network namespace when it has one.
+/// An error is why the sandbox was not made.
 fn read_report(
     report: &OwnedFd,
     info: &mut SandboxInfo,
     warnings: &mut Vec<String>,
     proxy: &mut Option<Proxy>,
-) -> Result<(), SetupError> {
+) -> Result<Option<OwnedFd>, SetupError> {
     let mut buf = vec![0u8; 256 * 1024];
     let (n, mut fds) = wire::recv(report, &mut buf).unwrap_or_default();
     buf.truncate(n);
@@ -646,7 +682,8 @@ fn read_report(
         let listener = fds.pop().ok_or(SetupError::NoProxySocket)?;
         proxy.start(listener).map_err(SetupError::Proxy)?;
     }
-    Ok(())
+    // What is left: the namespace, first of the descriptors.
+    Ok(fds.pop())
 }
 
 /// The init's mount namespace. The init cannot have been reaped (its
@@ -796,8 +833,9 @@ fn namespaces(base: Option<u32>, userns_child: Option<UsernsChild>) -> Result<Mo
     Ok(mode)
 }
 
-/// Waits until the deadline, a kill request or the init's death.
-fn watch(dir: &SandboxDir, sandbox: &Running) {
+/// Waits until the deadline, a kill request or the init's death, relaying
+/// the port forwards meanwhile.
+fn watch(dir: &SandboxDir, sandbox: &mut Running) {
     let mut expires_at = sandbox.meta.info.expires_at;
     loop {
         let deadline = UNIX_EPOCH + Duration::from_secs(expires_at);
@@ -816,28 +854,42 @@ fn watch(dir: &SandboxDir, sandbox: &Running) {
             }
         }
         // Wake at least once a minute: wall-clock jumps move the deadline.
-        let wait = left.min(Duration::from_secs(60));
+        // Connections with more to move than one round moves: no wait.
+        let wait = match &sandbox.relay {
+            Some(r) if r.busy() => Duration::ZERO,
+            _ => left.min(Duration::from_secs(60)),
+        };
         let timeout = rustix::event::Timespec {
             tv_sec: wait.as_secs() as i64,
             tv_nsec: i64::from(wait.subsec_nanos()),
         };
-        let mut fds = [
-            PollFd::new(&sandbox.init_pidfd, PollFlags::IN),
-            PollFd::new(&sandbox.signals, PollFlags::IN),
-        ];
-        match rustix::event::poll(&mut fds, Some(&timeout)) {
-            Ok(_) => {
-                if !fds[0].revents().is_empty() {
-                    return;
-                }
-                if !fds[1].revents().is_empty()
-                    && !sys::drain_signalfd(sandbox.signals.as_fd()).is_empty()
-                {
-                    return;
-                }
+        let relay_ready = {
+            let mut fds = vec![
+                PollFd::new(&sandbox.init_pidfd, PollFlags::IN),
+                PollFd::new(&sandbox.signals, PollFlags::IN),
+            ];
+            if let Some(r) = &sandbox.relay {
+                fds.push(PollFd::from_borrowed_fd(r.as_fd(), PollFlags::IN));
             }
-            Err(e) if e == rustix::io::Errno::INTR => {}
-            Err(_) => return,
+            match rustix::event::poll(&mut fds, Some(&timeout)) {
+                Ok(_) => {
+                    if !fds[0].revents().is_empty() {
+                        return;
+                    }
+                    if !fds[1].revents().is_empty()
+                        && !sys::drain_signalfd(sandbox.signals.as_fd()).is_empty()
+                    {
+                        return;
+                    }
+                    fds.get(2).is_some_and(|f| !f.revents().is_empty())
+                }
+                Err(e) if e == rustix::io::Errno::INTR => false,
+                Err(_) => return,
+            }
+        };
+        if let Some(r) = sandbox.relay.as_mut().filter(|r| relay_ready || r.busy()) {
+            r.round();
+            continue;
         }
         if left > wait {
             continue;
@@ -854,6 +906,9 @@ fn destroy(dir: &SandboxDir, mut sandbox: Running) {
     // while a session end that waits only for its processes has returned
     // and the rest below is still under way.
     let _ = fs::remove_file(dir.meta());
+    // Then the forwards: once kill_sandbox returns, no host port leads
+    // into the sandbox.
+    drop(sandbox.relay.take());
     if sandbox.meta.process_only {
         teardown::kill_descendants();
     }

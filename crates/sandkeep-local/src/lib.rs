@@ -38,10 +38,12 @@ mod doctor;
 mod etc_snapshot;
 mod file_reply;
 mod fileops;
+mod forward;
 mod init;
 mod keeper;
 mod landlock;
 mod netpolicy;
+mod ports;
 mod presence;
 mod process;
 mod proxy;
@@ -76,8 +78,8 @@ use self::presence::{Presence, Until, inspect, lock_sandbox, terminate};
 use self::state::{Home, Meta, Spec};
 use self::wire::Request;
 use sandkeep_provider::{
-    CreateSpec, ExecOutput, ExecRequest, FileEntry, Layers, Provider, ProviderError, Release,
-    Result, SandboxId, SandboxInfo, ShareMode, SpawnRequest, Spawned,
+    CreateSpec, ExecOutput, ExecRequest, FileEntry, Layers, Port, PortForward, Provider,
+    ProviderError, Release, Result, SandboxId, SandboxInfo, ShareMode, SpawnRequest, Spawned,
 };
 
 /// The first argument that makes the `sandkeep` binary a keeper.
@@ -588,7 +590,11 @@ impl Provider for LocalProvider {
                     continue;
                 };
                 match inspect(&home.sandbox(&id)) {
-                    Presence::Live(meta) => out.push(meta.info),
+                    Presence::Live(meta) => {
+                        let mut info = meta.info;
+                        info.ports = ports::read(&home.sandbox(&id));
+                        out.push(info);
+                    }
                     Presence::Unreadable(e) => {
                         tracing::warn!("sandbox {id} is not listed: {e}");
                     }
@@ -602,7 +608,36 @@ impl Provider for LocalProvider {
     }
 
     async fn info(&self, id: &SandboxId) -> Result<SandboxInfo> {
-        Ok(self.live(id).await?.info)
+        let mut info = self.live(id).await?.info;
+        let dir = self.home.sandbox(id);
+        info.ports = blocking(move || ports::read(&dir)).await?;
+        Ok(info)
+    }
+
+    async fn expose_port(&self, id: &SandboxId, port: Port) -> Result<PortForward> {
+        self.live(id).await?;
+        let dir = self.home.sandbox(id);
+        let addr = self.config.expose_addr;
+        let id2 = id.clone();
+        blocking(move || {
+            ports::expose(&dir, port, addr).map_err(|e| match e {
+                // The keeper went between the look and the call.
+                ports::ExposeError::Unreachable(_) if !dir.meta().exists() => {
+                    ProviderError::NoSuchSandbox(id2)
+                }
+                ports::ExposeError::Unreachable(e) => ProviderError::NotAnswering {
+                    sandbox: id2,
+                    detail: e.to_string(),
+                },
+                e @ ports::ExposeError::Listen { .. } => {
+                    ProviderError::Unavailable(format!("cannot expose port {port}: {e}"))
+                }
+                ports::ExposeError::Refused(why) => {
+                    ProviderError::Unavailable(format!("cannot expose port {port}: {why}"))
+                }
+            })
+        })
+        .await?
     }
 
     async fn exec(&self, id: &SandboxId, request: ExecRequest) -> Result<ExecOutput> {

@@ -272,6 +272,14 @@ impl SandboxDir {
     pub fn log(&self) -> PathBuf {
         self.path.join("keeper.log")
     }
+    /// Where servers ask the keeper for port forwards (see `forward`).
+    pub fn ports_socket(&self) -> PathBuf {
+        self.path.join("ports.sock")
+    }
+    /// The keeper's record of the sandbox's port forwards.
+    pub fn ports(&self) -> PathBuf {
+        self.path.join("ports.json")
+    }
     /// The process-only mode's home. (A namespaced sandbox keeps its
     /// home, and every other writable layer, on its disk: a tmpfs that its
     /// init mounts over this very directory in its own mount namespace,

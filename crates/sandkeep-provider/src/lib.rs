@@ -177,6 +177,22 @@ pub struct SandboxInfo {
     /// path changed later is a conflict for `apply_changes`.
     #[serde(default)]
     pub shares_since_ns: u64,
+    /// The ports exposed with [`Provider::expose_port`], by port.
+    #[serde(default)]
+    pub ports: Vec<PortForward>,
+}
+
+/// A port of a sandbox: 1–65535 (zero is no port a server listens on).
+pub type Port = std::num::NonZeroU16;
+
+/// A port of a sandbox and where it is reached from outside (SPEC.md §14).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PortForward {
+    /// The port inside the sandbox.
+    pub port: Port,
+    /// Where a client connects to reach it (`http://127.0.0.1:40123` for
+    /// the local provider's forward, E2B's host name for e2b).
+    pub url: String,
 }
 
 /// A foreground command.
@@ -463,6 +479,17 @@ pub trait Provider: Send + Sync {
         let _ = info;
         Err(ProviderError::Unsupported(format!(
             "copy-on-write shares need the local provider; the {} provider has none",
+            self.kind()
+        )))
+    }
+
+    /// Makes `port` of the sandbox reachable from outside it (SPEC.md
+    /// §14); the same port again answers the same forward. It lasts as
+    /// long as the sandbox, whatever becomes of the calling process.
+    async fn expose_port(&self, id: &SandboxId, port: Port) -> Result<PortForward> {
+        let _ = (id, port);
+        Err(ProviderError::Unsupported(format!(
+            "the {} provider cannot expose a sandbox's ports",
             self.kind()
         )))
     }

@@ -61,6 +61,9 @@ pub fn open(kind: Kind) -> Result<Arc<dyn Provider>> {
 pub struct Bounds {
     pub sandboxes: Option<u32>,
     pub memory_mib: Option<u64>,
+    /// Where the local provider's port forwards listen (`--expose-addr`);
+    /// loopback when unset.
+    pub expose_addr: Option<std::net::IpAddr>,
 }
 
 /// The provider of `kind`, configured from the environment and `bounds`.
@@ -79,6 +82,10 @@ pub fn open_bounded(kind: Kind, bounds: Bounds) -> Result<Arc<dyn Provider>> {
             let host = local::HostBounds {
                 sandboxes: bounds.sandboxes.unwrap_or(config.bounds.sandboxes),
                 memory_mib: bounds.memory_mib.unwrap_or(config.bounds.memory_mib),
+            };
+            let config = match bounds.expose_addr {
+                Some(addr) => config.with_expose_addr(addr),
+                None => config,
             };
             Arc::new(local::LocalProvider::new(config.with_bounds(host))?)
         }

@@ -1,11 +1,11 @@
-//! `sandkeep sandbox create|list|kill`: the create_sandbox, list_sandboxes
-//! and kill_sandbox tools from a shell.
+//! `sandkeep sandbox create|list|kill|expose`: the create_sandbox,
+//! list_sandboxes, kill_sandbox and expose_port tools from a shell.
 
 use std::collections::BTreeMap;
 
 use clap::{Args, Subcommand};
 
-use crate::service::{CreateSandboxArgs, KillSandboxArgs, ListSandboxesArgs};
+use crate::service::{CreateSandboxArgs, ExposePortArgs, KillSandboxArgs, ListSandboxesArgs};
 
 use super::Outcome;
 use super::context::{SessionKind, with_context, with_shares};
@@ -25,6 +25,7 @@ pub enum SandboxCommand {
     Kill(KillArgs),
     Changes(super::shares::ChangesArgs),
     Apply(super::shares::ApplyArgs),
+    Expose(ExposeArgs),
 }
 
 impl SandboxCommand {
@@ -35,6 +36,7 @@ impl SandboxCommand {
             Self::Kill(a) => a.output.json,
             Self::Changes(a) => a.output.json,
             Self::Apply(a) => a.output.json,
+            Self::Expose(a) => a.output.json,
         }
     }
 }
@@ -108,6 +110,25 @@ pub struct KillArgs {
     pub output: OutputArgs,
 }
 
+/// Make a port of a sandbox reachable from this host and print its url.
+#[derive(Debug, Args)]
+#[command(
+    long_about = "Make a TCP port a server listens on inside a sandbox reachable from this host, \
+        and print its url (http://127.0.0.1:HOSTPORT). The forward lasts as long as the sandbox; \
+        the same port again prints the same url. Any local user can connect to it, as to a \
+        `docker run -p 127.0.0.1:...` port."
+)]
+pub struct ExposeArgs {
+    /// The sandbox.
+    #[arg(value_name = "SANDBOX")]
+    pub sandbox_id: String,
+    /// The port inside the sandbox (1-65535).
+    #[arg(value_name = "PORT")]
+    pub port: u64,
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
 /// `K=V` → (K, V); the value may contain `=`.
 fn parse_env(s: &str) -> Result<(String, String), String> {
     match s.split_once('=') {
@@ -123,6 +144,7 @@ pub async fn run(cmd: SandboxCommand) -> Outcome {
         SandboxCommand::Kill(args) => kill(args).await,
         SandboxCommand::Changes(args) => super::shares::changes(args).await,
         SandboxCommand::Apply(args) => super::shares::apply(args).await,
+        SandboxCommand::Expose(args) => expose(args).await,
     }
 }
 
@@ -183,6 +205,7 @@ async fn list(args: ListArgs) -> Outcome {
             "RETAINED",
             "CREATED",
             "EXPIRES",
+            "PORTS",
         ]);
         for s in &listed.sandboxes {
             table.row(vec![
@@ -192,6 +215,7 @@ async fn list(args: ListArgs) -> Outcome {
                 output::yes_no(s.retained),
                 output::relative(s.created_at, now),
                 output::relative(s.expires_at, now),
+                ports_cell(&s.ports),
             ]);
         }
         table.print();
@@ -212,6 +236,35 @@ async fn kill(args: KillArgs) -> Outcome {
             outln!("killed sandbox {}", killed.sandbox_id);
         } else {
             outln!("sandbox {} was already gone", killed.sandbox_id);
+        }
+        Ok(exit::OK)
+    })
+    .await
+}
+
+/// `3000 http://127.0.0.1:40123, …`, or `-`.
+fn ports_cell(ports: &[crate::service::PortEntry]) -> String {
+    if ports.is_empty() {
+        return "-".into();
+    }
+    let each: Vec<String> = ports
+        .iter()
+        .map(|p| format!("{} {}", p.port, p.url))
+        .collect();
+    each.join(", ")
+}
+
+async fn expose(args: ExposeArgs) -> Outcome {
+    with_context(SessionKind::Ordinary, async |ctx| {
+        let request = ExposePortArgs {
+            sandbox_id: Some(args.sandbox_id.clone()),
+            port: args.port,
+        };
+        let exposed = ctx.service.expose_port(&ctx.session, request).await?;
+        if args.output.json {
+            output::print_json(&exposed);
+        } else {
+            outln!("{}", exposed.url);
         }
         Ok(exit::OK)
     })

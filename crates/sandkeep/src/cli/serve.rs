@@ -114,6 +114,11 @@ pub struct ServeArgs {
     /// unretained sandboxes are destroyed).
     #[arg(long, value_name = "SECS", default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..=86_400))]
     pub session_idle_timeout: u64,
+    /// The address port forwards (expose_port) listen on [default:
+    /// 127.0.0.1]. Anything but loopback makes exposed sandbox servers
+    /// reachable from other machines. Local provider only.
+    #[arg(long, value_name = "ADDR")]
+    pub expose_addr: Option<std::net::IpAddr>,
 }
 
 pub fn run(args: ServeArgs) -> i32 {
@@ -126,6 +131,18 @@ pub fn run(args: ServeArgs) -> i32 {
         )
         .init();
 
+    if args.provider == provider::Kind::E2b && args.expose_addr.is_some() {
+        eprintln!(
+            "sandkeep serve: --expose-addr is where the local provider's port forwards listen; \
+             e2b sandboxes' ports are reached at E2B's own host names: drop it"
+        );
+        return 2;
+    }
+    if let Some(addr) = args.expose_addr.filter(|a| !a.is_loopback()) {
+        tracing::warn!(
+            "--expose-addr {addr}: exposed sandbox ports are reachable from other machines"
+        );
+    }
     if args.provider == provider::Kind::E2b && bounds(&args) != provider::Bounds::default() {
         eprintln!(
             "sandkeep serve: --max-sandboxes and --max-total-memory-mib bound the local \
@@ -281,6 +298,7 @@ fn bounds(args: &ServeArgs) -> provider::Bounds {
     provider::Bounds {
         sandboxes: args.max_sandboxes,
         memory_mib: args.max_total_memory_mib,
+        expose_addr: args.expose_addr,
     }
 }
 

@@ -530,6 +530,22 @@ reported. Review list_changes first: this changes the user's files.",
         input_schema: input::<ApplyChangesArgs>,
         output_schema: output::<ApplyChangesResult>,
     },
+    ToolSpec {
+        name: "expose_port",
+        title: "Reach a server in a sandbox",
+        about: "Make a TCP port that a server listens on inside a sandbox (a dev server, a \
+notebook, a database) reachable from outside it, and return its url (on the local provider \
+http://127.0.0.1:HOSTPORT on this host). Any TCP protocol passes: HTTP, websockets, databases. The \
+same port again returns the same url. The forward lasts as long as the sandbox, whatever becomes \
+of this server; a connection while nothing listens on the port is refused. It gives the sandbox \
+no way out: only what listens inside becomes reachable, also in a sandbox with network \"none\". \
+create_sandbox and list_sandboxes show a sandbox's ports.",
+        session_note: DEFAULT_SANDBOX,
+        sessionless_note: SANDBOX_ID_REQUIRED,
+        annotations: annotations(false, false, true, false),
+        input_schema: input::<ExposePortArgs>,
+        output_schema: output::<ExposePortResult>,
+    },
 ];
 
 #[cfg(test)]

@@ -105,6 +105,7 @@ impl Service {
             network: info.network.map(|n| n.to_string()),
             allow_hosts: info.allow_hosts,
             limits: LimitsResult::from(info.limits),
+            ports: info.ports.into_iter().map(PortEntry::from).collect(),
         })
     }
 
@@ -143,6 +144,7 @@ impl Service {
                 network: i.network.map(|n| n.to_string()),
                 allow_hosts: i.allow_hosts,
                 limits: LimitsResult::from(i.limits),
+                ports: i.ports.into_iter().map(PortEntry::from).collect(),
             })
             .collect();
         Ok(ListSandboxesResult { sandboxes })

@@ -115,6 +115,9 @@ impl Service {
             "delete_task" => to_json(Box::pin(self.delete_task(parse(tool, args)?)).await?),
             "list_changes" => to_json(Box::pin(self.list_changes(parse(tool, args)?)).await?),
             "apply_changes" => to_json(Box::pin(self.apply_changes(parse(tool, args)?)).await?),
+            "expose_port" => {
+                to_json(Box::pin(self.expose_port(session, parse(tool, args)?)).await?)
+            }
             other => return Err(ToolError::UnknownTool(other.to_owned())),
         })
     }

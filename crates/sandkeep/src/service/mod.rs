@@ -38,6 +38,7 @@ mod helper;
 mod json;
 mod list_tasks;
 mod mask;
+mod ports;
 #[cfg(test)]
 mod reference;
 mod session;
@@ -53,6 +54,7 @@ use crate::provider::{Provider, Release, SandboxId};
 
 pub use error::ToolError;
 pub use list_tasks::{ListTasksArgs, ListTasksResult, TaskEntry};
+pub use ports::{ExposePortArgs, ExposePortResult, PortEntry};
 pub use session::Session;
 pub use shares::{
     ApplyChangesArgs, ApplyChangesResult, ChangeEntry, ConflictEntry, ListChangesArgs,

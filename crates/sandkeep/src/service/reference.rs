@@ -367,6 +367,7 @@ fn example(tool: &str) -> Option<(Value, Value)> {
                 "created_at": 1_796_290_000, "expires_at": 1_796_293_600,
                 "isolation": "userns-idmap", "network": "internet", "allow_hosts": [],
                 "limits": limits, "shares": [{"path": "/home/me/project", "mode": "cow"}],
+                "limits": limits, "ports": [],
             }),
         ),
         "kill_sandbox" => (
@@ -380,6 +381,8 @@ fn example(tool: &str) -> Option<(Value, Value)> {
                 "created_at": 1_796_290_000, "expires_at": 1_796_293_600, "retained": true,
                 "isolation": "userns-idmap", "network": "internet", "allow_hosts": [],
                 "limits": limits, "shares": [{"path": "/home/me/project", "mode": "cow"}],
+                "limits": limits,
+                "ports": [{"port": 3000, "url": "http://127.0.0.1:40123"}],
             }]}),
         ),
         "run_command" => (
@@ -475,6 +478,10 @@ fn example(tool: &str) -> Option<(Value, Value)> {
             json!({"sandbox_id": SB, "task_id": TASK}),
             json!({"sandbox_id": SB, "task_id": TASK, "deleted": true}),
         ),
+        "expose_port" => (
+            json!({"sandbox_id": SB, "port": 3000}),
+            json!({"sandbox_id": SB, "port": 3000, "url": "http://127.0.0.1:40123"}),
+        ),
         _ => return None,
     })
 }
@@ -520,6 +527,7 @@ fn typed(tool: &str, args: &Value, result: &Value) -> (Value, Value) {
         "delete_task" => fits::<DeleteTaskArgs, DeleteTaskResult>(tool, args, result),
         "list_changes" => fits::<ListChangesArgs, ListChangesResult>(tool, args, result),
         "apply_changes" => fits::<ApplyChangesArgs, ApplyChangesResult>(tool, args, result),
+        "expose_port" => fits::<ExposePortArgs, ExposePortResult>(tool, args, result),
         _ => panic!("{tool}: add its argument and result types to reference::typed"),
     }
 }

@@ -119,6 +119,8 @@ pub struct CreateSandboxResult {
     /// Host directories mounted at their own paths; the first is where
     /// commands run by default.
     pub shares: Vec<super::ShareResult>,
+    /// The ports exposed with expose_port (none yet).
+    pub ports: Vec<super::PortEntry>,
 }
 
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
@@ -165,6 +167,8 @@ pub struct SandboxEntry {
     /// Host directories mounted at their own paths; the first is where
     /// commands run by default.
     pub shares: Vec<super::ShareResult>,
+    /// The ports exposed with expose_port, and where each is reached.
+    pub ports: Vec<super::PortEntry>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]

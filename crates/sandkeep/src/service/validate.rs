@@ -88,6 +88,7 @@ pub(crate) fn allowed(tool: &str, param: &str) -> Option<String> {
         (_, "paths") => "an array of absolute paths inside the sandbox's cow shares, default \
                          every change"
             .into(),
+        (_, "port") => "an integer from 1 to 65535 (a TCP port inside the sandbox)".into(),
         _ => return None,
     })
 }
@@ -214,6 +215,19 @@ pub(super) fn command_and_cwd(command: &str, cwd: Option<&str>) -> Result<(), To
         path("cwd", cwd)?;
     }
     Ok(())
+}
+
+pub(super) fn port(v: u64) -> Result<crate::provider::Port, ToolError> {
+    u16::try_from(v)
+        .ok()
+        .and_then(crate::provider::Port::new)
+        .ok_or_else(|| {
+            ToolError::invalid(
+                "port",
+                &rule("expose_port", "port"),
+                format_args!("got {v}; nothing was exposed"),
+            )
+        })
 }
 
 pub(super) fn sandbox_id(v: &str) -> Result<SandboxId, ToolError> {

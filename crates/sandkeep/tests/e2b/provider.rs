@@ -823,3 +823,60 @@ async fn a_start_broken_after_it_reached_envd_answers_unknown_with_the_handle() 
     ok(&s.client, "kill_sandbox", json!({"sandbox_id": id})).await;
     s.close().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_exposed_port_is_e2bs_host_name_and_the_endpoint_routes_it() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let endpoint = Endpoint::start();
+    if endpoint.shared() {
+        return eprintln!("skipped: a real E2B account's host names need its edge");
+    }
+    let p = provider(&endpoint);
+    let id = p.create(spec()).await.expect("create").sandbox_id;
+    sh(
+        &p,
+        &id,
+        "mkdir -p /tmp/www && printf exposed > /tmp/www/index.html && \
+         (setsid python3 -m http.server 8000 --bind 127.0.0.1 --directory /tmp/www \
+          </dev/null >/dev/null 2>&1 &)",
+    )
+    .await;
+    let port = sandkeep::provider::Port::new(8000).unwrap();
+    let forward = p.expose_port(&id, port).await.expect("expose");
+    let host = format!("8000-{id}.e2b.app");
+    assert_eq!(forward.url, format!("https://{host}"));
+    assert_eq!(p.expose_port(&id, port).await.unwrap(), forward);
+
+    // That name, reaching the endpoint, reaches the server.
+    let addr = endpoint.api_url.trim_start_matches("http://").to_owned();
+    let get = || async {
+        let mut s = tokio::net::TcpStream::connect(&addr).await.unwrap();
+        let request =
+            format!("GET /index.html HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
+        s.write_all(request.as_bytes()).await.unwrap();
+        let mut answer = String::new();
+        s.read_to_string(&mut answer).await.unwrap();
+        answer
+    };
+    let start = Instant::now();
+    loop {
+        let answer = get().await;
+        if answer.starts_with("HTTP/1.1 200") {
+            assert!(answer.ends_with("exposed"), "{answer}");
+            break;
+        }
+        assert!(answer.starts_with("HTTP/1.1 502"), "{answer}");
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "the server never answered: {answer}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    p.kill(&id).await.unwrap();
+    let gone = SandboxId::parse(id.as_str()).unwrap();
+    assert!(matches!(
+        p.expose_port(&gone, port).await,
+        Err(ProviderError::NoSuchSandbox(_))
+    ));
+}

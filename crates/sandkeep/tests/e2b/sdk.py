@@ -320,3 +320,97 @@ def _():
     with open(f"{share}/README") as f:
         assert f.read() == "hello\n", "the host's copy changed"
     print("sandbox", sbx.sandbox_id, flush=True)
+def _through_endpoint(host, path="/", timeout=5.0):
+    """A GET of `path` sent to the endpoint (E2B_SANDBOX_URL) as a request
+    for `host`, as E2B's edge receives a request for a get_host() URL."""
+    import httpx
+
+    return httpx.get(
+        os.environ["E2B_SANDBOX_URL"] + path, headers={"Host": host}, timeout=timeout
+    )
+
+
+def _websocket_echo(host, text):
+    """A websocket handshake with the endpoint for `host`, one masked text
+    frame, and the echoed frame's payload."""
+    import socket
+    from urllib.parse import urlsplit
+
+    url = urlsplit(os.environ["E2B_SANDBOX_URL"])
+    with socket.create_connection((url.hostname, url.port), timeout=10) as s:
+        s.sendall(
+            (
+                "GET /ws HTTP/1.1\r\nHost: %s\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+                % host
+            ).encode()
+        )
+        f = s.makefile("rb")
+        status = f.readline().decode()
+        assert status.startswith("HTTP/1.1 101"), status
+        head = {}
+        while (line := f.readline().decode()) not in ("\r\n", ""):
+            k, _, v = line.partition(":")
+            head[k.strip().lower()] = v.strip()
+        assert head.get("sec-websocket-accept") == "s3pPLMBiTxaQ9kYGzzhZRbK+xOo=", head
+        mask = b"\x12\x34\x56\x78"
+        data = bytes(b ^ mask[i % 4] for i, b in enumerate(text.encode()))
+        s.sendall(bytes([0x81, 0x80 | len(data)]) + mask + data)
+        h = f.read(2)
+        assert h[0] == 0x81, h
+        return f.read(h[1] & 127).decode()
+
+
+@check("get_host")
+def _():
+    # get_host(port) names PORT-ID.DOMAIN; a request for that name reaching
+    # the endpoint goes to the sandbox's server on that port.
+    sbx = make()
+    try:
+        marker = "served-by-" + sbx.sandbox_id
+        sbx.files.write("/tmp/www/index.html", marker)
+        sbx.commands.run(
+            "python3 -m http.server 8000 --bind 127.0.0.1 --directory /tmp/www",
+            background=True,
+        )
+        ws = open(os.path.join(os.path.dirname(__file__), "..", "support", "ws_echo.py")).read()
+        sbx.files.write("/tmp/ws_echo.py", ws)
+        sbx.commands.run("python3 /tmp/ws_echo.py 8765", background=True)
+        host = sbx.get_host(8000)
+        assert host.startswith("8000-" + sbx.sandbox_id + "."), host
+        deadline = time.monotonic() + 20
+        while True:
+            r = _through_endpoint(host, "/index.html")
+            if r.status_code == 200:
+                break
+            assert r.status_code == 502, (r.status_code, r.text)
+            assert time.monotonic() < deadline, "the server never answered: " + r.text
+            time.sleep(0.05)
+        assert r.text == marker, r.text
+        # Nothing listens: E2B's 502 with its JSON error body, at once.
+        started = time.monotonic()
+        r = _through_endpoint(sbx.get_host(9))
+        assert r.status_code == 502, (r.status_code, r.text)
+        assert "port is not open" in r.json()["message"], r.text
+        assert r.json()["code"] == 502, r.text
+        assert time.monotonic() - started < 5
+        # A websocket through the same kind of name.
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                echoed = _websocket_echo(sbx.get_host(8765), "hello through get_host")
+                break
+            except AssertionError:
+                assert time.monotonic() < deadline, "no websocket server"
+                time.sleep(0.05)
+        assert echoed == "hello through get_host", echoed
+        # Another sandbox's name, or none at all: E2B's "not found".
+        r = _through_endpoint("8000-sb-0000000000000000.e2b.app")
+        assert r.status_code == 502 and "was not found" in r.json()["message"], r.text
+        r = _through_endpoint("0-" + sbx.sandbox_id + ".e2b.app")
+        assert r.status_code == 400, (r.status_code, r.text)
+    finally:
+        sbx.kill()
+    # Gone with the sandbox.
+    r = _through_endpoint(host, "/index.html")
+    assert r.status_code == 502 and "was not found" in r.json()["message"], r.text

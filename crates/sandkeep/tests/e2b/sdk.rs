@@ -229,6 +229,11 @@ async fn sdk_create_run_list_kill() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sdk_get_host_reaches_the_sandboxs_servers() {
+    sdk_check("get_host").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sdk_background_stdin_kill() {
     sdk_check("background").await;
 }

@@ -23,7 +23,7 @@ from mcp.shared._httpx_utils import create_mcp_http_client
 TOOLS = {
     "cancel_task", "create_sandbox", "get_task", "kill_sandbox", "list_files",
     "list_sandboxes", "read_file", "run_command", "start_task", "write_file",
-    "wait_task", "list_tasks", "delete_task",
+    "wait_task", "list_tasks", "delete_task", "expose_port",
 }
 
 

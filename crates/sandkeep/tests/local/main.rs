@@ -21,5 +21,6 @@ mod fallback;
 mod faults;
 mod lifecycle;
 mod net;
+mod ports;
 mod trust;
 mod unprivileged;

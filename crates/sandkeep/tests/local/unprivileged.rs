@@ -240,6 +240,32 @@ async fn limits_are_reported_as_the_doctor_says(
     }
 }
 
+/// The keeper of an ordinary user joins the sandbox's network namespace
+/// too (it owns it through its user namespace): a forward reaches a
+/// server inside.
+async fn port_forward_works(
+    p: &sandkeep::provider::local::LocalProvider,
+    id: &sandkeep::provider::SandboxId,
+) {
+    use support::ports::*;
+    p.write_file(id, "echo.py", ECHO_PY.as_bytes())
+        .await
+        .unwrap();
+    let out = sh(
+        p,
+        id,
+        "(setsid python3 echo.py 7000 </dev/null >/dev/null 2>&1 &)",
+    )
+    .await;
+    assert_eq!(out.exit_code, Some(0), "{}", text(&out.stderr));
+    let port = sandkeep::provider::Port::new(7000).unwrap();
+    let forward = p
+        .expose_port(id, port)
+        .await
+        .expect("expose as an ordinary user");
+    until_answering(&forward.url, Duration::from_secs(20)).await;
+}
+
 async fn checks() {
     let home = state_dir();
     let p = provider(home.path());
@@ -280,6 +306,7 @@ async fn checks() {
         p.read_file(id, "missing", 10).await,
         Err(ProviderError::NoSuchPath { .. })
     ));
+    port_forward_works(&p, id).await;
     let marker = format!("/var/tmp/sk-unpriv-escape-{id}");
     let out = sh(
         &p,

@@ -13,6 +13,7 @@ mod faults;
 mod http;
 mod interop;
 mod interop_ts;
+mod ports;
 mod sessionless;
 mod shares;
 mod stdio;

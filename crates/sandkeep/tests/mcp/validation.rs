@@ -455,6 +455,7 @@ async fn tools_declare_closed_input_schemas_and_output_schemas() {
             "cancel_task",
             "create_sandbox",
             "delete_task",
+            "expose_port",
             "get_task",
             "kill_sandbox",
             "list_files",

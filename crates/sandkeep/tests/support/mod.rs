@@ -15,6 +15,7 @@ pub mod fake_kernel;
 pub mod http;
 pub mod local;
 pub mod mcp;
+pub mod ports;
 
 use std::path::Path;
 use std::process::Stdio;

@@ -1,0 +1,56 @@
+//! Port forwards of the local provider where the MCP tests do not go: a
+//! process-only sandbox (no network namespace: the forward connects on the
+//! host's loopback, which the sandbox shares) and a forward's listener on
+//! the configured `expose_addr`.
+
+use crate::support;
+
+use std::time::Duration;
+
+use sandkeep::provider::local::{LocalConfig, LocalProvider};
+use sandkeep::provider::{Port, Provider};
+use support::local::*;
+use support::ports::*;
+
+async fn echo_through_a_forward(p: &LocalProvider, port: u16) -> String {
+    let id = create(p, 120).await.sandbox_id;
+    p.write_file(&id, "echo.py", ECHO_PY.as_bytes())
+        .await
+        .unwrap();
+    let out = sh(
+        p,
+        &id,
+        &format!("(setsid python3 echo.py {port} </dev/null >/dev/null 2>&1 &)"),
+    )
+    .await;
+    assert_eq!(out.exit_code, Some(0), "{}", text(&out.stderr));
+    let forward = p
+        .expose_port(&id, Port::new(port).unwrap())
+        .await
+        .expect("expose");
+    until_answering(&forward.url, Duration::from_secs(20)).await;
+    let listed = p.info(&id).await.unwrap().ports;
+    assert_eq!(listed, vec![forward.clone()]);
+    p.kill(&id).await.unwrap();
+    forward.url
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_process_only_sandbox_is_exposed_too() {
+    let home = state_dir();
+    let p = LocalProvider::new(LocalConfig::new(home.path(), EXE).with_process_only(true)).unwrap();
+    // A port of the host's own loopback: pick one no one uses now.
+    let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = free.local_addr().unwrap().port();
+    drop(free);
+    echo_through_a_forward(&p, port).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forwards_listen_where_the_configuration_says() {
+    let home = state_dir();
+    let addr: std::net::IpAddr = "127.0.0.2".parse().unwrap();
+    let p = LocalProvider::new(LocalConfig::new(home.path(), EXE).with_expose_addr(addr)).unwrap();
+    let url = echo_through_a_forward(&p, 7000).await;
+    assert!(url.starts_with("http://127.0.0.2:"), "{url}");
+}
