@@ -1,5 +1,6 @@
 //! sandkeep's in-sandbox helper: the private task directory, the verbs
-//! start / status / wait / cancel / delete / list, and the supervisor that runs each task.
+//! start / status / wait / cancel / delete / list / input / resize, and the
+//! supervisor that runs each task.
 //!
 //! The helper is a short-lived command answering with exactly one JSON
 //! object on stdout (the verb's reply, or an error reply with exit code 1);
@@ -15,9 +16,12 @@ mod cancel;
 mod capture;
 mod delete;
 mod error;
+mod input;
+mod interact;
 mod nullio;
 mod oom;
 pub mod procfs;
+mod pty;
 mod redact;
 mod start;
 mod status;
@@ -48,7 +52,7 @@ pub fn version_line() -> String {
     )
 }
 
-const USAGE: &str = "usage: sandkeep-task --version | start JSON | status JSON | wait JSON | wait --stream | cancel JSON | delete JSON | list [{}]";
+const USAGE: &str = "usage: sandkeep-task --version | start JSON | status JSON | wait JSON | wait --stream | cancel JSON | delete JSON | list [{}] | input JSON < DATA | resize JSON";
 
 /// Runs the helper with its command-line arguments (without argv\[0\]) and
 /// returns the process exit code.
@@ -60,6 +64,9 @@ pub fn main_with_args(args: Vec<String>) -> i32 {
     let verb_name = args.first().map(String::as_str);
     if verb_name == Some(SUPERVISE_VERB) {
         return supervisor::main(&args[1..]);
+    }
+    if verb_name == Some(pty::SESSION_VERB) {
+        return pty::session_main(&args[1..]);
     }
     if verb_name == Some(wire::VERSION_FLAG) && args.len() == 1 {
         println!("{}", version_line());
@@ -85,6 +92,10 @@ pub fn main_with_args(args: Vec<String>) -> i32 {
         Some(verb::WAIT) => reply(parse(json).and_then(wait::wait)),
         Some(verb::CANCEL) => reply(parse(json).and_then(cancel::cancel)),
         Some(verb::DELETE) => reply(parse(json).and_then(delete::delete)),
+        Some(verb::INPUT) => reply(
+            parse(json).and_then(|req| interact::input(req, read_input()?)),
+        ),
+        Some(verb::RESIZE) => reply(parse(json).and_then(interact::resize)),
         Some(verb::LIST) => reply(no_arguments(json).and_then(|()| status::list())),
         _ => reply::<()>(Err(HelperError::BadRequest(USAGE.into()))),
     }
@@ -133,6 +144,19 @@ fn parse<T: DeserializeOwned>(json: Option<&str>) -> Result<T, HelperError> {
         json.ok_or_else(|| HelperError::BadRequest(format!("missing JSON request; {USAGE}")))?;
     serde_json::from_str(json)
         .map_err(|e| HelperError::BadRequest(format!("malformed request: {e}")))
+}
+
+/// The bytes of `input`, on stdin; one byte more than a call may carry is
+/// enough to refuse it.
+fn read_input() -> Result<Vec<u8>, HelperError> {
+    use std::io::Read;
+    let limit = sandkeep_proto::limits::INPUT_MAX_BYTES as u64 + 1;
+    let mut data = Vec::new();
+    std::io::stdin()
+        .take(limit)
+        .read_to_end(&mut data)
+        .map_err(|e| HelperError::BadRequest(format!("reading the input on stdin: {e}")))?;
+    Ok(data)
 }
 
 /// `list` takes no arguments; the host's generic call sends an empty

@@ -271,6 +271,7 @@ impl Service {
             command: args.command,
             cwd: args.cwd,
             timeout,
+            input: None,
         };
         let encoded = wire::encoded_request_len(&request);
         if encoded > START_REQUEST_MAX_BYTES {
