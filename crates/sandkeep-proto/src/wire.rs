@@ -574,9 +574,11 @@ mod tests {
             input: Some(InputMode::Pty(TermSize { cols: 0, rows: 24 })),
             ..request
         };
-        assert!(serde_json::to_string(&pty).unwrap().ends_with(
-            r#""input":{"pty":{"cols":0,"rows":24}}}"#
-        ));
+        assert!(
+            serde_json::to_string(&pty)
+                .unwrap()
+                .ends_with(r#""input":{"pty":{"cols":0,"rows":24}}}"#)
+        );
         assert_eq!(pty.validate().unwrap_err().parameter, "cols");
     }
 

@@ -7,8 +7,8 @@ use std::io;
 use std::path::PathBuf;
 
 use sandkeep_proto::limits::{INPUT_BACKLOG_MAX_BYTES, MAX_TASK_DIRS};
-use sandkeep_proto::{TaskId, TaskState};
 use sandkeep_proto::wire::{ErrorKind, RequestError};
+use sandkeep_proto::{TaskId, TaskState};
 
 #[derive(Debug, thiserror::Error)]
 pub enum HelperError {

@@ -92,9 +92,7 @@ pub fn main_with_args(args: Vec<String>) -> i32 {
         Some(verb::WAIT) => reply(parse(json).and_then(wait::wait)),
         Some(verb::CANCEL) => reply(parse(json).and_then(cancel::cancel)),
         Some(verb::DELETE) => reply(parse(json).and_then(delete::delete)),
-        Some(verb::INPUT) => reply(
-            parse(json).and_then(|req| interact::input(req, read_input()?)),
-        ),
+        Some(verb::INPUT) => reply(parse(json).and_then(|req| interact::input(req, read_input()?))),
         Some(verb::RESIZE) => reply(parse(json).and_then(interact::resize)),
         Some(verb::LIST) => reply(no_arguments(json).and_then(|()| status::list())),
         _ => reply::<()>(Err(HelperError::BadRequest(USAGE.into()))),

@@ -78,7 +78,10 @@ fn a_reader_is_answered_line_by_line_through_a_pipe() {
     let user = User::new();
     let id = new_id();
     let cmd = "read a; echo \"got $a\"; read b; echo \"got $b\" >&2";
-    assert_eq!(start(&user, &id, cmd, json!("pipe")).state, TaskState::Running);
+    assert_eq!(
+        start(&user, &id, cmd, json!("pipe")).state,
+        TaskState::Running
+    );
     accepted(&user, &id, b"one\n", false);
     wait_stdout(&user, &id, "got one");
     accepted(&user, &id, b"two\n", false);
@@ -108,7 +111,10 @@ fn a_pty_task_has_a_terminal_of_its_size_that_follows_resizes() {
     let cmd = "tty; echo \"TERM=$TERM\"; stty size; read x; stty size; echo \"x=$x\"";
     start(&user, &id, cmd, pty(100, 30));
     let first = wait_stdout(&user, &id, "30 100");
-    assert!(first.contains("/dev/pts/"), "tty names a terminal: {first:?}");
+    assert!(
+        first.contains("/dev/pts/"),
+        "tty names a terminal: {first:?}"
+    );
     assert!(first.contains("TERM=xterm-256color"), "{first:?}");
     let out = resize(&user, &id, 120, 40);
     assert!(out.status.success(), "{out:?}");
@@ -173,11 +179,18 @@ fn at_most_a_mib_waits_and_a_refused_input_leaves_nothing_behind() {
         assert!(taken <= 4 * INPUT_BACKLOG_MAX_BYTES, "never refused");
     };
     assert!(message.contains("input backlog full"), "{message}");
-    assert!(taken >= INPUT_BACKLOG_MAX_BYTES, "refused after {taken} bytes");
+    assert!(
+        taken >= INPUT_BACKLOG_MAX_BYTES,
+        "refused after {taken} bytes"
+    );
     std::fs::write(user.home().join("go"), "").unwrap();
     accepted(&user, &id, b"", true);
     let done = user.wait_terminal(&id, SOON);
-    assert_eq!(done.stdout.trim(), taken.to_string(), "every accepted byte, once");
+    assert_eq!(
+        done.stdout.trim(),
+        taken.to_string(),
+        "every accepted byte, once"
+    );
 }
 
 #[test]
@@ -230,7 +243,9 @@ fn input_waiting_for_a_killed_supervisor_is_not_delivered_anywhere() {
     let supervisor = user.record(&id).supervisor.pid;
     let pid = rustix::process::Pid::from_raw(supervisor as i32).unwrap();
     rustix::process::kill_process(pid, rustix::process::Signal::KILL).unwrap();
-    let s = user.wait_for(&id, SOON, "unknown", |s| s.summary.state == TaskState::Unknown);
+    let s = user.wait_for(&id, SOON, "unknown", |s| {
+        s.summary.state == TaskState::Unknown
+    });
     assert_eq!(s.summary.exit_code, None);
     std::fs::write(user.home().join("go"), "").unwrap();
     let m = refused(&user, &id, b"z", false, ErrorKind::TaskEnded);

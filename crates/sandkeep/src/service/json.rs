@@ -113,6 +113,11 @@ impl Service {
             "wait_task" => to_json(Box::pin(self.wait_task(parse(tool, args)?)).await?),
             "list_tasks" => to_json(Box::pin(self.list_tasks(parse(tool, args)?)).await?),
             "delete_task" => to_json(Box::pin(self.delete_task(parse(tool, args)?)).await?),
+            "start_interactive_task" => {
+                to_json(Box::pin(self.start_interactive_task(session, parse(tool, args)?)).await?)
+            }
+            "send_input" => to_json(Box::pin(self.send_input(parse(tool, args)?)).await?),
+            "resize_terminal" => to_json(Box::pin(self.resize_terminal(parse(tool, args)?)).await?),
             other => return Err(ToolError::UnknownTool(other.to_owned())),
         })
     }

@@ -1,4 +1,4 @@
-//! `sandkeep task start|get|cancel|list|wait|logs`: the task tools from a
+//! `sandkeep task start|get|cancel|list|wait|logs|send`: the task tools from a
 //! shell, one module per subcommand, each owning its arguments, the service
 //! call and how the result is printed. [`handle`] holds what the commands
 //! that take a task's handle share.
@@ -8,6 +8,7 @@ mod get;
 mod handle;
 mod list;
 mod logs;
+mod send;
 mod start;
 mod wait;
 
@@ -31,6 +32,7 @@ pub enum TaskCommand {
     List(list::ListArgs),
     Logs(logs::LogsArgs),
     Wait(wait::WaitArgs),
+    Send(send::SendArgs),
 }
 
 impl TaskCommand {
@@ -42,6 +44,7 @@ impl TaskCommand {
             Self::List(a) => a.output.json,
             Self::Logs(a) => a.handle.output.json,
             Self::Wait(a) => a.handle.output.json,
+            Self::Send(a) => a.handle.output.json,
         }
     }
 }
@@ -54,5 +57,6 @@ pub async fn run(cmd: TaskCommand) -> Outcome {
         TaskCommand::List(args) => list::run(args).await,
         TaskCommand::Logs(args) => logs::run(args).await,
         TaskCommand::Wait(args) => wait::run(args).await,
+        TaskCommand::Send(args) => send::run(args).await,
     }
 }
