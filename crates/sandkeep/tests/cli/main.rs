@@ -6,4 +6,5 @@
 mod support;
 
 mod args;
+mod interactive;
 mod tasks;

@@ -1,8 +1,9 @@
-//! `sandkeep task start|get|cancel|list|wait|logs|send`: the task tools from a
+//! `sandkeep task start|get|cancel|list|wait|logs|send|attach`: the task tools from a
 //! shell, one module per subcommand, each owning its arguments, the service
 //! call and how the result is printed. [`handle`] holds what the commands
 //! that take a task's handle share.
 
+mod attach;
 mod cancel;
 mod get;
 mod handle;
@@ -33,6 +34,7 @@ pub enum TaskCommand {
     Logs(logs::LogsArgs),
     Wait(wait::WaitArgs),
     Send(send::SendArgs),
+    Attach(attach::AttachArgs),
 }
 
 impl TaskCommand {
@@ -45,6 +47,7 @@ impl TaskCommand {
             Self::Logs(a) => a.handle.output.json,
             Self::Wait(a) => a.handle.output.json,
             Self::Send(a) => a.handle.output.json,
+            Self::Attach(a) => a.handle.output.json,
         }
     }
 }
@@ -58,5 +61,6 @@ pub async fn run(cmd: TaskCommand) -> Outcome {
         TaskCommand::Logs(args) => logs::run(args).await,
         TaskCommand::Wait(args) => wait::run(args).await,
         TaskCommand::Send(args) => send::run(args).await,
+        TaskCommand::Attach(args) => attach::run(args).await,
     }
 }
