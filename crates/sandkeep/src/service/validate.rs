@@ -67,6 +67,9 @@ pub(crate) fn allowed(tool: &str, param: &str) -> Option<String> {
             format!("a non-empty path string (1 to {PATH_MAX_BYTES} bytes, no NUL)")
         }
         (_, "content") => "a string".into(),
+        ("resize_terminal", "cols" | "rows") => {
+            format!("an integer from {TERM_SIZE_MIN} to {TERM_SIZE_MAX}")
+        }
         (_, "cols") => term_rule(TERM_COLS_DEFAULT),
         (_, "rows") => term_rule(TERM_ROWS_DEFAULT),
         (_, "pty") => "a boolean, default false".into(),
