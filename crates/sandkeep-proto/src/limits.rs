@@ -48,6 +48,16 @@ pub const WAIT_TIMEOUT_MAX: u64 = 300;
 pub const WAIT_TIMEOUT_DEFAULT: u64 = 30;
 /// list_tasks shows at most this many characters of a task's command.
 pub const LISTED_COMMAND_MAX_CHARS: usize = 256;
+/// send_input accepts at most this many bytes a call, after decoding.
+pub const INPUT_MAX_BYTES: usize = 65_536;
+/// At most this many bytes of input may wait in a task's directory,
+/// accepted but not yet written to the task (SPEC.md §15).
+pub const INPUT_BACKLOG_MAX_BYTES: u64 = 1_048_576;
+/// A terminal's columns and rows (start_interactive_task, resize_terminal).
+pub const TERM_SIZE_MIN: u16 = 1;
+pub const TERM_SIZE_MAX: u16 = 1_000;
+pub const TERM_COLS_DEFAULT: u16 = 80;
+pub const TERM_ROWS_DEFAULT: u16 = 24;
 /// run_command returns at most this many trailing bytes per stream.
 pub const RUN_OUTPUT_MAX_BYTES: usize = 65_536;
 /// Environment values shorter than this are not redacted (they would

@@ -12,7 +12,7 @@ use crate::task::{TaskId, TaskState};
 /// The version of this protocol (verbs, requests, replies, the task
 /// directory's files): bumped on every change a host and a helper built
 /// apart would disagree on. `sandkeep-task --version` prints it.
-pub const PROTOCOL_VERSION: u32 = 1;
+pub const PROTOCOL_VERSION: u32 = 2;
 
 /// `sandkeep-task --version`: one line naming the helper's version, its
 /// protocol and the fingerprint of the sources it was built from.
@@ -28,6 +28,8 @@ pub mod verb {
     pub const DELETE: &str = "delete";
     pub const CHANGES: &str = "changes";
     pub const EXPORT: &str = "export";
+    pub const INPUT: &str = "input";
+    pub const RESIZE: &str = "resize";
 }
 
 /// `sandkeep-task start JSON`.
@@ -41,6 +43,88 @@ pub struct StartRequest {
     pub cwd: Option<String>,
     /// Seconds, within the task timeout range of docs/tools.md.
     pub timeout: u64,
+    /// How the task takes input (start_interactive_task); `None`, the
+    /// seed's start_task, is stdin from `/dev/null`. Left out of the JSON
+    /// when `None`, so a start_task request is what it always was.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input: Option<InputMode>,
+}
+
+/// Where an interactive task's input goes (SPEC.md §15).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+pub enum InputMode {
+    /// stdin is a pipe; stdout and stderr stay apart.
+    Pipe,
+    /// The command runs on a pseudo-terminal of this size; what it shows
+    /// (stdout and stderr together) is the task's stdout.
+    Pty(TermSize),
+}
+
+/// A terminal's size in character cells.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TermSize {
+    pub cols: u16,
+    pub rows: u16,
+}
+
+impl TermSize {
+    /// Checks both against [`limits::TERM_SIZE_MIN`]..=[`limits::TERM_SIZE_MAX`].
+    pub fn validate(&self) -> Result<(), RequestError> {
+        let (min, max) = (
+            u64::from(limits::TERM_SIZE_MIN),
+            u64::from(limits::TERM_SIZE_MAX),
+        );
+        check_range("cols", u64::from(self.cols), min, max)?;
+        check_range("rows", u64::from(self.rows), min, max)
+    }
+}
+
+/// `sandkeep-task input JSON`, the bytes to deliver on the helper's stdin
+/// (so they need no quoting or encoding on the way).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct InputRequest {
+    pub task_id: TaskId,
+    /// Close the task's stdin after these bytes: end-of-file on a pipe,
+    /// `^D` on a terminal.
+    #[serde(default)]
+    pub close: bool,
+}
+
+/// The reply to `input`: the bytes are held in the task's directory and
+/// will reach the task in order, whoever asked.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InputReply {
+    pub task_id: TaskId,
+    pub bytes_accepted: u64,
+}
+
+/// `sandkeep-task resize JSON`: a pty task's new terminal size.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ResizeRequest {
+    pub task_id: TaskId,
+    pub cols: u16,
+    pub rows: u16,
+}
+
+impl ResizeRequest {
+    pub fn size(&self) -> TermSize {
+        TermSize {
+            cols: self.cols,
+            rows: self.rows,
+        }
+    }
+}
+
+/// The reply to `resize`: the size the terminal will have.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ResizeReply {
+    pub task_id: TaskId,
+    #[serde(flatten)]
+    pub size: TermSize,
 }
 
 /// `sandkeep-task status JSON` and `sandkeep-task cancel JSON`.
@@ -119,6 +203,9 @@ impl StartRequest {
                 parameter: "cwd",
                 message: "must be a non-empty path without NUL characters".into(),
             });
+        }
+        if let Some(InputMode::Pty(size)) = &self.input {
+            size.validate()?;
         }
         check_range(
             "timeout",
@@ -344,6 +431,15 @@ pub enum ErrorKind {
     UnsafeTaskDir,
     /// The task is still running, so it was not deleted.
     TaskRunning,
+    /// Input for a task started without it (start_task: stdin is
+    /// `/dev/null`), or a resize for a task without a terminal.
+    NotInteractive,
+    /// Input for a task that has ended (or whose supervisor is gone).
+    TaskEnded,
+    /// Input after the task's stdin was closed.
+    StdinClosed,
+    /// The input would leave more than 1 MiB waiting: nothing was taken.
+    InputBacklogFull,
     /// Anything else (I/O failure, spawn failure).
     Internal,
 }
@@ -432,6 +528,7 @@ mod tests {
             command: command.into(),
             cwd: None,
             timeout,
+            input: None,
         };
         assert!(start("true", 1).validate().is_ok());
         assert!(
@@ -460,6 +557,31 @@ mod tests {
         status.limit = 1;
         status.stderr_offset = limits::OFFSET_MAX + 1;
         assert_eq!(status.validate().unwrap_err().parameter, "stderr_offset");
+    }
+
+    #[test]
+    fn a_start_task_request_encodes_as_it_always_did() {
+        let request = StartRequest {
+            task_id: TaskId::from_bytes([1; 16]),
+            command: "true".into(),
+            cwd: None,
+            timeout: 5,
+            input: None,
+        };
+        assert_eq!(
+            serde_json::to_string(&request).unwrap(),
+            r#"{"task_id":"01010101010101010101010101010101","command":"true","timeout":5}"#
+        );
+        let pty = StartRequest {
+            input: Some(InputMode::Pty(TermSize { cols: 0, rows: 24 })),
+            ..request
+        };
+        assert!(
+            serde_json::to_string(&pty)
+                .unwrap()
+                .ends_with(r#""input":{"pty":{"cols":0,"rows":24}}}"#)
+        );
+        assert_eq!(pty.validate().unwrap_err().parameter, "cols");
     }
 
     #[test]

@@ -18,6 +18,7 @@ use sandkeep_proto::wire::{CancelReply, StatusRequest};
 
 use crate::error::{HelperError, IoContext};
 use crate::status::{observe, open_checked, status_of};
+use crate::supervisor::control;
 use crate::taskdir::TaskDir;
 
 /// Longest wait between two looks at the record, so a supervisor that
@@ -35,7 +36,7 @@ pub fn cancel(req: StatusRequest) -> Result<CancelReply, HelperError> {
             .context(|| format!("reaching the supervisor of task {}", req.task_id))?
         {
             // A full FIFO already holds a cancel request: that is fine.
-            let _ = std::fs::File::from(control).write(b"c");
+            let _ = std::fs::File::from(control).write(&[control::CANCEL]);
             wait_for_ending(&dir, watch.as_ref())?;
         }
     }

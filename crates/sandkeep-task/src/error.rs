@@ -6,9 +6,9 @@
 use std::io;
 use std::path::PathBuf;
 
-use sandkeep_proto::TaskId;
-use sandkeep_proto::limits::MAX_TASK_DIRS;
+use sandkeep_proto::limits::{INPUT_BACKLOG_MAX_BYTES, MAX_TASK_DIRS};
 use sandkeep_proto::wire::{ErrorKind, RequestError};
+use sandkeep_proto::{TaskId, TaskState};
 
 #[derive(Debug, thiserror::Error)]
 pub enum HelperError {
@@ -33,6 +33,32 @@ pub enum HelperError {
 
     #[error("task {0} is still running, so it was not deleted: cancel it first")]
     TaskRunning(TaskId),
+
+    #[error(
+        "task {0} takes no input: it was started with start_task, whose stdin is /dev/null; \
+         start it with start_interactive_task to send it input"
+    )]
+    NotInteractive(TaskId),
+
+    #[error("task {0} has no terminal: only a task started with pty true can be resized")]
+    NoTerminal(TaskId),
+
+    #[error("task {0} has ended (state {1}): its input is no longer read")]
+    TaskEnded(TaskId, TaskState),
+
+    #[error("the stdin of task {0} was closed (send_input with close): it takes no more input")]
+    StdinClosed(TaskId),
+
+    #[error(
+        "input backlog full: {waiting} bytes sent to task {task_id} are still waiting to be \
+         read, and {offered} more would exceed {INPUT_BACKLOG_MAX_BYTES}; nothing of this \
+         input was taken: wait for the task to read what it has, then send again"
+    )]
+    InputBacklogFull {
+        task_id: TaskId,
+        waiting: u64,
+        offered: usize,
+    },
 
     #[error("working directory {} does not exist or is not a directory", .0.display())]
     NoSuchCwd(PathBuf),
@@ -60,6 +86,10 @@ impl HelperError {
             Self::TooManyTasks(_) => ErrorKind::TooManyTasks,
             Self::NoSuchCwd(_) => ErrorKind::NoSuchCwd,
             Self::TaskRunning(_) => ErrorKind::TaskRunning,
+            Self::NotInteractive(_) | Self::NoTerminal(_) => ErrorKind::NotInteractive,
+            Self::TaskEnded(..) => ErrorKind::TaskEnded,
+            Self::StdinClosed(_) => ErrorKind::StdinClosed,
+            Self::InputBacklogFull { .. } => ErrorKind::InputBacklogFull,
             Self::UnsafeTaskDir { .. } => ErrorKind::UnsafeTaskDir,
             Self::Io { .. } | Self::Internal(_) => ErrorKind::Internal,
         }

@@ -1,7 +1,7 @@
 //! sandkeep's in-sandbox helper: the private task directory, the verbs
-//! start / status / wait / cancel / delete / list, and the supervisor that runs each task;
-//! besides, `changes` and `export`, what the sandbox wrote in its
-//! copy-on-write shares.
+//! start / status / wait / cancel / delete / list / input / resize, and the
+//! supervisor that runs each task; besides, `changes` and `export`, what
+//! the sandbox wrote in its copy-on-write shares.
 //!
 //! The helper is a short-lived command answering with exactly one JSON
 //! object on stdout (the verb's reply, or an error reply with exit code 1);
@@ -18,9 +18,12 @@ mod capture;
 mod changes;
 mod delete;
 mod error;
+mod input;
+mod interact;
 mod nullio;
 mod oom;
 pub mod procfs;
+mod pty;
 mod redact;
 mod start;
 mod status;
@@ -51,7 +54,7 @@ pub fn version_line() -> String {
     )
 }
 
-const USAGE: &str = "usage: sandkeep-task --version | start JSON | status JSON | wait JSON | wait --stream | cancel JSON | delete JSON | list [{}] | changes JSON | export JSON";
+const USAGE: &str = "usage: sandkeep-task --version | start JSON | status JSON | wait JSON | wait --stream | cancel JSON | delete JSON | list [{}] | input JSON < DATA | resize JSON | changes JSON | export JSON";
 
 /// Runs the helper with its command-line arguments (without argv\[0\]) and
 /// returns the process exit code.
@@ -63,6 +66,9 @@ pub fn main_with_args(args: Vec<String>) -> i32 {
     let verb_name = args.first().map(String::as_str);
     if verb_name == Some(SUPERVISE_VERB) {
         return supervisor::main(&args[1..]);
+    }
+    if verb_name == Some(pty::SESSION_VERB) {
+        return pty::session_main(&args[1..]);
     }
     if verb_name == Some(wire::VERSION_FLAG) && args.len() == 1 {
         println!("{}", version_line());
@@ -88,6 +94,8 @@ pub fn main_with_args(args: Vec<String>) -> i32 {
         Some(verb::WAIT) => reply(parse(json).and_then(wait::wait)),
         Some(verb::CANCEL) => reply(parse(json).and_then(cancel::cancel)),
         Some(verb::DELETE) => reply(parse(json).and_then(delete::delete)),
+        Some(verb::INPUT) => reply(parse(json).and_then(|req| interact::input(req, read_input()?))),
+        Some(verb::RESIZE) => reply(parse(json).and_then(interact::resize)),
         Some(verb::LIST) => reply(no_arguments(json).and_then(|()| status::list())),
         Some(verb::CHANGES) => reply(parse(json).and_then(changes::changes)),
         // A stream, not one JSON reply: only a failure is a reply (after
@@ -148,6 +156,19 @@ fn parse<T: DeserializeOwned>(json: Option<&str>) -> Result<T, HelperError> {
         json.ok_or_else(|| HelperError::BadRequest(format!("missing JSON request; {USAGE}")))?;
     serde_json::from_str(json)
         .map_err(|e| HelperError::BadRequest(format!("malformed request: {e}")))
+}
+
+/// The bytes of `input`, on stdin; one byte more than a call may carry is
+/// enough to refuse it.
+fn read_input() -> Result<Vec<u8>, HelperError> {
+    use std::io::Read;
+    let limit = sandkeep_proto::limits::INPUT_MAX_BYTES as u64 + 1;
+    let mut data = Vec::new();
+    std::io::stdin()
+        .take(limit)
+        .read_to_end(&mut data)
+        .map_err(|e| HelperError::BadRequest(format!("reading the input on stdin: {e}")))?;
+    Ok(data)
 }
 
 /// `list` takes no arguments; the host's generic call sends an empty

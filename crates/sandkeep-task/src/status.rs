@@ -60,7 +60,7 @@ pub fn observe(dir: &TaskDir) -> Result<Observation, HelperError> {
     Ok(Observation { record, state })
 }
 
-fn open_task(id: &TaskId) -> Result<TaskDir, HelperError> {
+pub fn open_task(id: &TaskId) -> Result<TaskDir, HelperError> {
     TaskRoot::open_existing()?
         .map(|root| root.open_task_dir(id))
         .transpose()?

@@ -5,9 +5,11 @@
 //! only signals ever sent to the group come from here, and only while the
 //! group's leader is an unreaped child of this process, so the group id
 //! cannot have been recycled. It is a single-threaded poll loop over the
-//! two output pipes, a pidfd for the leader's exit, the control FIFO for
-//! cancel, and timers for timeout, grace and drain. It must never write to
-//! its own stdout after the readiness byte, nor block on the task.
+//! two output pipes (or a pty task's terminal), a pidfd for the leader's
+//! exit, the control FIFO for cancel and the wake-ups of input and resize,
+//! an interactive task's stdin while a write waits on it, and timers for
+//! timeout, grace and drain. It must never write to its own stdout after
+//! the readiness byte, nor block on the task.
 
 use std::fs::File;
 use std::io::{self, Read, Write};
@@ -24,12 +26,14 @@ use sandkeep_proto::record::{
     Ending, Outcome, ProcessIdentity, RECORD_VERSION, StateRecord, exit_code_of, unix_now,
 };
 use sandkeep_proto::shell::SHELLS;
-use sandkeep_proto::wire::StartRequest;
+use sandkeep_proto::wire::{InputMode, StartRequest};
 
 use crate::capture::{Capture, Saved};
+use crate::input::{Eof, InputQueue, Pump};
 use crate::nullio::{discarding_output, empty_input};
 use crate::oom::MemoryCgroup;
 use crate::procfs;
+use crate::pty;
 use crate::redact::{Redactor, secrets_of_env};
 use crate::taskdir::{STDERR_LOG, STDOUT_LOG, TaskDir};
 
@@ -71,6 +75,16 @@ const LONGEST_PAUSE: Duration = Duration::from_millis(2);
 /// other or the exit watch.
 const READS_PER_WAKEUP: usize = 16;
 
+/// What the control FIFO carries, one byte per request.
+pub mod control {
+    /// Stop the task (cancel).
+    pub const CANCEL: u8 = b'c';
+    /// New input is queued.
+    pub const INPUT: u8 = b'i';
+    /// A new terminal size is recorded.
+    pub const RESIZE: u8 = b'w';
+}
+
 /// Entry point of the hidden verb; the return value is the exit code.
 pub fn main(args: &[String]) -> i32 {
     // Own session first: the starter's death or hangup never reaches us.
@@ -100,14 +114,19 @@ fn fail_before_start(message: String) -> i32 {
 }
 
 /// `bash -c COMMAND`, or `sh -c COMMAND` where bash is missing, in its own
-/// process group.
+/// process group; stdin from `/dev/null`, or a pipe for an interactive
+/// task. A pty task goes through [`spawn_on_terminal`] instead.
 fn spawn_command(order: &StartRequest) -> io::Result<Child> {
     let mut last_err = None;
     for shell in SHELLS {
         let mut cmd = Command::new(shell);
+        let stdin = match order.input {
+            None => empty_input()?,
+            Some(_) => Stdio::piped(),
+        };
         cmd.arg("-c")
             .arg(&order.command)
-            .stdin(empty_input()?)
+            .stdin(stdin)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .process_group(0);
@@ -121,6 +140,58 @@ fn spawn_command(order: &StartRequest) -> io::Result<Child> {
         }
     }
     Err(last_err.expect("the loop tries at least one shell"))
+}
+
+/// The command on the terminal whose slave is `slave`, in a session of its
+/// own led by the spawned child (so the child's pid is still the group).
+fn spawn_on_terminal(order: &StartRequest, slave: &OwnedFd) -> io::Result<Child> {
+    let mut cmd = Command::new("/proc/self/exe");
+    cmd.arg0("sandkeep-task")
+        .arg(pty::SESSION_VERB)
+        .arg(&order.command)
+        .env("TERM", pty::TERM)
+        .stdin(slave.try_clone()?)
+        .stdout(slave.try_clone()?)
+        .stderr(slave.try_clone()?);
+    if let Some(cwd) = &order.cwd {
+        cmd.current_dir(cwd);
+    }
+    cmd.spawn()
+}
+
+/// An interactive task's input side, prepared before the spawn.
+enum Wiring {
+    /// stdin from `/dev/null` (start_task).
+    None,
+    Pipe(InputQueue),
+    /// The terminal's master and slave.
+    Pty(InputQueue, OwnedFd, OwnedFd),
+}
+
+impl Wiring {
+    /// Creates the input queue (and records the terminal's size) before
+    /// the first record, so input is accepted as soon as the task is.
+    fn prepare(dir: &TaskDir, mode: Option<InputMode>) -> Result<Self, String> {
+        let Some(mode) = mode else {
+            return Ok(Self::None);
+        };
+        dir.create_input_dir()
+            .map_err(|e| format!("creating the input queue: {e}"))?;
+        let queue = InputQueue::open(dir)
+            .ok()
+            .flatten()
+            .ok_or("opening the input queue failed")?;
+        Ok(match mode {
+            InputMode::Pipe => Self::Pipe(queue),
+            InputMode::Pty(size) => {
+                dir.write_winsize(size)
+                    .map_err(|e| format!("recording the terminal size: {e}"))?;
+                let (master, slave) =
+                    pty::open(size).map_err(|e| format!("opening a pseudo-terminal: {e}"))?;
+                Self::Pty(queue, master, slave)
+            }
+        })
+    }
 }
 
 /// How output beyond the cap is collected. Waking for each small write of
@@ -199,6 +270,8 @@ enum Source {
     Stream(usize),
     Exit,
     Control,
+    /// The task's stdin can take more of the input waiting for it.
+    Input,
 }
 
 struct Supervisor {
@@ -207,6 +280,10 @@ struct Supervisor {
     leader: Pid,
     exit_watch: Option<OwnedFd>,
     control: OwnedFd,
+    /// An interactive task's queued input on its way to the task.
+    input: Option<Pump>,
+    /// A pty task's terminal master, for resizes.
+    terminal: Option<OwnedFd>,
     /// stdout, stderr; `None` once closed.
     streams: [Option<Stream>; 2],
     deadline: Instant,
@@ -258,9 +335,14 @@ impl Supervisor {
             outcome: None,
             error: None,
         };
+        let wiring = Wiring::prepare(&dir, order.input)?;
         // Read before the spawn: a kill the task causes raises the count.
         let memory = MemoryCgroup::find().and_then(|m| Some((m.kills()?, m)));
-        let mut child = match spawn_command(&order) {
+        let spawned = match &wiring {
+            Wiring::Pty(_, _, slave) => spawn_on_terminal(&order, slave),
+            _ => spawn_command(&order),
+        };
+        let mut child = match spawned {
             Ok(child) => child,
             Err(e) => {
                 // The reason goes where the user will look for it.
@@ -281,19 +363,10 @@ impl Supervisor {
         let leader = Pid::from_raw(pid as i32).expect("a spawned child has a positive pid");
         record.pgid = Some(pid);
         record.started_at = Some(unix_now());
-        let pipes = (child.stdout.take(), child.stderr.take());
-        let (Some(out), Some(err)) = pipes else {
-            unreachable!("both outputs were requested as pipes")
-        };
-        let streams = match (
-            Stream::new(out.into(), out_log, Redactor::new(secrets.clone())),
-            Stream::new(err.into(), err_log, Redactor::new(secrets)),
-        ) {
-            (Ok(o), Ok(e)) => [Some(o), Some(e)],
-            _ => {
-                kill_unstarted(leader);
-                return Err("preparing the output pipes failed".into());
-            }
+        let wired = wire_up(&mut child, wiring, out_log, err_log, secrets);
+        let Ok((streams, input, terminal)) = wired else {
+            kill_unstarted(leader);
+            return Err("preparing the task's pipes or terminal failed".into());
         };
         if let Err(e) = write_first_record(&dir, &record) {
             kill_unstarted(leader);
@@ -306,6 +379,8 @@ impl Supervisor {
             // Without pidfds (Linux < 5.3) the exit is polled instead.
             exit_watch: rustix::process::pidfd_open(leader, PidfdFlags::empty()).ok(),
             control,
+            input,
+            terminal,
             streams,
             deadline: Instant::now() + Duration::from_secs(order.timeout),
             stop: None,
@@ -336,6 +411,7 @@ impl Supervisor {
                     Source::Stream(i) => self.read_stream(i),
                     Source::Exit => self.check_exit(),
                     Source::Control => self.read_control(),
+                    Source::Input => self.pump_input(),
                 }
             }
         }
@@ -362,6 +438,10 @@ impl Supervisor {
             }
             fds.push(PollFd::new(&self.control, PollFlags::IN));
             sources.push(Source::Control);
+            if let Some(fd) = self.input.as_ref().and_then(Pump::waiting_on) {
+                fds.push(PollFd::new(fd, PollFlags::OUT));
+                sources.push(Source::Input);
+            }
         }
         let timeout = Timespec {
             tv_sec: timeout.as_secs() as i64,
@@ -553,10 +633,26 @@ impl Supervisor {
     }
 
     fn read_control(&mut self) {
-        let mut byte = [0u8; 64];
-        let cancel = matches!(rustix::io::read(&self.control, &mut byte), Ok(n) if n > 0);
-        if cancel && self.exited.is_none() && self.stop.is_none() {
+        let mut bytes = [0u8; 64];
+        let n = rustix::io::read(&self.control, &mut bytes).unwrap_or(0);
+        let requests = &bytes[..n];
+        if requests.contains(&control::CANCEL) && self.exited.is_none() && self.stop.is_none() {
             self.request_stop(Ending::Cancelled, Instant::now());
+        }
+        if requests.contains(&control::RESIZE)
+            && let Some(terminal) = &self.terminal
+            && let Ok(Some(size)) = self.dir.read_winsize()
+        {
+            let _ = pty::set_size(terminal, size);
+        }
+        if requests.contains(&control::INPUT) {
+            self.pump_input();
+        }
+    }
+
+    fn pump_input(&mut self) {
+        if let Some(pump) = &mut self.input {
+            pump.pump();
         }
     }
 
@@ -606,6 +702,53 @@ fn write_first_record(dir: &TaskDir, record: &StateRecord) -> Result<(), String>
         let _ = rustix::stdio::dup2_stdout(sink.as_fd());
     }
     Ok(())
+}
+
+type Wired = ([Option<Stream>; 2], Option<Pump>, Option<OwnedFd>);
+
+/// The spawned child's pipes (or terminal) as the supervisor holds them:
+/// the output streams, the input pump, a pty task's terminal master.
+fn wire_up(
+    child: &mut Child,
+    wiring: Wiring,
+    out_log: File,
+    err_log: File,
+    secrets: Vec<Vec<u8>>,
+) -> io::Result<Wired> {
+    if let Wiring::Pty(queue, master, slave) = wiring {
+        // Only the command may hold the slave: once it is gone, reading
+        // the master ends.
+        drop(slave);
+        let stdout = Stream::new(master.try_clone()?, out_log, Redactor::new(secrets))?;
+        let pump = Pump::new(queue, master.try_clone()?, Eof::ControlD);
+        // stderr.log stays empty: the terminal joins both streams.
+        drop(err_log);
+        return Ok(([Some(stdout), None], Some(pump), Some(master)));
+    }
+    let (Some(out), Some(err)) = (child.stdout.take(), child.stderr.take()) else {
+        unreachable!("both outputs were requested as pipes")
+    };
+    let streams = [
+        Some(Stream::new(
+            out.into(),
+            out_log,
+            Redactor::new(secrets.clone()),
+        )?),
+        Some(Stream::new(err.into(), err_log, Redactor::new(secrets))?),
+    ];
+    let pump = match wiring {
+        Wiring::Pipe(queue) => {
+            let stdin: OwnedFd = child
+                .stdin
+                .take()
+                .expect("stdin was requested as a pipe")
+                .into();
+            rustix::io::ioctl_fionbio(&stdin, true)?;
+            Some(Pump::new(queue, stdin, Eof::ClosePipe))
+        }
+        _ => None,
+    };
+    Ok((streams, pump, None))
 }
 
 /// A command spawned but never announced: nothing may outlive the failure.

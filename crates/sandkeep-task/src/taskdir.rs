@@ -2,7 +2,8 @@
 //!
 //! Owns where task data lives, the safety checks of SPEC.md §5 on the
 //! private directory, and every file operation on a task directory (state
-//! record written atomically, logs, control FIFO). All access below the
+//! record written atomically, logs, control FIFO, terminal size; the
+//! input queue's own files are crate::input's). All access below the
 //! private directory goes through directory descriptors opened without
 //! following symlinks, so a path swapped after the check is not followed.
 //! It decides nothing about task states.
@@ -18,6 +19,7 @@ use rustix::fs::{FileType, FlockOperation, Mode, OFlags};
 use rustix::io::Errno;
 use sandkeep_proto::page::{ByteOffset, Page, page_range};
 use sandkeep_proto::shell::state_base;
+use sandkeep_proto::wire::TermSize;
 use sandkeep_proto::{StateRecord, TaskId};
 
 use crate::error::{HelperError, IoContext};
@@ -29,6 +31,12 @@ pub const STDERR_LOG: &str = "stderr.log";
 pub const CONTROL_FIFO: &str = "control";
 /// The start of the task's command, redacted, for `list`.
 pub const COMMAND_FILE: &str = "command";
+/// An interactive task's input queue (crate::input); absent for a task
+/// whose stdin is `/dev/null`.
+pub const INPUT_DIR: &str = "input";
+/// A pty task's terminal size, `COLS ROWS`; absent for other tasks.
+pub const WINSIZE_FILE: &str = "winsize";
+const WINSIZE_TEMP: &str = "winsize.tmp";
 
 /// `${XDG_STATE_HOME:-$HOME/.local/state}/sandkeep/tasks`, from `env`.
 pub fn root_path_from(
@@ -267,15 +275,66 @@ impl TaskDir {
     /// add milliseconds to start and to every exit.
     pub fn write_record(&self, record: &StateRecord) -> io::Result<()> {
         let json = serde_json::to_vec(record).map_err(io::Error::other)?;
+        self.replace(STATE_TEMP, STATE_FILE, &json)
+    }
+
+    /// Writes `bytes` to `temp`, then renames it over `name`.
+    fn replace(&self, temp: &str, name: &str, bytes: &[u8]) -> io::Result<()> {
         let fd = rustix::fs::openat(
             &self.fd,
-            STATE_TEMP,
+            temp,
             OFlags::WRONLY | OFlags::CREATE | OFlags::TRUNC | file_flags(),
             Mode::from_raw_mode(0o600),
         )?;
-        File::from(fd).write_all(&json)?;
-        rustix::fs::renameat(&self.fd, STATE_TEMP, &self.fd, STATE_FILE)?;
+        File::from(fd).write_all(bytes)?;
+        rustix::fs::renameat(&self.fd, temp, &self.fd, name)?;
         Ok(())
+    }
+
+    /// Creates the input queue of an interactive task.
+    pub fn create_input_dir(&self) -> io::Result<()> {
+        rustix::fs::mkdirat(&self.fd, INPUT_DIR, Mode::from_raw_mode(0o700))?;
+        Ok(())
+    }
+
+    /// The input queue's directory; `None` for a task without one.
+    pub fn open_input_dir(&self) -> io::Result<Option<OwnedFd>> {
+        match rustix::fs::openat(&self.fd, INPUT_DIR, dir_flags(), Mode::empty()) {
+            Ok(fd) => Ok(Some(fd)),
+            Err(Errno::NOENT) => Ok(None),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Records a pty task's terminal size, atomically. Callers serialise
+    /// on the input queue's lock, since they share the temporary name.
+    pub fn write_winsize(&self, size: TermSize) -> io::Result<()> {
+        let text = format!("{} {}\n", size.cols, size.rows);
+        self.replace(WINSIZE_TEMP, WINSIZE_FILE, text.as_bytes())
+    }
+
+    /// A pty task's terminal size; `None` for a task without a terminal.
+    pub fn read_winsize(&self) -> io::Result<Option<TermSize>> {
+        let fd = match rustix::fs::openat(
+            &self.fd,
+            WINSIZE_FILE,
+            OFlags::RDONLY | file_flags(),
+            Mode::empty(),
+        ) {
+            Ok(fd) => fd,
+            Err(Errno::NOENT) => return Ok(None),
+            Err(e) => return Err(e.into()),
+        };
+        let mut text = String::new();
+        File::from(fd).read_to_string(&mut text)?;
+        let mut words = text.split_whitespace().map(str::parse::<u16>);
+        match (words.next(), words.next()) {
+            (Some(Ok(cols)), Some(Ok(rows))) => Ok(Some(TermSize { cols, rows })),
+            _ => Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("{WINSIZE_FILE} holds {text:?}, not `COLS ROWS`"),
+            )),
+        }
     }
 
     /// The current record; `None` when none was written yet or it cannot

@@ -131,6 +131,7 @@ async fn main() {
             command: "true".into(),
             cwd: None,
             timeout: 60,
+            input: None,
         };
         let line = wire::helper_command_line(&helper, wire::verb::START, &request);
         base_start.push(helper_exec(&provider, &id, &helper, line).await);

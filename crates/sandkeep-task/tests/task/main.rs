@@ -4,6 +4,7 @@
 
 mod common;
 
+mod interactive;
 mod lifecycle;
 mod refusals;
 mod static_binary;

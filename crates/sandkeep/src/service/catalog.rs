@@ -164,6 +164,8 @@ fn limit(name: &str) -> Option<String> {
         "CANCEL_WAIT" => (CANCEL_WAIT_MS / 1000).to_string(),
         "LISTED_COMMAND_MAX" => LISTED_COMMAND_MAX_CHARS.to_string(),
         "MAX_TASKS" => MAX_TASK_DIRS.to_string(),
+        "INPUT_MAX" => bytes(INPUT_MAX_BYTES as u64),
+        "INPUT_BACKLOG" => bytes(INPUT_BACKLOG_MAX_BYTES),
         _ => return None,
     })
 }
@@ -545,6 +547,49 @@ create_sandbox and list_sandboxes show a sandbox's ports.",
         annotations: annotations(false, false, true, false),
         input_schema: input::<ExposePortArgs>,
         output_schema: output::<ExposePortResult>,
+    },
+    ToolSpec {
+        name: "start_interactive_task",
+        title: "Start a background task that takes input",
+        about: "Start a shell command (bash -c) as a durable background task whose input you send with \
+send_input: REPLs (python3 -i, psql, node), prompts (y/N, passwords, apt), anything that asks. \
+Returns the same handle as start_task, and every task tool works on it (get_task, wait_task, \
+cancel_task, list_tasks, delete_task). With pty true the command runs on a terminal of cols x \
+rows (for programs that need one; its output, stdout and stderr together, is the task's stdout, \
+with the terminal's echo of what you type; resize it with resize_terminal); otherwise stdin is a \
+pipe. Typical loop: send_input, then wait_task from the last stdout_next_offset to read the \
+answer. KEEP THE HANDLE. If state is \"unknown\" with an error, do NOT start it again; query the \
+handle with get_task.",
+        session_note: DEFAULT_SANDBOX,
+        sessionless_note: SANDBOX_ID_REQUIRED,
+        annotations: RUNS_ANYTHING,
+        input_schema: input::<StartInteractiveTaskArgs>,
+        output_schema: output::<StartTaskResult>,
+    },
+    ToolSpec {
+        name: "send_input",
+        title: "Send input to an interactive task",
+        about: "Type data into the stdin (or terminal) of a task started with start_interactive_task; end a line \
+with \\n. Input is kept in the sandbox until the task reads it and arrives in order, exactly \
+once, even if this server restarts. At most {INPUT_MAX} a call and {INPUT_BACKLOG} waiting \
+unread (then \"input backlog full\": nothing of the call is taken, wait for the task to read and \
+retry). close true ends the input after data (end-of-file; ^D on a terminal). Refused for \
+start_task tasks, ended tasks and closed input.",
+        session_note: "",
+        sessionless_note: "",
+        annotations: RUNS_ANYTHING,
+        input_schema: input::<SendInputArgs>,
+        output_schema: output::<SendInputResult>,
+    },
+    ToolSpec {
+        name: "resize_terminal",
+        title: "Resize an interactive task's terminal",
+        about: "Set the size of the terminal of a task started with start_interactive_task and pty true; the program is told (SIGWINCH).",
+        session_note: "",
+        sessionless_note: "",
+        annotations: annotations(false, false, true, false),
+        input_schema: input::<ResizeTerminalArgs>,
+        output_schema: output::<ResizeTerminalResult>,
     },
 ];
 

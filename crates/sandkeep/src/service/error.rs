@@ -38,6 +38,13 @@ pub enum ToolError {
         .0.task_id, .0.state
     )]
     CancelNotConfirmed(Box<TaskResult>),
+    /// send_input's call to the sandbox broke after the input may have
+    /// been queued.
+    #[error(
+        "the input may or may not have been accepted ({0}): read the task's output with \
+         get_task before sending it again, or it may arrive twice"
+    )]
+    InputUnconfirmed(String),
     #[error("unknown tool {0:?}: call tools/list for the available tools")]
     UnknownTool(String),
     #[error(

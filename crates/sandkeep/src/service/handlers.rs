@@ -269,6 +269,17 @@ impl Service {
         session: &Session,
         args: StartTaskArgs,
     ) -> Result<StartTaskResult, ToolError> {
+        self.submit_task(session, args, None).await
+    }
+
+    /// start_task, and start_interactive_task with its `input`: the one
+    /// protocol of submitting a task to the helper.
+    pub(super) async fn submit_task(
+        &self,
+        session: &Session,
+        args: StartTaskArgs,
+        input: Option<wire::InputMode>,
+    ) -> Result<StartTaskResult, ToolError> {
         validate::command_and_cwd(&args.command, args.cwd.as_deref())?;
         let timeout = validate::task_timeout(args.timeout)?;
         let id = self.resolve(session, args.sandbox_id.as_deref())?;
@@ -281,6 +292,7 @@ impl Service {
             command: args.command,
             cwd,
             timeout,
+            input,
         };
         let encoded = wire::encoded_request_len(&request);
         if encoded > START_REQUEST_MAX_BYTES {
@@ -447,6 +459,11 @@ pub(super) fn helper_error(e: HelperError, id: &SandboxId, task_id: &TaskId) -> 
                      use another sandbox (create_sandbox)"
                 ),
                 ErrorKind::Internal => format!("the task helper in sandbox {id} failed; retry, or use another sandbox"),
+                // The helper's message says which (SPEC.md §15); it is the advice.
+                ErrorKind::NotInteractive
+                | ErrorKind::TaskEnded
+                | ErrorKind::StdinClosed
+                | ErrorKind::InputBacklogFull => return ToolError::Helper { kind, message },
             };
             // The helper's own words add nothing to a missing task but
             // its id, which the advice already names.

@@ -82,6 +82,35 @@ pub(super) async fn call<Req: Serialize, Rep: DeserializeOwned>(
     call_within(provider, paths, sandbox, verb, request, Duration::ZERO).await
 }
 
+/// [`call`] with `stdin` for the helper (the bytes of `input`): they
+/// travel as they are, with no quoting or encoding.
+pub(super) async fn call_with_stdin<Req: Serialize, Rep: DeserializeOwned>(
+    provider: &dyn Provider,
+    paths: &HelperPaths,
+    sandbox: &SandboxId,
+    verb: &str,
+    request: &Req,
+    stdin: Vec<u8>,
+) -> Result<Rep, HelperError> {
+    let call = Call {
+        verb,
+        stdin: Some(stdin),
+        timeout: CALL_TIMEOUT,
+        reply_limit: REPLY_LIMIT,
+    };
+    run(provider, paths, sandbox, call, request).await
+}
+
+/// One run of the helper: its verb, what it reads on stdin, how long it
+/// may take.
+struct Call<'a> {
+    verb: &'a str,
+    stdin: Option<Vec<u8>>,
+    timeout: Duration,
+    /// The most bytes of its answer read back.
+    reply_limit: usize,
+}
+
 /// [`call`] for a verb that may itself wait up to `wait` before answering
 /// (the `wait` verb): the call's timeout is that much longer.
 pub(super) async fn call_within<Req: Serialize, Rep: DeserializeOwned>(
@@ -92,21 +121,27 @@ pub(super) async fn call_within<Req: Serialize, Rep: DeserializeOwned>(
     request: &Req,
     wait: Duration,
 ) -> Result<Rep, HelperError> {
+    let call = Call {
+        verb,
+        stdin: None,
+        timeout: CALL_TIMEOUT + wait,
+        reply_limit: REPLY_LIMIT,
+    };
+    run(provider, paths, sandbox, call, request).await
+}
+
+async fn run<Req: Serialize, Rep: DeserializeOwned>(
+    provider: &dyn Provider,
+    paths: &HelperPaths,
+    sandbox: &SandboxId,
+    call: Call<'_>,
+    request: &Req,
+) -> Result<Rep, HelperError> {
     let helper = paths
         .get(provider, sandbox)
         .await
         .map_err(HelperError::Provider)?;
-    let timeout = CALL_TIMEOUT + wait;
-    let result = exec(
-        provider,
-        &helper,
-        sandbox,
-        verb,
-        request,
-        timeout,
-        REPLY_LIMIT,
-    )
-    .await;
+    let result = exec(provider, &helper, sandbox, call, request).await;
     if let Err(HelperError::Provider(ProviderError::NoSuchSandbox(_))) = &result {
         paths.forget(sandbox);
     }
@@ -124,20 +159,13 @@ pub(super) async fn call_with<Req: Serialize, Rep: DeserializeOwned>(
     timeout: Duration,
     reply_limit: usize,
 ) -> Result<Rep, HelperError> {
-    let helper = paths
-        .get(provider, sandbox)
-        .await
-        .map_err(HelperError::Provider)?;
-    exec(
-        provider,
-        &helper,
-        sandbox,
+    let call = Call {
         verb,
-        request,
+        stdin: None,
         timeout,
         reply_limit,
-    )
-    .await
+    };
+    run(provider, paths, sandbox, call, request).await
 }
 
 impl HelperError {
@@ -158,20 +186,19 @@ async fn exec<Req: Serialize, Rep: DeserializeOwned>(
     provider: &dyn Provider,
     helper: &str,
     sandbox: &SandboxId,
-    verb: &str,
+    call: Call<'_>,
     request: &Req,
-    timeout: Duration,
-    output_limit: usize,
 ) -> Result<Rep, HelperError> {
+    let timeout = call.timeout;
     let out = provider
         .exec(
             sandbox,
             ExecRequest {
-                command: wire::helper_command_line(helper, verb, request),
+                command: wire::helper_command_line(helper, call.verb, request),
                 cwd: None,
                 timeout,
-                stdin: None,
-                output_limit,
+                stdin: call.stdin,
+                output_limit: call.reply_limit,
             },
         )
         .await

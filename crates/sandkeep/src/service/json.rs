@@ -118,6 +118,11 @@ impl Service {
             "expose_port" => {
                 to_json(Box::pin(self.expose_port(session, parse(tool, args)?)).await?)
             }
+            "start_interactive_task" => {
+                to_json(Box::pin(self.start_interactive_task(session, parse(tool, args)?)).await?)
+            }
+            "send_input" => to_json(Box::pin(self.send_input(parse(tool, args)?)).await?),
+            "resize_terminal" => to_json(Box::pin(self.resize_terminal(parse(tool, args)?)).await?),
             other => return Err(ToolError::UnknownTool(other.to_owned())),
         })
     }

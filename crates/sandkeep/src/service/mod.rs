@@ -35,6 +35,7 @@ pub mod catalog;
 mod error;
 mod handlers;
 mod helper;
+mod interactive;
 mod json;
 mod list_tasks;
 mod mask;
@@ -53,6 +54,10 @@ use std::sync::Arc;
 use crate::provider::{Provider, Release, SandboxId};
 
 pub use error::ToolError;
+pub use interactive::{
+    ResizeTerminalArgs, ResizeTerminalResult, SendInputArgs, SendInputResult,
+    StartInteractiveTaskArgs,
+};
 pub use list_tasks::{ListTasksArgs, ListTasksResult, TaskEntry};
 pub use ports::{ExposePortArgs, ExposePortResult, PortEntry};
 pub use session::Session;

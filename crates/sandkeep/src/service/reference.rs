@@ -341,6 +341,45 @@ fn own_errors(tool: &str) -> Vec<(String, String)> {
             "The task is still running",
             helper(ErrorKind::TaskRunning),
         )],
+        "send_input" => {
+            use sandkeep_task::HelperError as Refusal;
+            let task = sandkeep_proto::TaskId::parse(TASK).expect("an example id");
+            vec![
+                pair(
+                    "More than 1 MiB would wait unread",
+                    Refusal::InputBacklogFull {
+                        task_id: task.clone(),
+                        waiting: 1_040_000,
+                        offered: 65_536,
+                    }
+                    .to_string(),
+                ),
+                pair(
+                    "The task was started with start_task",
+                    Refusal::NotInteractive(task.clone()).to_string(),
+                ),
+                pair(
+                    "The task has ended",
+                    Refusal::TaskEnded(task.clone(), sandkeep_proto::TaskState::Succeeded)
+                        .to_string(),
+                ),
+                pair(
+                    "Its stdin was closed",
+                    Refusal::StdinClosed(task).to_string(),
+                ),
+                pair(
+                    "The call broke after the input may have been queued",
+                    ToolError::InputUnconfirmed("connection reset".into()).to_string(),
+                ),
+            ]
+        }
+        "resize_terminal" => vec![pair(
+            "The task has no terminal",
+            sandkeep_task::HelperError::NoTerminal(
+                sandkeep_proto::TaskId::parse(TASK).expect("an example id"),
+            )
+            .to_string(),
+        )],
         _ => vec![],
     }
 }
@@ -482,6 +521,21 @@ fn example(tool: &str) -> Option<(Value, Value)> {
             json!({"sandbox_id": SB, "port": 3000}),
             json!({"sandbox_id": SB, "port": 3000, "url": "http://127.0.0.1:40123"}),
         ),
+        "start_interactive_task" => (
+            json!({"sandbox_id": SB, "command": "python3 -i", "pty": true, "cols": 120, "rows": 40}),
+            json!({
+                "sandbox_id": SB, "task_id": TASK, "state": "running",
+                "exit_code": null, "started_at": 1_796_290_100, "finished_at": null,
+            }),
+        ),
+        "send_input" => (
+            json!({"sandbox_id": SB, "task_id": TASK, "data": "print(6 * 7)\n"}),
+            json!({"sandbox_id": SB, "task_id": TASK, "bytes_accepted": 13}),
+        ),
+        "resize_terminal" => (
+            json!({"sandbox_id": SB, "task_id": TASK, "cols": 160, "rows": 48}),
+            json!({"sandbox_id": SB, "task_id": TASK, "cols": 160, "rows": 48}),
+        ),
         _ => return None,
     })
 }
@@ -528,6 +582,11 @@ fn typed(tool: &str, args: &Value, result: &Value) -> (Value, Value) {
         "list_changes" => fits::<ListChangesArgs, ListChangesResult>(tool, args, result),
         "apply_changes" => fits::<ApplyChangesArgs, ApplyChangesResult>(tool, args, result),
         "expose_port" => fits::<ExposePortArgs, ExposePortResult>(tool, args, result),
+        "start_interactive_task" => {
+            fits::<StartInteractiveTaskArgs, StartTaskResult>(tool, args, result)
+        }
+        "send_input" => fits::<SendInputArgs, SendInputResult>(tool, args, result),
+        "resize_terminal" => fits::<ResizeTerminalArgs, ResizeTerminalResult>(tool, args, result),
         _ => panic!("{tool}: add its argument and result types to reference::typed"),
     }
 }

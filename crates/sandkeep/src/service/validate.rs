@@ -39,7 +39,7 @@ pub(crate) fn allowed(tool: &str, param: &str) -> Option<String> {
             " (seconds)",
             RUN_TIMEOUT_DEFAULT,
         ),
-        ("start_task", "timeout") => integer_rule(
+        ("start_task" | "start_interactive_task", "timeout") => integer_rule(
             TASK_TIMEOUT_MIN,
             TASK_TIMEOUT_MAX,
             " (seconds)",
@@ -67,6 +67,17 @@ pub(crate) fn allowed(tool: &str, param: &str) -> Option<String> {
             format!("a non-empty path string (1 to {PATH_MAX_BYTES} bytes, no NUL)")
         }
         (_, "content") => "a string".into(),
+        ("resize_terminal", "cols" | "rows") => {
+            format!("an integer from {TERM_SIZE_MIN} to {TERM_SIZE_MAX}")
+        }
+        (_, "cols") => term_rule(TERM_COLS_DEFAULT),
+        (_, "rows") => term_rule(TERM_ROWS_DEFAULT),
+        (_, "pty") => "a boolean, default false".into(),
+        (_, "close") => "a boolean, default false".into(),
+        (_, "data") => format!(
+            "a string: the bytes to send (at most {INPUT_MAX_BYTES} after decoding); may be empty"
+        ),
+        (_, "encoding") => "\"utf8\" or \"base64\", default \"utf8\"".into(),
         (_, "network") => "\"internet\" or \"none\", default \"internet\"".into(),
         (_, "allow_hosts") => format!(
             "an array of 1 to {ALLOW_HOSTS_MAX} host names or \"*.suffix\" patterns (no \
@@ -90,6 +101,30 @@ pub(crate) fn allowed(tool: &str, param: &str) -> Option<String> {
             .into(),
         (_, "port") => "an integer from 1 to 65535 (a TCP port inside the sandbox)".into(),
         _ => return None,
+    })
+}
+
+fn term_rule(default: u16) -> String {
+    integer_rule(
+        u64::from(TERM_SIZE_MIN),
+        u64::from(TERM_SIZE_MAX),
+        "",
+        u64::from(default),
+    )
+}
+
+/// A terminal's size (start_interactive_task, resize_terminal).
+pub(super) fn term_size(
+    tool: &str,
+    cols: Option<u64>,
+    rows: Option<u64>,
+) -> Result<sandkeep_proto::wire::TermSize, ToolError> {
+    let (min, max) = (u64::from(TERM_SIZE_MIN), u64::from(TERM_SIZE_MAX));
+    let cols = range(tool, "cols", cols, min, max, u64::from(TERM_COLS_DEFAULT))?;
+    let rows = range(tool, "rows", rows, min, max, u64::from(TERM_ROWS_DEFAULT))?;
+    Ok(sandkeep_proto::wire::TermSize {
+        cols: cols as u16,
+        rows: rows as u16,
     })
 }
 

@@ -6,5 +6,6 @@
 mod support;
 
 mod args;
+mod interactive;
 mod shares;
 mod tasks;

@@ -24,6 +24,8 @@ TOOLS = {
     "cancel_task", "create_sandbox", "get_task", "kill_sandbox", "list_files",
     "list_sandboxes", "read_file", "run_command", "start_task", "write_file",
     "wait_task", "list_tasks", "delete_task", "expose_port",
+    "start_interactive_task", "send_input", "resize_terminal",
+    "list_changes", "apply_changes",
 }
 
 

@@ -11,6 +11,7 @@ mod cancel;
 mod clients;
 mod faults;
 mod http;
+mod interactive;
 mod interop;
 mod interop_ts;
 mod ports;

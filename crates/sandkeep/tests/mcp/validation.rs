@@ -331,6 +331,56 @@ fn cases() -> Vec<(&'static str, Value, Vec<&'static str>)> {
             json!({"command": "x"}),
             vec!["no default sandbox in this session: pass sandbox_id"],
         ),
+        (
+            "start_task",
+            json!({"sandbox_id": SB, "command": "x", "pty": true}),
+            vec!["`pty`", "unknown parameter"],
+        ),
+        (
+            "start_interactive_task",
+            json!({"sandbox_id": SB, "command": "x", "pty": true, "cols": 0}),
+            vec!["`cols`", "1 to 1000"],
+        ),
+        (
+            "start_interactive_task",
+            json!({"sandbox_id": SB, "command": "x", "pty": true, "rows": 1001}),
+            vec!["`rows`", "1 to 1000"],
+        ),
+        (
+            "start_interactive_task",
+            json!({"sandbox_id": SB, "command": "x", "cols": 100}),
+            vec!["`cols`", "only taken with pty true"],
+        ),
+        (
+            "start_interactive_task",
+            json!({"sandbox_id": SB, "command": "x", "pty": "yes"}),
+            vec!["`pty`", "a boolean"],
+        ),
+        (
+            "send_input",
+            json!({"sandbox_id": SB, "task_id": TASK, "data": "x".repeat(65_537)}),
+            vec!["`data`", "65536"],
+        ),
+        (
+            "send_input",
+            json!({"sandbox_id": SB, "task_id": TASK, "data": "@@", "encoding": "base64"}),
+            vec!["`data`", "base64"],
+        ),
+        (
+            "send_input",
+            json!({"sandbox_id": SB, "task_id": TASK, "data": "x", "encoding": "hex"}),
+            vec!["`encoding`", "\"utf8\" or \"base64\""],
+        ),
+        (
+            "send_input",
+            json!({"sandbox_id": SB, "task_id": TASK}),
+            vec!["`data`", "missing"],
+        ),
+        (
+            "resize_terminal",
+            json!({"sandbox_id": SB, "task_id": TASK, "cols": 80, "rows": 0}),
+            vec!["`rows`", "1 to 1000"],
+        ),
     ]
     .into_iter()
     .chain(["get_task", "cancel_task"].into_iter().flat_map(|tool| {
@@ -462,7 +512,10 @@ async fn tools_declare_closed_input_schemas_and_output_schemas() {
             "list_sandboxes",
             "list_tasks",
             "read_file",
+            "resize_terminal",
             "run_command",
+            "send_input",
+            "start_interactive_task",
             "start_task",
             "wait_task",
             "write_file"

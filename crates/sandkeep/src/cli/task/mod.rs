@@ -1,13 +1,15 @@
-//! `sandkeep task start|get|cancel|list|wait|logs`: the task tools from a
+//! `sandkeep task start|get|cancel|list|wait|logs|send|attach`: the task tools from a
 //! shell, one module per subcommand, each owning its arguments, the service
 //! call and how the result is printed. [`handle`] holds what the commands
 //! that take a task's handle share.
 
+mod attach;
 mod cancel;
 mod get;
 mod handle;
 mod list;
 mod logs;
+mod send;
 mod start;
 mod wait;
 
@@ -31,6 +33,8 @@ pub enum TaskCommand {
     List(list::ListArgs),
     Logs(logs::LogsArgs),
     Wait(wait::WaitArgs),
+    Send(send::SendArgs),
+    Attach(attach::AttachArgs),
 }
 
 impl TaskCommand {
@@ -42,6 +46,8 @@ impl TaskCommand {
             Self::List(a) => a.output.json,
             Self::Logs(a) => a.handle.output.json,
             Self::Wait(a) => a.handle.output.json,
+            Self::Send(a) => a.handle.output.json,
+            Self::Attach(a) => a.handle.output.json,
         }
     }
 }
@@ -54,5 +60,7 @@ pub async fn run(cmd: TaskCommand) -> Outcome {
         TaskCommand::List(args) => list::run(args).await,
         TaskCommand::Logs(args) => logs::run(args).await,
         TaskCommand::Wait(args) => wait::run(args).await,
+        TaskCommand::Send(args) => send::run(args).await,
+        TaskCommand::Attach(args) => attach::run(args).await,
     }
 }

@@ -8,7 +8,7 @@ use crate::cli::Outcome;
 use crate::cli::context::{SessionKind, with_context};
 use crate::cli::exit;
 use crate::cli::output::{self, OutputArgs, outln};
-use crate::service::StartTaskArgs;
+use crate::service::{StartInteractiveTaskArgs, StartTaskArgs};
 
 /// Start a command in the background and print its handle.
 #[derive(Debug, Args)]
@@ -18,6 +18,8 @@ use crate::service::StartTaskArgs;
         The words after `--` are joined with spaces and run by bash -c in the sandbox. Starting \
         a task retains the sandbox: it then lives until its deadline or `sandkeep sandbox kill`, \
         whoever started it. The task's timeout does not extend the sandbox's deadline.\n\n\
+        With --interactive the task takes input from `sandkeep task send` (with --pty, on a \
+        terminal).\n\n\
         If the start cannot be confirmed, the handle is still printed, the state is `unknown` \
         and the exit code is 75: check it with `sandkeep task get` and do not start the command \
         again, it may be running.",
@@ -37,6 +39,20 @@ pub struct StartArgs {
     /// [default: 300].
     #[arg(long, value_name = "S")]
     pub timeout: Option<u64>,
+    /// Let the task take input: send it with `sandkeep task send` (stdin
+    /// is a pipe, or a terminal with --pty).
+    #[arg(long)]
+    pub interactive: bool,
+    /// Run the task on a terminal (TERM=xterm-256color); its output,
+    /// stdout and stderr together, is the task's stdout.
+    #[arg(long, requires = "interactive")]
+    pub pty: bool,
+    /// Terminal columns with --pty, 1-1000 [default: 80].
+    #[arg(long, value_name = "N", requires = "pty")]
+    pub cols: Option<u64>,
+    /// Terminal rows with --pty, 1-1000 [default: 24].
+    #[arg(long, value_name = "N", requires = "pty")]
+    pub rows: Option<u64>,
     #[command(flatten)]
     pub output: OutputArgs,
     /// The command to run.
@@ -51,8 +67,20 @@ pub async fn run(args: StartArgs) -> Outcome {
         cwd: args.cwd,
         timeout: args.timeout,
     };
+    let interactive = args.interactive.then_some(StartInteractiveTaskArgs {
+        command: request.command.clone(),
+        sandbox_id: request.sandbox_id.clone(),
+        cwd: request.cwd.clone(),
+        timeout: request.timeout,
+        pty: Some(args.pty),
+        cols: args.cols,
+        rows: args.rows,
+    });
     with_context(SessionKind::Ordinary, async |ctx| {
-        let started = ctx.service.start_task(&ctx.session, request).await?;
+        let started = match interactive {
+            Some(i) => ctx.service.start_interactive_task(&ctx.session, i).await?,
+            None => ctx.service.start_task(&ctx.session, request).await?,
+        };
         if args.output.json {
             output::print_json(&started);
         } else {

@@ -1,0 +1,116 @@
+//! Interactive task benchmark (SPEC.md §15), through a real server:
+//! send_input → the echoed output visible to wait_task, for a pipe task
+//! (`cat`) and a pty task (`cat` on a terminal, which echoes too). Median
+//! and max over samples; target: median ≤ 10 ms on the local provider.
+//!
+//! Run: `cargo bench -p sandkeep --bench interactive`. Prints one `BENCH`
+//! line a figure for `scripts/bench`.
+
+mod common;
+
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use common::{EXE, bench_line, median, ms, state_dir};
+use rmcp::ServiceExt;
+use rmcp::model::CallToolRequestParams;
+use rmcp::service::RunningService;
+use serde_json::{Value, json};
+
+type Client = RunningService<rmcp::RoleClient, ()>;
+
+const SAMPLES: usize = 30;
+
+async fn call(client: &Client, tool: &str, args: Value) -> Value {
+    let Value::Object(map) = args else {
+        unreachable!()
+    };
+    let r = client
+        .call_tool(CallToolRequestParams::new(tool.to_owned()).with_arguments(map))
+        .await
+        .expect("tools/call");
+    assert_ne!(r.is_error, Some(true), "{tool}: {:?}", r.content);
+    r.structured_content.expect("structuredContent")
+}
+
+/// send_input, then wait_task until the line is back: one sample each.
+async fn round_trips(client: &Client, sid: &str, pty: bool) -> Vec<Duration> {
+    let started = call(
+        client,
+        "start_interactive_task",
+        json!({"sandbox_id": sid, "command": "cat", "pty": pty, "timeout": 600}),
+    )
+    .await;
+    let tid = started["task_id"].as_str().unwrap().to_owned();
+    let mut offset = 0u64;
+    let mut samples = Vec::with_capacity(SAMPLES);
+    for i in 0..SAMPLES {
+        let line = format!("line {i}\n");
+        let t0 = Instant::now();
+        call(
+            client,
+            "send_input",
+            json!({"sandbox_id": sid, "task_id": tid, "data": line}),
+        )
+        .await;
+        let mut seen = String::new();
+        // A pty echoes the line and cat prints it again: both are awaited.
+        let want = if pty { 2 } else { 1 };
+        while seen.matches(&format!("line {i}")).count() < want {
+            let v = call(
+                client,
+                "wait_task",
+                json!({"sandbox_id": sid, "task_id": tid, "stdout_offset": offset, "timeout": 10}),
+            )
+            .await;
+            assert_eq!(v["state"], "running", "{v}");
+            seen.push_str(v["stdout"].as_str().unwrap());
+            offset = v["stdout_next_offset"].as_u64().unwrap();
+        }
+        samples.push(t0.elapsed());
+    }
+    call(
+        client,
+        "send_input",
+        json!({"sandbox_id": sid, "task_id": tid, "data": "", "close": true}),
+    )
+    .await;
+    samples
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let home = state_dir("sk-interactive-bench-");
+    let mut child = tokio::process::Command::new(EXE)
+        .arg("serve")
+        .env("SANDKEEP_HOME", home.path())
+        .env("SANDKEEP_LOG", "warn")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn sandkeep serve");
+    let (stdout, stdin) = (child.stdout.take().unwrap(), child.stdin.take().unwrap());
+    let client = ().serve((stdout, stdin)).await.expect("handshake");
+    let sandbox = call(&client, "create_sandbox", json!({"timeout": 3600})).await;
+    let sid = sandbox["sandbox_id"].as_str().unwrap().to_owned();
+    for (name, pty) in [("pipe", false), ("pty", true)] {
+        let samples = round_trips(&client, &sid, pty).await;
+        let max = *samples.iter().max().unwrap();
+        let med = median(samples);
+        println!(
+            "send_input → echo visible to wait_task ({name}): median {:.2} ms, max {:.2} ms over {SAMPLES}",
+            ms(med),
+            ms(max)
+        );
+        bench_line(
+            &format!("interactive.input_to_output_{name}"),
+            ms(med),
+            "ms",
+            None,
+            "<=10",
+        );
+    }
+    call(&client, "kill_sandbox", json!({"sandbox_id": sid})).await;
+}
