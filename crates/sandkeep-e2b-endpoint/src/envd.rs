@@ -98,12 +98,23 @@ pub(super) fn absolute(path: &str) -> String {
     format!("case {q} in /*) p={q};; *) p=\"$PWD\"/{q};; esac; ")
 }
 
-/// `find`'s format of one [`entry`], NUL-terminated.
-const FORMAT: &str = r"%y\t%s\t%m\t%M\t%u\t%g\t%T@\t%l\t%p\0";
+/// `find`'s actions printing one [`entry`] per file, NUL-terminated: a
+/// symbolic link's resolved target (`readlink -f`, in the sandbox, so
+/// chains and relative links resolve as there) on a line of its own (an
+/// empty line for anything else, or a link `readlink` cannot resolve), then
+/// the type (of the link and, `%Y`, of what it points to), size, mode,
+/// owner, group, mtime and, last, the path.
+const PRINT: &str = concat!(
+    r"\( -type l -exec readlink -f -- {} \; -o -printf '\n' \) ",
+    r"-printf '%y\t%Y\t%s\t%m\t%M\t%u\t%g\t%T@\t%p\0'"
+);
 
+/// One record of [`PRINT`]. A symbolic link is described as envd does:
+/// the type of its target and the target's absolute resolved path.
 fn entry(record: &str) -> Option<EntryInfo> {
-    let mut f = record.splitn(9, '\t');
-    let (kind, size, mode, perms, owner, group, mtime, target, path) = (
+    let (resolved, fields) = record.split_once('\n')?;
+    let mut f = fields.splitn(9, '\t');
+    let (kind, target_kind, size, mode, perms, owner, group, mtime, path) = (
         f.next()?,
         f.next()?,
         f.next()?,
@@ -116,10 +127,12 @@ fn entry(record: &str) -> Option<EntryInfo> {
     );
     let path = clean(path);
     let name = path.rsplit('/').next().unwrap_or("").to_owned();
-    let file_type = match kind {
+    let symlink = kind == "l";
+    // A dangling or looping link (`N`, `L`) stays a link.
+    let file_type = match target_kind {
         "d" => "FILE_TYPE_DIRECTORY",
         "f" => "FILE_TYPE_FILE",
-        "l" => "FILE_TYPE_SYMLINK",
+        "N" | "L" | "l" => "FILE_TYPE_SYMLINK",
         _ => "FILE_TYPE_UNSPECIFIED",
     };
     // Before the epoch (a negative mtime) reads as the epoch.
@@ -129,7 +142,6 @@ fn entry(record: &str) -> Option<EntryInfo> {
         .and_then(|s| s.parse::<u64>().ok())
         .unwrap_or(0);
     let modified = sandkeep_provider::rfc3339(secs);
-    let symlink = kind == "l";
     Some(EntryInfo {
         name,
         file_type: file_type.to_owned(),
@@ -140,8 +152,7 @@ fn entry(record: &str) -> Option<EntryInfo> {
         owner: owner.to_owned(),
         group: group.to_owned(),
         modified_time: modified,
-        symlink_target: symlink.then(|| target.to_owned()),
-        is_symlink: symlink,
+        symlink_target: symlink.then(|| resolved.to_owned()),
     })
 }
 
@@ -162,13 +173,26 @@ fn entries(stdout: &[u8]) -> Vec<EntryInfo> {
         .collect()
 }
 
+/// `entries` in envd's order (Go's `filepath.WalkDir`): a directory
+/// before what is in it, each directory's entries by name, bytewise —
+/// not the order the file system happens to keep them in.
+fn walk_order(mut entries: Vec<EntryInfo>) -> Vec<EntryInfo> {
+    entries.sort_by(|a, b| {
+        a.path
+            .split('/')
+            .map(str::as_bytes)
+            .cmp(b.path.split('/').map(str::as_bytes))
+    });
+    entries
+}
+
 fn not_found(path: &str) -> RpcError {
     RpcError::new(Code::NotFound, format!("path {path:?} does not exist"))
 }
 
 fn stat_script(path: &str) -> String {
     format!(
-        "{}[ -e \"$p\" ] || [ -L \"$p\" ] || exit {GONE}; find \"$p\" -maxdepth 0 -printf '{FORMAT}'",
+        "{}[ -e \"$p\" ] || [ -L \"$p\" ] || exit {GONE}; find \"$p\" -maxdepth 0 {PRINT}",
         absolute(path)
     )
 }
@@ -201,7 +225,7 @@ async fn filesystem(
             let r: ListDirRequest = connect::unary_request(headers, body)?;
             let script = format!(
                 "{}[ -e \"$p\" ] || exit {GONE}; [ -d \"$p\" ] || exit {NOT_DIR}; \
-                 find \"$p\" -mindepth 1 -maxdepth {} -printf '{FORMAT}'",
+                 find \"$p\" -mindepth 1 -maxdepth {} {PRINT}",
                 absolute(&r.path),
                 r.depth.max(1)
             );
@@ -212,7 +236,7 @@ async fn filesystem(
                     format!("path {:?} is not a directory", r.path),
                 )),
                 (_, out) => Ok(connect::unary_response(&ListDirResponse {
-                    entries: entries(&out),
+                    entries: walk_order(entries(&out)),
                 })),
             }
         }
@@ -220,7 +244,7 @@ async fn filesystem(
             let r: PathRequest = connect::unary_request(headers, body)?;
             let script = format!(
                 "{}if [ -d \"$p\" ]; then exit {EXISTS}; elif [ -e \"$p\" ]; then exit {EXISTS_NOT_DIR}; fi; \
-                 mkdir -p -- \"$p\" && find \"$p\" -maxdepth 0 -printf '{FORMAT}'",
+                 mkdir -p -- \"$p\" && find \"$p\" -maxdepth 0 {PRINT}",
                 absolute(&r.path)
             );
             match run(e2b, id, script).await? {
@@ -240,7 +264,7 @@ async fn filesystem(
             let script = format!(
                 "{}s=\"$p\"; {}[ -e \"$s\" ] || [ -L \"$s\" ] || exit {GONE}; \
                  mkdir -p -- \"$(dirname -- \"$p\")\" && mv -T -- \"$s\" \"$p\" && \
-                 find \"$p\" -maxdepth 0 -printf '{FORMAT}'",
+                 find \"$p\" -maxdepth 0 {PRINT}",
                 absolute(&r.source),
                 absolute(&r.destination)
             );

@@ -336,10 +336,47 @@ impl Drop for Staged {
     }
 }
 
+/// How an upload's body is encoded (`Content-Encoding`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Encoding {
+    Identity,
+    /// Decoded in the sandbox (`gzip -dc`) on its way to the file: what is
+    /// stored is what the caller sent, never the compressed stream.
+    Gzip,
+}
+
+impl Encoding {
+    fn of(headers: &HeaderMap) -> Result<Self, String> {
+        let Some(value) = headers.get(header::CONTENT_ENCODING) else {
+            return Ok(Self::Identity);
+        };
+        match value
+            .to_str()
+            .map(|v| v.trim().to_ascii_lowercase())
+            .as_deref()
+        {
+            Ok("" | "identity") => Ok(Self::Identity),
+            Ok("gzip" | "x-gzip") => Ok(Self::Gzip),
+            _ => Err(format!(
+                "Content-Encoding {value:?} is not supported; send gzip or no encoding"
+            )),
+        }
+    }
+
+    /// The command writing stdin's decoded bytes to stdout.
+    fn decoder(self) -> &'static str {
+        match self {
+            Self::Identity => "cat",
+            Self::Gzip => "gzip -dc",
+        }
+    }
+}
+
 /// Streams one file into the sandbox; its entry as envd answers it.
 async fn write_one(
     envd: &Envd,
     path: &str,
+    encoding: Encoding,
     mut source: Source<'_>,
 ) -> Result<WrittenFile, Response> {
     // `$d`, `$p` and `$t`: the directory, the target and the temporary
@@ -351,7 +388,8 @@ async fn write_one(
     );
     let script = format!(
         "{names}mkdir -p -- \"$d\" || exit 1; \
-         cat > \"$t\" && mv -fT -- \"$t\" \"$p\" && printf '%s' \"$p\""
+         {} > \"$t\" && mv -fT -- \"$t\" \"$p\" && printf '%s' \"$p\"",
+        encoding.decoder()
     );
     let Spawned {
         stdin,
@@ -417,8 +455,20 @@ pub async fn upload(
         .unwrap_or("")
         .to_owned();
     let path = q.path.filter(|p| !p.is_empty());
+    let encoding = match Encoding::of(&headers) {
+        Ok(e) => e,
+        Err(message) => return http_error(StatusCode::UNSUPPORTED_MEDIA_TYPE, message),
+    };
     let mut written = Vec::new();
     if content_type.starts_with("multipart/form-data") {
+        // The encoding covers the whole multipart body, parts and
+        // boundaries: the SDKs send a gzip upload as octet-stream only.
+        if encoding != Encoding::Identity {
+            return http_error(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "a gzip-encoded upload must be application/octet-stream with the path parameter",
+            );
+        }
         let mut multipart =
             match <Multipart as axum::extract::FromRequest<()>>::from_request(request, &()).await {
                 Ok(m) => m,
@@ -447,7 +497,7 @@ pub async fn upload(
                     );
                 }
             };
-            match write_one(&envd, &target, Source::Part(Box::new(field))).await {
+            match write_one(&envd, &target, encoding, Source::Part(Box::new(field))).await {
                 Ok(v) => written.push(v),
                 Err(r) => return r,
             }
@@ -460,7 +510,7 @@ pub async fn upload(
             );
         };
         let source = Source::Body(request.into_body().into_data_stream());
-        match write_one(&envd, &path, source).await {
+        match write_one(&envd, &path, encoding, source).await {
             Ok(v) => written.push(v),
             Err(r) => return r,
         }

@@ -33,6 +33,7 @@
 mod connect;
 mod envd;
 mod files;
+mod network;
 mod process;
 mod rest;
 
@@ -130,13 +131,20 @@ pub struct Record {
     access_token: String,
     #[serde(default)]
     metadata: BTreeMap<String, String>,
+    /// When the endpoint created it, in Unix milliseconds: lists are
+    /// ordered by start, and two creates within one second must keep
+    /// their order. `None` for a sandbox made elsewhere (its provider's
+    /// start second stands in).
+    #[serde(default)]
+    started_ms: Option<u64>,
 }
 
 impl Record {
-    fn new(metadata: BTreeMap<String, String>) -> Self {
+    fn new(metadata: BTreeMap<String, String>, started_ms: Option<u64>) -> Self {
         Self {
             access_token: random_hex(),
             metadata,
+            started_ms,
         }
     }
 }
@@ -184,7 +192,7 @@ impl Records {
         if let Some(r) = self.load(id) {
             return Ok(r);
         }
-        let record = Record::new(BTreeMap::new());
+        let record = Record::new(BTreeMap::new(), None);
         self.save(id, &record)?;
         Ok(record)
     }
@@ -293,6 +301,7 @@ fn routes(e2b: Arc<E2b>) -> Router {
         .route("/sandboxes/{id}/connect", post(rest::connect_v1))
         .route("/v2/sandboxes/{id}/connect", post(rest::connect_v2))
         .route("/sandboxes/{id}/timeout", post(rest::set_timeout))
+        .route("/sandboxes/{id}/fork", post(rest::fork))
         .route("/sandboxes/{id}/pause", post(rest::unsupported))
         .route("/sandboxes/{id}/resume", post(rest::unsupported))
         .route("/sandboxes/{id}/metrics", get(rest::unsupported))

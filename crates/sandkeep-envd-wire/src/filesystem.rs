@@ -46,10 +46,10 @@ pub struct EntryInfo {
     pub group: String,
     /// RFC 3339, seconds, UTC.
     pub modified_time: String,
+    /// A symbolic link's resolved absolute target; `type` is then the
+    /// target's type (envd 0.6.13 has no separate "is a link" field).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub symlink_target: Option<String>,
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub is_symlink: bool,
 }
 
 /// The answer of Stat, MakeDir and Move.

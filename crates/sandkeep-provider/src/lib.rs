@@ -132,6 +132,29 @@ pub fn rfc3339(unix_secs: u64) -> String {
         .to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
 }
 
+/// `host` as an `allow_hosts` entry (a host name or `*.suffix` pattern,
+/// lowercased), or `None` when it is neither: addresses are never entries,
+/// since the rule names hosts and a sandbox never reaches private
+/// addresses. Shared by every front end that accepts the rule.
+pub fn host_pattern(host: &str) -> Option<String> {
+    let name = host.to_ascii_lowercase();
+    let bare = name.strip_prefix("*.").unwrap_or(&name);
+    let labels_ok = bare.len() <= 253
+        && bare.split('.').all(|l| {
+            !l.is_empty()
+                && l.len() <= 63
+                && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+                && !l.starts_with('-')
+                && !l.ends_with('-')
+        });
+    let an_address = bare.parse::<std::net::Ipv4Addr>().is_ok()
+        || bare
+            .rsplit('.')
+            .next()
+            .is_some_and(|tld| tld.bytes().all(|b| b.is_ascii_digit()));
+    (labels_ok && !an_address).then_some(name)
+}
+
 /// `bytes` random bytes from the OS CSPRNG as lower-case hex: ids, secrets
 /// and temporary names. Each caller says what a failure means to it.
 pub fn random_hex(bytes: usize) -> Result<String, getrandom::Error> {

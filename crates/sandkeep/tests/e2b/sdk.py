@@ -10,8 +10,18 @@ import sys
 import time
 import uuid
 
-from e2b import Sandbox, SandboxQuery
-from e2b.exceptions import NotFoundException, RateLimitException, TimeoutException
+import json
+import urllib.error
+import urllib.request
+from datetime import timedelta
+
+from e2b import FileType, Sandbox, SandboxNetworkOpts, SandboxQuery
+from e2b.exceptions import (
+    NotFoundException,
+    RateLimitException,
+    SandboxException,
+    TimeoutException,
+)
 from e2b.sandbox.commands.command_handle import CommandExitException
 
 only = set(sys.argv[1:])
@@ -283,6 +293,172 @@ def _():
     finally:
         cut.kill()
         default.kill()
+
+
+@check("gzip_upload")
+def _():
+    # files.write(gzip=True) sends the body gzip-encoded: what lands in the
+    # file is what the caller wrote, never the compressed stream; a body
+    # that is not gzip fails instead of being stored.
+    sbx = make()
+    try:
+        text = "gzip me " * 1000
+        info = sbx.files.write("g/z.txt", text, gzip=True)
+        assert info.path.endswith("/g/z.txt"), info
+        assert sbx.files.read("g/z.txt") == text
+        assert sbx.files.read("g/z.txt", gzip=True) == text
+        r = sbx.commands.run("wc -c < g/z.txt")
+        assert r.stdout.strip() == str(len(text)), r
+        envd = os.environ["E2B_SANDBOX_URL"] + "/files?path=g/bad.txt"
+        req = urllib.request.Request(
+            envd,
+            data=b"not gzip at all",
+            method="POST",
+            headers={
+                "Content-Type": "application/octet-stream",
+                "Content-Encoding": "gzip",
+                "E2b-Sandbox-Id": sbx.sandbox_id,
+                "X-Access-Token": sbx._envd_access_token,
+            },
+        )
+        try:
+            urllib.request.urlopen(req)
+            raise AssertionError("a body that is not gzip was accepted")
+        except urllib.error.HTTPError as e:
+            assert e.code == 400, e
+        assert not sbx.files.exists("g/bad.txt")
+    finally:
+        sbx.kill()
+
+
+@check("listdir_order_and_symlinks")
+def _():
+    # ListDir in envd's walk order (a directory before its contents, names
+    # bytewise), whatever order the file system keeps; Stat and ListDir of
+    # a link describe its target: its type and its absolute resolved path.
+    sbx = make()
+    try:
+        sbx.commands.run(
+            "mkdir -p w && cd w && mkdir b && touch c a b/y b/x B && "
+            "ln -s a link && ln -s b dirlink && ln -s missing dangling"
+        )
+        home = sbx.commands.run("pwd").stdout.strip()
+        names = [e.path[len(home) + 3 :] for e in sbx.files.list("w", depth=2)]
+        assert names == [
+            "B", "a", "b", "b/x", "b/y", "c", "dangling", "dirlink", "link"
+        ], names
+        link = sbx.files.get_info("w/link")
+        assert link.type == FileType.FILE, link
+        assert link.symlink_target == f"{home}/w/a", link
+        assert link.path == f"{home}/w/link", link
+        d = sbx.files.get_info("w/dirlink")
+        assert d.type == FileType.DIR and d.symlink_target == f"{home}/w/b", d
+        plain = sbx.files.get_info("w/c")
+        assert plain.type == FileType.FILE and plain.symlink_target is None, plain
+        listed = {e.name: e for e in sbx.files.list("w")}
+        assert listed["link"].symlink_target == f"{home}/w/a", listed["link"]
+        assert listed["dangling"].symlink_target is not None, listed["dangling"]
+    finally:
+        sbx.kill()
+
+
+@check("list_order_and_filters")
+def _():
+    # GET /v2/sandboxes: newest first (or oldest with order=asc), pages that
+    # neither repeat nor skip while sandboxes come and go, the template and
+    # started-after filters honoured, an unknown filter refused.
+    run_id = uuid.uuid4().hex
+    made = [make(metadata={"run": run_id}) for _ in range(3)]
+    try:
+        ids = [s.sandbox_id for s in made]
+        q = SandboxQuery(metadata={"run": run_id})
+        newest = [s.sandbox_id for s in Sandbox.list(query=q).next_items()]
+        assert newest == ids[::-1], (newest, ids)
+        oldest = [s.sandbox_id for s in Sandbox.list(query=q, order="asc").next_items()]
+        assert oldest == ids, (oldest, ids)
+        pages = Sandbox.list(query=q, limit=1)
+        first = pages.next_items()
+        assert [s.sandbox_id for s in first] == [ids[2]], first
+        made[2].kill()  # the page just read goes away: the next is not shifted
+        second = pages.next_items()
+        assert [s.sandbox_id for s in second] == [ids[1]], second
+        assert pages.has_next
+        assert [s.sandbox_id for s in pages.next_items()] == [ids[0]]
+        assert not pages.has_next
+        other = Sandbox.list(query=SandboxQuery(metadata={"run": run_id}, template="nope"))
+        assert other.next_items() == []
+        started = made[0].get_info().started_at
+        after = Sandbox.list(query=SandboxQuery(metadata={"run": run_id}, started_after=started))
+        assert ids[0] in [s.sandbox_id for s in after.next_items()]
+        later = SandboxQuery(metadata={"run": run_id}, started_after=started + timedelta(hours=1))
+        assert Sandbox.list(query=later).next_items() == []
+        url = os.environ["E2B_API_URL"] + "/v2/sandboxes?startedSoon=1"
+        req = urllib.request.Request(url, headers={"X-API-Key": os.environ["E2B_API_KEY"]})
+        try:
+            urllib.request.urlopen(req)
+            raise AssertionError("an unknown list filter was ignored")
+        except urllib.error.HTTPError as e:
+            assert e.code == 400, e
+            assert "startedSoon" in json.loads(e.read())["message"]
+    finally:
+        for s in made:
+            s.kill()
+
+
+@check("network_rules")
+def _():
+    # E2B's egress rules map onto the sandbox's network where they fit:
+    # deny all is network "none" (no proxy at all), deny all with allowed
+    # names is allow_hosts (the proxy refuses any other name); rules that
+    # cannot be enforced here are refused, nothing is created.
+    deny = make(network=SandboxNetworkOpts(deny_out=lambda ctx: [ctx.all_traffic]))
+    names = make(network=SandboxNetworkOpts(deny_out=["0.0.0.0/0"], allow_out=["example.com"]))
+    try:
+        assert deny.get_info().allow_internet_access is False
+        r = deny.commands.run('printf "proxy=%s\n" "$HTTPS_PROXY"')
+        assert r.stdout == "proxy=\n", r
+        r = names.commands.run(
+            "curl -s -o /dev/null -w '%{http_code}' -x \"$HTTP_PROXY\" http://not-allowed.example.org/",
+            timeout=30,
+        )
+        assert r.stdout == "403", r
+    finally:
+        deny.kill()
+        names.kill()
+    before = len(Sandbox.list().next_items())
+    for refused in [
+        SandboxNetworkOpts(deny_out=["8.8.8.8"]),
+        SandboxNetworkOpts(deny_out=["0.0.0.0/0"], allow_out=["1.1.1.1"]),
+        SandboxNetworkOpts(mask_request_host="${PORT}.example.com"),
+    ]:
+        try:
+            make(network=refused).kill()
+            raise AssertionError(f"{refused} was accepted")
+        except SandboxException as e:
+            assert "400" in str(e) and "network." in str(e), e
+    assert len(Sandbox.list().next_items()) == before
+
+
+@check("fork_unsupported")
+def _():
+    # fork is not implemented: a running sandbox gets E2B's answer to an
+    # unsupported call (not a 404 the SDK reads as "not found"); a killed
+    # one is not found.
+    sbx = make()
+    try:
+        sbx.fork()
+        raise AssertionError("fork succeeded")
+    except NotFoundException as e:
+        raise AssertionError(f"fork of a running sandbox said not found: {e}")
+    except SandboxException as e:
+        assert "501" in str(e), e
+    assert sbx.is_running()
+    sbx.kill()
+    try:
+        sbx.fork()
+        raise AssertionError("fork of a killed sandbox succeeded")
+    except NotFoundException:
+        pass
 
 
 @check("host_bound")

@@ -233,6 +233,31 @@ async fn sdk_no_internet_access_is_network_none() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sdk_gzip_upload_is_stored_decoded() {
+    sdk_check("gzip_upload").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sdk_listdir_walk_order_and_symlinks_as_envd() {
+    sdk_check("listdir_order_and_symlinks").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sdk_list_order_pages_and_filters() {
+    sdk_check("list_order_and_filters").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sdk_network_rules_enforced_or_refused() {
+    sdk_check("network_rules").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sdk_fork_is_unsupported_not_not_found() {
+    sdk_check("fork_unsupported").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn js_sdk_runs_commands_and_files() {
     let modules = std::env::var_os("SANDKEEP_TEST_E2B_JS").filter(|p| !p.is_empty());
     let Some(modules) = modules.filter(|m| std::path::Path::new(m).join("e2b").is_dir()) else {
