@@ -22,7 +22,8 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use super::Envd;
 use super::envd::{absolute, clean, http_error};
 use sandkeep_provider::{
-    ExecRequest, Program, Provider, ProviderError, RunningProcess, SandboxId, SpawnRequest, Spawned,
+    ExecRequest, ExitStatus, Program, Provider, ProviderError, RunningProcess, SandboxId,
+    SpawnRequest, Spawned,
 };
 
 /// Exit statuses of the transfer scripts.
@@ -62,13 +63,17 @@ async fn read_small(mut from: Box<dyn AsyncRead + Send + Unpin>) -> String {
 }
 
 /// The answer to a script that failed before any data moved.
-fn failed(code: Result<i32, impl std::fmt::Display>, stderr: &str, path: &str) -> Response {
-    match code {
-        Ok(GONE) => http_error(
+fn failed(
+    status: Result<ExitStatus, impl std::fmt::Display>,
+    stderr: &str,
+    path: &str,
+) -> Response {
+    match status {
+        Ok(ExitStatus::Code(GONE)) => http_error(
             StatusCode::NOT_FOUND,
             format!("path {path:?} does not exist"),
         ),
-        Ok(IS_DIR) => http_error(
+        Ok(ExitStatus::Code(IS_DIR)) => http_error(
             StatusCode::BAD_REQUEST,
             format!("path {path:?} is a directory"),
         ),
@@ -127,7 +132,7 @@ fn body(
             let mut buf = Vec::with_capacity(CHUNK);
             match (&mut stdout).take(CHUNK as u64).read_to_end(&mut buf).await {
                 Ok(0) => match process.wait().await {
-                    Ok(0) => None,
+                    Ok(ExitStatus::Code(0)) => None,
                     status => Some((
                         Err(std::io::Error::other(format!(
                             "the file could not be read to its end ({status:?})"
@@ -201,7 +206,7 @@ pub async fn download(envd: Envd, Query(q): Query<FileQuery>, headers: HeaderMap
     let Some(wanted) = wanted else {
         if first.is_empty() {
             let code = process.wait().await;
-            if code.as_ref().is_ok_and(|&c| c != 0) || code.is_err() {
+            if !code.as_ref().is_ok_and(|c| c.success()) {
                 return failed(code, &stderr.await.unwrap_or_default(), &path);
             }
         }
@@ -428,7 +433,7 @@ async fn write_one(
     }
     drop(staged.stdin.take());
     let code = staged.process().wait().await;
-    if code.as_ref().is_ok_and(|&c| c != 0) || code.is_err() {
+    if !code.as_ref().is_ok_and(|c| c.success()) {
         return Err(failed(code, &stderr.await.unwrap_or_default(), path));
     }
     staged.done();

@@ -34,7 +34,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
 use super::connect::{self, Code, RpcError};
-use sandkeep_provider::{Program, Provider, RunningProcess, SandboxId, SpawnRequest};
+use sandkeep_provider::{ExitStatus, Program, Provider, RunningProcess, SandboxId, SpawnRequest};
 
 /// How long an ended process's end event is kept for Connect (envd's
 /// `terminatedRetentionTTL`), unless [`END_RETENTION_ENV`] says otherwise.
@@ -88,7 +88,7 @@ struct Proc {
     /// The queues of the connected streams; `None` once the output is over
     /// (a stream connecting then gets only the end event).
     listeners: Mutex<Option<Vec<mpsc::Sender<Output>>>>,
-    end: watch::Sender<Option<End>>,
+    end: watch::Sender<Option<Ending>>,
     control: Arc<dyn RunningProcess>,
 }
 
@@ -326,13 +326,11 @@ pub async fn start(
             }
             proc.close_output();
             let end = match waited {
-                Ok(code) => End::of_code(code),
-                Err(e) => End {
-                    exit_code: -1,
-                    exited: false,
-                    status: "unknown".into(),
-                    error: Some(e.to_string()),
-                },
+                Ok(ExitStatus::Code(code)) => Ok(End::exited(code)),
+                Ok(ExitStatus::Signal(signal)) => Ok(End::signaled(signal)),
+                // The sandbox went away under it: streams break (see
+                // `lost_stream`), no exit is made up.
+                Err(e) => Err(e.to_string()),
             };
             proc.end.send_replace(Some(end));
             drop(proc.stdin.lock().await.take());
@@ -407,8 +405,24 @@ pub fn connect(
     ))
 }
 
-/// The end event, once there is one (`None` if the process was forgotten).
-async fn ended(rx: &mut watch::Receiver<Option<End>>) -> Option<End> {
+/// How a stream ends when its process's end is unknown: its sandbox was
+/// killed or expired under it (the process forgotten with the sandbox, or
+/// its wait lost). E2B's proxy breaks such a stream with
+/// `unavailable`; the SDKs then probe the sandbox and, finding it gone,
+/// raise "sandbox not running", not a command exit.
+fn lost_stream(why: Option<String>) -> RpcError {
+    let why = why.unwrap_or_else(|| "the sandbox was killed or ended".to_owned());
+    RpcError::new(
+        Code::Unavailable,
+        format!("the connection to the sandbox ended before the stream completed: {why}"),
+    )
+}
+
+/// How a process ended: its end event, or why its end is unknown.
+type Ending = Result<End, String>;
+
+/// The ending, once there is one (`None` if the process was forgotten).
+async fn ended(rx: &mut watch::Receiver<Option<Ending>>) -> Option<Ending> {
     let end = rx.wait_for(Option::is_some).await.ok()?;
     end.clone()
 }
@@ -433,7 +447,7 @@ enum Phase {
 struct Events {
     pid: u32,
     rx: mpsc::Receiver<Output>,
-    end_rx: watch::Receiver<Option<End>>,
+    end_rx: watch::Receiver<Option<Ending>>,
     keepalive: Duration,
     ping: Instant,
     deadline: Option<Instant>,
@@ -469,10 +483,15 @@ impl Events {
                 // end of the stream, in one write.
                 None => {
                     self.phase = Phase::Done;
-                    let end = ended(&mut self.end_rx).await;
-                    let mut last = end.map(|end| event(Event::End(end))).unwrap_or_default().to_vec();
-                    last.extend_from_slice(&connect::end_stream(None));
-                    return Some(Bytes::from(last));
+                    return Some(match ended(&mut self.end_rx).await {
+                        Some(Ok(end)) => {
+                            let mut last = event(Event::End(end)).to_vec();
+                            last.extend_from_slice(&connect::end_stream(None));
+                            Bytes::from(last)
+                        }
+                        Some(Err(why)) => connect::end_stream(Some(&lost_stream(Some(why)))),
+                        None => connect::end_stream(Some(&lost_stream(None))),
+                    });
                 }
             },
             () = tokio::time::sleep_until(self.ping) => event(Event::Keepalive {}),
@@ -491,7 +510,7 @@ impl Events {
 fn event_stream(
     pid: u32,
     rx: mpsc::Receiver<Output>,
-    end_rx: watch::Receiver<Option<End>>,
+    end_rx: watch::Receiver<Option<Ending>>,
     keepalive: Duration,
     timeout: Option<Duration>,
 ) -> Response {

@@ -279,6 +279,32 @@ impl fmt::Debug for Spawned {
     }
 }
 
+/// How a process ended: its exit code, or the signal that killed it. Kept
+/// apart end to end, since an exit code may exceed 128 (`exit 200`) and
+/// E2B's envd reports the two differently.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ExitStatus {
+    Code(i32),
+    Signal(i32),
+}
+
+impl ExitStatus {
+    /// The shell's single number for it: the code, or 128+N for signal N
+    /// (sandkeep's task records and `run_command` results count so).
+    pub fn shell_code(self) -> i32 {
+        match self {
+            Self::Code(code) => code,
+            Self::Signal(signal) => 128 + signal,
+        }
+    }
+
+    /// Whether the process exited with code 0.
+    pub fn success(self) -> bool {
+        self == Self::Code(0)
+    }
+}
+
 /// The control of a process started by [`Provider::spawn`].
 #[async_trait]
 pub trait RunningProcess: Send + Sync {
@@ -287,9 +313,9 @@ pub trait RunningProcess: Send + Sync {
     fn signal(&self, signal: i32) -> Result<()>;
     /// SIGKILLs the process and everything in its process group.
     fn kill_group(&self) -> Result<()>;
-    /// Waits for the exit: its status, or 128+N for signal N. Any number of
-    /// callers may wait, before or after the exit.
-    async fn wait(&self) -> Result<i32>;
+    /// Waits for the end: its exit code or signal. Any number of callers
+    /// may wait, before or after the exit.
+    async fn wait(&self) -> Result<ExitStatus>;
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

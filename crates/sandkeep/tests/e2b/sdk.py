@@ -461,6 +461,57 @@ def _():
         pass
 
 
+@check("exit_codes_and_signals")
+def _():
+    # An exit code is reported as itself, whatever its size, with envd's
+    # "exit status N"; a death by a signal is -1 with "signal: NAME".
+    sbx = make()
+    try:
+        for code in [1, 127, 128, 129, 200, 255]:
+            try:
+                sbx.commands.run(f"exit {code}")
+                raise AssertionError(f"exit {code} did not raise")
+            except CommandExitException as e:
+                assert e.exit_code == code, (code, e)
+                assert e.error == f"exit status {code}", (code, e.error)
+        for signal, name in [("SEGV", "segmentation fault"), ("HUP", "hangup"), ("TERM", "terminated")]:
+            try:
+                sbx.commands.run(f"kill -{signal} $$")
+                raise AssertionError(f"SIG{signal} did not raise")
+            except CommandExitException as e:
+                assert e.exit_code == -1, (signal, e)
+                assert e.error == f"signal: {name}", (signal, e.error)
+        r = sbx.commands.run("sh -c 'kill -9 $$'; echo survived $?")
+        assert r.stdout == "survived 137\n", r
+        # Programs start with every signal's default action, however the
+        # server was started (Rust ignores SIGPIPE, nohup SIGHUP).
+        r = sbx.commands.run("yes | head -c 1 >/dev/null; echo ${PIPESTATUS[0]}")
+        assert r.stdout == "141\n", r
+    finally:
+        sbx.kill()
+
+
+@check("killed_while_streaming")
+def _():
+    # Killing the sandbox under a running command breaks its stream as
+    # E2B's proxy does: the SDK raises "sandbox not running", not a
+    # command exit with a made-up code.
+    from e2b.exceptions import SandboxNotRunningException
+
+    sbx = make()
+    h = sbx.commands.run("sleep 60", background=True)
+    assert Sandbox.kill(sbx.sandbox_id) is True
+    started = time.monotonic()
+    try:
+        h.wait()
+        raise AssertionError("wait returned after its sandbox was killed")
+    except CommandExitException as e:
+        raise AssertionError(f"a killed sandbox read as a command exit: {e}")
+    except SandboxNotRunningException as e:
+        assert "killed or reached its end of life" in str(e), e
+    assert time.monotonic() - started < 30
+
+
 @check("host_bound")
 def _():
     # Past the server's host-wide bound (the test starts it with

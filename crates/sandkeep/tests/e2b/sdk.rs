@@ -258,6 +258,16 @@ async fn sdk_fork_is_unsupported_not_not_found() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sdk_exit_codes_above_128_and_signals_as_envd() {
+    sdk_check("exit_codes_and_signals").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sdk_sandbox_killed_while_streaming_is_not_running() {
+    sdk_check("killed_while_streaming").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn js_sdk_runs_commands_and_files() {
     let modules = std::env::var_os("SANDKEEP_TEST_E2B_JS").filter(|p| !p.is_empty());
     let Some(modules) = modules.filter(|m| std::path::Path::new(m).join("e2b").is_dir()) else {
