@@ -19,6 +19,7 @@ use sandkeep_envd_wire::header;
 
 use super::connect::{self, Code, RpcError};
 use super::process;
+use super::users::{self, RunAs};
 use super::{BodyTooLarge, E2b, Envd, SmallBody};
 use sandkeep_proto::wire::shell_quote;
 use sandkeep_provider::{ExecRequest, SandboxId};
@@ -58,13 +59,18 @@ pub async fn health(
 }
 
 /// Runs a script in the sandbox; its exit status and stdout.
-async fn run(e2b: &E2b, id: &SandboxId, script: String) -> Result<(i32, Vec<u8>), RpcError> {
+async fn run(
+    e2b: &E2b,
+    id: &SandboxId,
+    user: &RunAs,
+    script: String,
+) -> Result<(i32, Vec<u8>), RpcError> {
     let out = e2b
         .provider
         .exec(
             id,
             ExecRequest {
-                command: script,
+                command: user.shell(script),
                 cwd: None,
                 timeout: FS_TIMEOUT,
                 stdin: None,
@@ -208,6 +214,7 @@ fn one_entry(path: &str, stdout: &[u8]) -> Result<Response, RpcError> {
 async fn filesystem(
     e2b: &E2b,
     id: &SandboxId,
+    user: &RunAs,
     method: &str,
     headers: &HeaderMap,
     body: &[u8],
@@ -215,7 +222,7 @@ async fn filesystem(
     match method {
         "Stat" => {
             let r: PathRequest = connect::unary_request(headers, body)?;
-            let (code, out) = run(e2b, id, stat_script(&r.path)).await?;
+            let (code, out) = run(e2b, id, user, stat_script(&r.path)).await?;
             if code == GONE {
                 return Err(not_found(&r.path));
             }
@@ -229,7 +236,7 @@ async fn filesystem(
                 absolute(&r.path),
                 r.depth.max(1)
             );
-            match run(e2b, id, script).await? {
+            match run(e2b, id, user, script).await? {
                 (GONE, _) => Err(not_found(&r.path)),
                 (NOT_DIR, _) => Err(RpcError::new(
                     Code::InvalidArgument,
@@ -247,7 +254,7 @@ async fn filesystem(
                  mkdir -p -- \"$p\" && find \"$p\" -maxdepth 0 {PRINT}",
                 absolute(&r.path)
             );
-            match run(e2b, id, script).await? {
+            match run(e2b, id, user, script).await? {
                 (EXISTS, _) => Err(RpcError::new(
                     Code::AlreadyExists,
                     format!("directory {:?} already exists", r.path),
@@ -268,14 +275,20 @@ async fn filesystem(
                 absolute(&r.source),
                 absolute(&r.destination)
             );
-            match run(e2b, id, script).await? {
+            match run(e2b, id, user, script).await? {
                 (GONE, _) => Err(not_found(&r.source)),
                 (_, out) => one_entry(&r.destination, &out),
             }
         }
         "Remove" => {
             let r: PathRequest = connect::unary_request(headers, body)?;
-            run(e2b, id, format!("{}rm -rf -- \"$p\"", absolute(&r.path))).await?;
+            run(
+                e2b,
+                id,
+                user,
+                format!("{}rm -rf -- \"$p\"", absolute(&r.path)),
+            )
+            .await?;
             Ok(connect::unary_response(&Empty {}))
         }
         "WatchDir" => Ok(process::stream_error(&unimplemented_watch())),
@@ -297,6 +310,7 @@ fn unimplemented_watch() -> RpcError {
 async fn process_rpc(
     e2b: &E2b,
     id: &SandboxId,
+    user: &RunAs,
     method: &str,
     headers: &HeaderMap,
     body: &[u8],
@@ -314,7 +328,8 @@ async fn process_rpc(
                     ),
                 ));
             }
-            process::start(procs, &e2b.provider, id, headers, messages.remove(0)).await
+            let request = messages.remove(0);
+            process::start(procs, &e2b.provider, id, headers, request, user).await
         }
         "Connect" => {
             let mut messages = connect::stream_request(headers, body)?;
@@ -369,15 +384,19 @@ pub async fn rpc(
     body: Result<SmallBody, BodyTooLarge>,
 ) -> Response {
     let e2b = &envd.e2b;
-    let result = match (service, body) {
-        (_, Err(too_large)) => Err(too_large.into()),
-        ("process.Process", Ok(body)) => {
-            process_rpc(e2b, &envd.id, method, &headers, body.bytes()).await
+    let user = users::basic_user(&headers)
+        .and_then(|name| users::run_as(envd.record.account.as_ref(), name.as_deref()))
+        .map_err(|e| RpcError::new(Code::InvalidArgument, e));
+    let result = match (service, body, user) {
+        (_, Err(too_large), _) => Err(too_large.into()),
+        (_, _, Err(e)) => Err(e),
+        ("process.Process", Ok(body), Ok(user)) => {
+            process_rpc(e2b, &envd.id, &user, method, &headers, body.bytes()).await
         }
-        ("filesystem.Filesystem", Ok(body)) => {
-            filesystem(e2b, &envd.id, method, &headers, body.bytes()).await
+        ("filesystem.Filesystem", Ok(body), Ok(user)) => {
+            filesystem(e2b, &envd.id, &user, method, &headers, body.bytes()).await
         }
-        (other, Ok(_)) => Err(RpcError::new(
+        (other, Ok(_), Ok(_)) => Err(RpcError::new(
             Code::NotFound,
             format!("{other} is not a service of envd"),
         )),

@@ -21,6 +21,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 
 use super::Envd;
 use super::envd::{absolute, clean, http_error};
+use super::users::{self, RunAs};
 use sandkeep_provider::{
     ExecRequest, ExitStatus, Program, Provider, ProviderError, RunningProcess, SandboxId,
     SpawnRequest, Spawned,
@@ -38,15 +39,31 @@ const CLEANUP_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 pub struct FileQuery {
     #[serde(default)]
     path: Option<String>,
+    /// The user the transfer runs as (the sandbox's default when absent).
+    #[serde(default)]
+    username: Option<String>,
 }
 
-async fn spawn(envd: &Envd, script: String, stdin: bool) -> Result<Spawned, Response> {
+impl FileQuery {
+    /// Who the transfer runs as, or why the name is refused.
+    fn user(&self, envd: &Envd) -> Result<RunAs, String> {
+        let name = self.username.as_deref().filter(|u| !u.is_empty());
+        users::run_as(envd.record.account.as_ref(), name)
+    }
+}
+
+async fn spawn(
+    envd: &Envd,
+    user: &RunAs,
+    script: String,
+    stdin: bool,
+) -> Result<Spawned, Response> {
     envd.e2b
         .provider
         .spawn(
             &envd.id,
             SpawnRequest {
-                program: Program::Shell(script),
+                program: Program::Shell(user.shell(script)),
                 cwd: None,
                 stdin,
             },
@@ -149,6 +166,10 @@ fn body(
 
 /// `GET /files?path=`: the whole file, or the requested range (206).
 pub async fn download(envd: Envd, Query(q): Query<FileQuery>, headers: HeaderMap) -> Response {
+    let user = match q.user(&envd) {
+        Ok(u) => u,
+        Err(e) => return http_error(StatusCode::BAD_REQUEST, e),
+    };
     let Some(path) = q.path.filter(|p| !p.is_empty()) else {
         return http_error(StatusCode::BAD_REQUEST, "the path parameter is required");
     };
@@ -169,7 +190,7 @@ pub async fn download(envd: Envd, Query(q): Query<FileQuery>, headers: HeaderMap
              tail -c +$((a + 1)) -- \"$p\" | head -c \"$n\""
         ),
     };
-    let spawned = match spawn(&envd, script, wanted.is_some()).await {
+    let spawned = match spawn(&envd, &user, script, wanted.is_some()).await {
         Ok(s) => s,
         Err(r) => return r,
     };
@@ -380,6 +401,7 @@ impl Encoding {
 /// Streams one file into the sandbox; its entry as envd answers it.
 async fn write_one(
     envd: &Envd,
+    user: &RunAs,
     path: &str,
     encoding: Encoding,
     mut source: Source<'_>,
@@ -401,7 +423,7 @@ async fn write_one(
         stdout,
         stderr,
         process,
-    } = spawn(envd, script, true).await?;
+    } = spawn(envd, user, script, true).await?;
     let mut staged = Staged {
         stdin: Some(stdin.expect("spawned with a stdin pipe")),
         process: Some(process),
@@ -459,6 +481,10 @@ pub async fn upload(
         .and_then(|v| v.to_str().ok())
         .unwrap_or("")
         .to_owned();
+    let user = match q.user(&envd) {
+        Ok(u) => u,
+        Err(e) => return http_error(StatusCode::BAD_REQUEST, e),
+    };
     let path = q.path.filter(|p| !p.is_empty());
     let encoding = match Encoding::of(&headers) {
         Ok(e) => e,
@@ -502,7 +528,15 @@ pub async fn upload(
                     );
                 }
             };
-            match write_one(&envd, &target, encoding, Source::Part(Box::new(field))).await {
+            match write_one(
+                &envd,
+                &user,
+                &target,
+                encoding,
+                Source::Part(Box::new(field)),
+            )
+            .await
+            {
                 Ok(v) => written.push(v),
                 Err(r) => return r,
             }
@@ -515,7 +549,7 @@ pub async fn upload(
             );
         };
         let source = Source::Body(request.into_body().into_data_stream());
-        match write_one(&envd, &path, encoding, source).await {
+        match write_one(&envd, &user, &path, encoding, source).await {
             Ok(v) => written.push(v),
             Err(r) => return r,
         }

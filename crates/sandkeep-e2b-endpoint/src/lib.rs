@@ -36,6 +36,7 @@ mod files;
 mod network;
 mod process;
 mod rest;
+mod users;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -137,6 +138,10 @@ pub struct Record {
     /// start second stands in).
     #[serde(default)]
     started_ms: Option<u64>,
+    /// E2B's `user` account, made at create where the sandbox can have
+    /// one (`users`); `None`: the sandbox's single user serves all.
+    #[serde(default)]
+    account: Option<users::Account>,
 }
 
 impl Record {
@@ -145,6 +150,7 @@ impl Record {
             access_token: random_hex(),
             metadata,
             started_ms,
+            account: None,
         }
     }
 }
@@ -220,6 +226,7 @@ fn same(a: &str, b: &str) -> bool {
 pub struct Envd {
     e2b: Arc<E2b>,
     id: SandboxId,
+    record: Record,
 }
 
 /// What E2B's proxy answers for a sandbox that is not running.
@@ -273,6 +280,7 @@ impl FromRequestParts<Arc<E2b>> for Envd {
         Ok(Self {
             e2b: Arc::clone(e2b),
             id,
+            record,
         })
     }
 }

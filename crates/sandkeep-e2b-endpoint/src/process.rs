@@ -34,6 +34,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
 use super::connect::{self, Code, RpcError};
+use super::users::RunAs;
 use sandkeep_provider::{ExitStatus, Program, Provider, RunningProcess, SandboxId, SpawnRequest};
 
 /// How long an ended process's end event is kept for Connect (envd's
@@ -262,6 +263,7 @@ pub async fn start(
     id: &SandboxId,
     headers: &HeaderMap,
     request: StartRequest,
+    user: &RunAs,
 ) -> Result<Response, RpcError> {
     if request.pty.is_some() {
         return Err(RpcError::new(
@@ -270,13 +272,16 @@ pub async fn start(
         ));
     }
     let timeout = connect_timeout(headers)?;
-    let program = program(&request.process)?;
+    let (program, cwd) = user.program(
+        program(&request.process)?,
+        request.process.cwd.clone().filter(|c| !c.is_empty()),
+    );
     let spawned = provider
         .spawn(
             id,
             SpawnRequest {
                 program,
-                cwd: request.process.cwd.clone().filter(|c| !c.is_empty()),
+                cwd,
                 stdin: request.stdin.unwrap_or(true),
             },
         )

@@ -15,8 +15,10 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::network::NetworkConfig;
-use super::{E2b, ENVD_VERSION, Record, SmallBody};
-use sandkeep_provider::{CreateSpec, Network, ProviderError, SandboxId, SandboxInfo, rfc3339};
+use super::{E2b, ENVD_VERSION, Record, SmallBody, users};
+use sandkeep_provider::{
+    CreateSpec, ExecRequest, Network, ProviderError, SandboxId, SandboxInfo, rfc3339,
+};
 
 /// The longest timeout a sandbox may ask for (E2B's Pro plan's 24 h).
 const MAX_TIMEOUT: u64 = 86_400;
@@ -186,12 +188,46 @@ async fn create(e2b: &E2b, body: &[u8], default_timeout: u64) -> Response {
         Ok(info) => info,
         Err(e) => return provider_error(&e),
     };
-    let record = Record::new(request.metadata.unwrap_or_default(), Some(unix_now_ms()));
+    let mut record = Record::new(request.metadata.unwrap_or_default(), Some(unix_now_ms()));
+    record.account = add_default_user(e2b, &info.sandbox_id).await;
     if let Err(e) = e2b.records.save(&info.sandbox_id, &record) {
         let _ = e2b.provider.kill(&info.sandbox_id).await;
         return error(StatusCode::INTERNAL_SERVER_ERROR, e);
     }
     (StatusCode::CREATED, Json(sandbox_json(&info, &record))).into_response()
+}
+
+/// E2B's `user` account in a new sandbox, where it can have one (see
+/// `users`); `None` leaves the sandbox its single user.
+async fn add_default_user(e2b: &E2b, id: &SandboxId) -> Option<users::Account> {
+    let out = e2b
+        .provider
+        .exec(
+            id,
+            ExecRequest {
+                command: users::setup_script(),
+                cwd: None,
+                timeout: std::time::Duration::from_secs(30),
+                stdin: None,
+                output_limit: 4096,
+            },
+        )
+        .await;
+    match out {
+        Ok(out) if out.exit_code == Some(0) => users::account(&out.stdout),
+        Ok(out) => {
+            tracing::info!(
+                sandbox = %id,
+                "no E2B user account in this sandbox (its single user serves every request): {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+            None
+        }
+        Err(e) => {
+            tracing::info!(sandbox = %id, "no E2B user account in this sandbox: {e}");
+            None
+        }
+    }
 }
 
 pub async fn create_v1(State(e2b): State<Arc<E2b>>, body: SmallBody) -> Response {

@@ -512,6 +512,40 @@ def _():
     assert time.monotonic() - started < 30
 
 
+@check("default_user")
+def _():
+    # A sandbox made through the endpoint has E2B's layout: commands and
+    # files run as `user` in /home/user by default, as root on request;
+    # an unknown user is refused.
+    sbx = make()
+    try:
+        r = sbx.commands.run('id -un; pwd; echo "$HOME $USER"')
+        assert r.stdout == "user\n/home/user\n/home/user user\n", r
+        r = sbx.commands.run("id -un; pwd", user="root")
+        assert r.stdout.splitlines()[0] == "root", r
+        info = sbx.files.write("mine.txt", "x")
+        assert info.path == "/home/user/mine.txt", info
+        entry = sbx.files.get_info("mine.txt")
+        assert (entry.owner, entry.group) == ("user", "user"), entry
+        sbx.files.write("/root/theirs.txt", "y", user="root")
+        assert sbx.files.read("/root/theirs.txt", user="root") == "y"
+        try:
+            sbx.files.read("/root/theirs.txt")
+            raise AssertionError("user read root's home")
+        except SandboxException:
+            pass
+        sbx.commands.run("mkdir -p sub", cwd="/home/user")
+        r = sbx.commands.run("pwd", cwd="sub")
+        assert r.stdout == "/home/user/sub\n", r
+        try:
+            sbx.commands.run("true", user="mallory")
+            raise AssertionError("an unknown user was accepted")
+        except SandboxException as e:
+            assert "mallory" in str(e), e
+    finally:
+        sbx.kill()
+
+
 @check("host_bound")
 def _():
     # Past the server's host-wide bound (the test starts it with

@@ -268,6 +268,11 @@ async fn sdk_sandbox_killed_while_streaming_is_not_running() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sdk_default_user_is_e2bs_user_and_root_on_request() {
+    sdk_check("default_user").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn js_sdk_runs_commands_and_files() {
     let modules = std::env::var_os("SANDKEEP_TEST_E2B_JS").filter(|p| !p.is_empty());
     let Some(modules) = modules.filter(|m| std::path::Path::new(m).join("e2b").is_dir()) else {
