@@ -430,7 +430,7 @@ async fn write_one(
         cleanup: Some((
             std::sync::Arc::clone(&envd.e2b.provider),
             envd.id.clone(),
-            format!("{names}rm -f -- \"$t\""),
+            user.shell(format!("{names}rm -f -- \"$t\"")),
         )),
     };
     let stdout = tokio::spawn(read_small(stdout));

@@ -36,6 +36,7 @@ mod files;
 mod network;
 mod process;
 mod rest;
+mod signature;
 mod users;
 
 use std::collections::BTreeMap;
@@ -203,6 +204,21 @@ impl Records {
         Ok(record)
     }
 
+    /// The sandbox whose access token made `signed` (a signed URL carries
+    /// no sandbox id), with its record.
+    fn signer(&self, signed: &signature::Signed<'_>) -> Option<(SandboxId, Record)> {
+        std::fs::read_dir(&self.dir)
+            .ok()?
+            .flatten()
+            .filter_map(|entry| {
+                let name = entry.file_name();
+                let id = SandboxId::parse(name.to_str()?.strip_suffix(".json")?).ok()?;
+                let record = self.load(&id)?;
+                Some((id, record))
+            })
+            .find(|(_, record)| signed.made_by(&record.access_token))
+    }
+
     fn remove(&self, id: &SandboxId) {
         let _ = std::fs::remove_file(self.path(id));
     }
@@ -252,20 +268,71 @@ fn target(headers: &HeaderMap) -> Option<String> {
     (port == envd_wire::ENVD_PORT.to_string()).then(|| id.to_owned())
 }
 
+/// The query of a `/files` request as far as its authorization goes.
+#[derive(Debug, Default, Deserialize)]
+struct FilesAuth {
+    #[serde(default)]
+    path: String,
+    #[serde(default)]
+    username: String,
+    #[serde(default)]
+    signature: Option<String>,
+    #[serde(default)]
+    signature_expiration: Option<String>,
+}
+
+impl FilesAuth {
+    fn signed<'a>(&'a self, parts: &Parts) -> Option<signature::Signed<'a>> {
+        Some(signature::Signed {
+            path: &self.path,
+            operation: if parts.method == axum::http::Method::POST {
+                "write"
+            } else {
+                "read"
+            },
+            user: &self.username,
+            signature: self.signature.as_deref()?,
+            expiration: self
+                .signature_expiration
+                .as_deref()
+                .filter(|e| !e.is_empty()),
+        })
+    }
+}
+
 impl FromRequestParts<Arc<E2b>> for Envd {
     type Rejection = Response;
 
     async fn from_request_parts(parts: &mut Parts, e2b: &Arc<E2b>) -> Result<Self, Response> {
         let is_rpc = parts.uri.path() != "/files";
-        let Some(text) = target(&parts.headers) else {
-            return Err(rest::error(
-                StatusCode::BAD_REQUEST,
-                "envd requests need the E2b-Sandbox-Id header or a 49983-ID host name",
-            ));
+        let files: FilesAuth = if is_rpc {
+            FilesAuth::default()
+        } else {
+            query_of(parts.uri.query().unwrap_or(""))
+        };
+        let signed = files.signed(parts);
+        let (text, known) = match (target(&parts.headers), &signed) {
+            (Some(text), _) => (text, None),
+            // A signed URL names its sandbox by its signature.
+            (None, Some(signed)) => match e2b.records.signer(signed) {
+                Some((id, record)) => (id.as_str().to_owned(), Some(record)),
+                None => {
+                    return Err(rest::error(
+                        StatusCode::UNAUTHORIZED,
+                        signature::Refused::Invalid.message(),
+                    ));
+                }
+            },
+            (None, None) => {
+                return Err(rest::error(
+                    StatusCode::BAD_REQUEST,
+                    "envd requests need the E2b-Sandbox-Id header or a 49983-ID host name",
+                ));
+            }
         };
         let not_found = || sandbox_not_found(&text);
         let id = SandboxId::parse(&text).map_err(|_| not_found())?;
-        let record = match e2b.records.load(&id) {
+        let record = match known.or_else(|| e2b.records.load(&id)) {
             Some(r) => r,
             None => {
                 e2b.provider.info(&id).await.map_err(|_| not_found())?;
@@ -275,7 +342,12 @@ impl FromRequestParts<Arc<E2b>> for Envd {
             }
         };
         if !envd::authorized(&record.access_token, &parts.headers) {
-            return Err(envd::unauthorized(is_rpc));
+            let Some(signed) = signed else {
+                return Err(envd::unauthorized(is_rpc));
+            };
+            signed
+                .check(&record.access_token, sandkeep_provider::unix_now())
+                .map_err(|refused| rest::error(StatusCode::UNAUTHORIZED, refused.message()))?;
         }
         Ok(Self {
             e2b: Arc::clone(e2b),
@@ -283,6 +355,14 @@ impl FromRequestParts<Arc<E2b>> for Envd {
             record,
         })
     }
+}
+
+/// A query string as `T`; what does not parse reads as `T::default()`
+/// (the handler's own extractor then answers the error).
+fn query_of<T: Default + for<'de> Deserialize<'de>>(query: &str) -> T {
+    axum::extract::Query::<T>::try_from_uri(&format!("/?{query}").parse().unwrap_or_default())
+        .map(|q| q.0)
+        .unwrap_or_default()
 }
 
 /// The API key check of every REST route.

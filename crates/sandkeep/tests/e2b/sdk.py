@@ -546,6 +546,46 @@ def _():
         sbx.kill()
 
 
+@check("signed_urls")
+def _():
+    # A signed /files URL (the SDK signs it with the access token) needs no
+    # token and no routing header; it opens that path for that operation
+    # until it expires, and nothing else.
+    sbx = make()
+    try:
+        sbx.files.write("s.txt", "signed")
+        with urllib.request.urlopen(sbx.download_url("s.txt", "user")) as r:
+            assert r.read() == b"signed"
+        with urllib.request.urlopen(sbx.download_url("s.txt", "user", 60)) as r:
+            assert r.read() == b"signed"
+        refusals = [
+            (sbx.download_url("s.txt", "user", use_signature_expiration=-60), "signature is already expired"),
+            (sbx.download_url("s.txt", "user").replace("s.txt", "t.txt", 1), "invalid signature"),
+            (sbx.download_url("s.txt", "user").replace("username=user", "username=root"), "invalid signature"),
+        ]
+        for url, message in refusals:
+            try:
+                urllib.request.urlopen(url)
+                raise AssertionError(f"{url} was let in")
+            except urllib.error.HTTPError as e:
+                assert e.code == 401, (url, e)
+                assert json.loads(e.read()) == {"code": 401, "message": message}, url
+        up = sbx.upload_url("u.txt", "user")
+        body = b"--b\r\nContent-Disposition: form-data; name=\"file\"; filename=\"u.txt\"\r\n\r\nup\r\n--b--\r\n"
+        req = urllib.request.Request(up, data=body, method="POST",
+                                     headers={"Content-Type": "multipart/form-data; boundary=b"})
+        with urllib.request.urlopen(req) as r:
+            assert r.status == 200
+        assert sbx.files.read("u.txt") == "up"
+        try:
+            urllib.request.urlopen(up)
+            raise AssertionError("a write signature read a file")
+        except urllib.error.HTTPError as e:
+            assert e.code == 401, e
+    finally:
+        sbx.kill()
+
+
 @check("host_bound")
 def _():
     # Past the server's host-wide bound (the test starts it with

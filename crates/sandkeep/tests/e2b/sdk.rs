@@ -273,6 +273,11 @@ async fn sdk_default_user_is_e2bs_user_and_root_on_request() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sdk_signed_file_urls_open_one_path_until_they_expire() {
+    sdk_check("signed_urls").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn js_sdk_runs_commands_and_files() {
     let modules = std::env::var_os("SANDKEEP_TEST_E2B_JS").filter(|p| !p.is_empty());
     let Some(modules) = modules.filter(|m| std::path::Path::new(m).join("e2b").is_dir()) else {
@@ -656,7 +661,7 @@ async fn files_stream_with_ranges() {
         .unwrap();
     assert_eq!(r.status(), 200);
     let written: serde_json::Value = r.json().await.unwrap();
-    assert_eq!(written[0]["path"], "/root/up/big.bin", "{written}");
+    assert_eq!(written[0]["path"], "/home/user/up/big.bin", "{written}");
     let get = |path: &str, range: Option<&str>| {
         let mut b = sandbox.envd(http.get(files(path)));
         if let Some(r) = range {
@@ -667,7 +672,9 @@ async fn files_stream_with_ranges() {
     let r = get("up/big.bin", None).await.unwrap();
     assert_eq!(r.status(), 200);
     assert!(r.bytes().await.unwrap() == data, "the whole file back");
-    let r = get("/root/up/big.bin", Some("bytes=10-19")).await.unwrap();
+    let r = get("/home/user/up/big.bin", Some("bytes=10-19"))
+        .await
+        .unwrap();
     assert_eq!(r.status(), 206);
     assert_eq!(r.headers()["content-range"], "bytes 10-19/3000000");
     assert_eq!(r.bytes().await.unwrap(), &data[10..20]);
@@ -760,7 +767,8 @@ async fn a_broken_upload_leaves_no_file() {
                 "--sandbox",
                 &sandbox.id,
                 "--",
-                "mkdir -p up && ls -A up",
+                // The upload (as E2B's `user`) makes the directory.
+                "ls -A /home/user/up 2>/dev/null; true",
             ])
             .output()
             .expect("list the upload directory");
@@ -928,7 +936,7 @@ async fn bodies_are_capped_and_uploads_stream_in_bounded_memory() {
             "--sandbox",
             &sandbox.id,
             "--",
-            "stat -c %s up/stream.bin up/part.bin",
+            "stat -c %s /home/user/up/stream.bin /home/user/up/part.bin",
         ])
         .output()
         .unwrap();
