@@ -33,6 +33,7 @@
 mod connect;
 mod envd;
 mod files;
+mod metrics;
 mod network;
 mod process;
 mod rest;
@@ -125,6 +126,7 @@ pub struct E2b {
     api_key: String,
     records: Records,
     processes: Arc<process::Processes>,
+    samples: metrics::Samples,
 }
 
 /// What E2B adds to a sandbox, kept beside the provider's state.
@@ -392,7 +394,8 @@ fn routes(e2b: Arc<E2b>) -> Router {
         .route("/sandboxes/{id}/fork", post(rest::fork))
         .route("/sandboxes/{id}/pause", post(rest::unsupported))
         .route("/sandboxes/{id}/resume", post(rest::unsupported))
-        .route("/sandboxes/{id}/metrics", get(rest::unsupported))
+        .route("/sandboxes/metrics", get(metrics::many))
+        .route("/sandboxes/{id}/metrics", get(metrics::one))
         .route("/sandboxes/{id}/logs", get(rest::unsupported))
         .route_layer(axum::middleware::from_fn_with_state(
             Arc::clone(&e2b),
@@ -450,5 +453,6 @@ pub fn router(
         api_key,
         records: Records { dir: records },
         processes: Arc::new(process::Processes::new(end_retention)),
+        samples: metrics::Samples::default(),
     })))
 }

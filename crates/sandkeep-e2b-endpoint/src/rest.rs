@@ -38,7 +38,7 @@ pub fn error(status: StatusCode, message: impl Into<String>) -> Response {
         .into_response()
 }
 
-fn provider_error(e: &ProviderError) -> Response {
+pub(super) fn provider_error(e: &ProviderError) -> Response {
     if let ProviderError::LimitReached(message) = e {
         // E2B's answer to a create past the account's concurrency limit;
         // marked so the Python SDK raises at once instead of retrying a
@@ -75,7 +75,7 @@ impl IntoResponse for ApiError {
     }
 }
 
-fn sandbox_id(text: &str) -> Result<SandboxId, ApiError> {
+pub(super) fn sandbox_id(text: &str) -> Result<SandboxId, ApiError> {
     SandboxId::parse(text)
         .map_err(|_| ApiError(StatusCode::NOT_FOUND, format!("sandbox {text:?} not found")))
 }
@@ -92,7 +92,7 @@ fn sandbox_json(info: &SandboxInfo, record: &Record) -> Value {
 }
 
 /// Unix milliseconds now: the start time of a sandbox created here.
-fn unix_now_ms() -> u64 {
+pub(super) fn unix_now_ms() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
@@ -100,7 +100,7 @@ fn unix_now_ms() -> u64 {
 
 /// When a sandbox started, in Unix milliseconds: the endpoint's own
 /// record of a create, else the provider's start second.
-fn started_ms(info: &SandboxInfo, record: &Record) -> u64 {
+pub(super) fn started_ms(info: &SandboxInfo, record: &Record) -> u64 {
     record
         .started_ms
         .unwrap_or(info.created_at.saturating_mul(1000))
@@ -357,6 +357,7 @@ pub async fn kill(State(e2b): State<Arc<E2b>>, Path(id): Path<String>) -> Respon
     };
     let killed = e2b.provider.kill(&id).await;
     e2b.processes.forget(&id);
+    e2b.samples.forget(&id);
     e2b.records.remove(&id);
     match killed {
         Ok(true) => StatusCode::NO_CONTENT.into_response(),
@@ -541,7 +542,7 @@ pub async fn list_v2(
 pub async fn unsupported() -> Response {
     error(
         StatusCode::NOT_IMPLEMENTED,
-        "not implemented by sandkeep's E2B endpoint (pause, snapshots, metrics, templates and logs are not supported)",
+        "not implemented by sandkeep's E2B endpoint (pause, snapshots, fork, templates and logs are not supported)",
     )
 }
 

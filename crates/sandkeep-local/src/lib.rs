@@ -53,6 +53,7 @@ mod spawn;
 mod state;
 #[allow(unsafe_code)]
 mod sys;
+mod usage;
 mod wire;
 
 use std::os::fd::AsFd;
@@ -77,7 +78,7 @@ use self::state::{Home, Meta, Spec};
 use self::wire::Request;
 use sandkeep_provider::{
     CreateSpec, ExecOutput, ExecRequest, FileEntry, Provider, ProviderError, Release, Result,
-    SandboxId, SandboxInfo, SpawnRequest, Spawned,
+    SandboxId, SandboxInfo, SpawnRequest, Spawned, Usage,
 };
 
 /// The first argument that makes the `sandkeep` binary a keeper.
@@ -689,6 +690,24 @@ impl Provider for LocalProvider {
                 ProviderError::NoSuchSandbox(id.clone())
             }
         })
+    }
+
+    async fn usage(&self, id: &SandboxId) -> Result<Usage> {
+        let info = self.live(id).await?.info;
+        let cpus = info.limits.milli_cpus.map_or_else(
+            || std::thread::available_parallelism().map_or(1, |n| n.get() as u32),
+            |m| m.div_ceil(1000),
+        );
+        let dir = self.home.sandbox(id).path;
+        blocking(move || usage::read(&dir, cpus))
+            .await?
+            .ok_or_else(|| {
+                ProviderError::Unsupported(
+                    "this sandbox has no memory cgroup (the process-only level): its resource \
+                     use is not measured"
+                        .into(),
+                )
+            })
     }
 
     async fn set_timeout(&self, id: &SandboxId, timeout: u64) -> Result<SandboxInfo> {

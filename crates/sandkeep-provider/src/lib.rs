@@ -305,6 +305,23 @@ impl ExitStatus {
     }
 }
 
+/// A sandbox's resource use at one moment (E2B's metrics).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Usage {
+    /// CPU time its processes have used so far, in microseconds.
+    pub cpu_usec: u64,
+    /// The CPUs it may use (its limit, rounded up, else the host's).
+    pub cpu_count: u32,
+    /// Memory in bytes: charged, its limit (else the host's), and of it
+    /// the page cache.
+    pub mem_used: u64,
+    pub mem_total: u64,
+    pub mem_cache: u64,
+    /// Its disk (the root file system) in bytes.
+    pub disk_used: u64,
+    pub disk_total: u64,
+}
+
 /// The control of a process started by [`Provider::spawn`].
 #[async_trait]
 pub trait RunningProcess: Send + Sync {
@@ -459,6 +476,15 @@ pub trait Provider: Send + Sync {
         let _ = (id, request);
         Err(ProviderError::Unsupported(format!(
             "the {} provider cannot start processes that outlive a call",
+            self.kind()
+        )))
+    }
+
+    /// The sandbox's resource use now.
+    async fn usage(&self, id: &SandboxId) -> Result<Usage> {
+        let _ = id;
+        Err(ProviderError::Unsupported(format!(
+            "the {} provider does not measure a sandbox's resource use",
             self.kind()
         )))
     }

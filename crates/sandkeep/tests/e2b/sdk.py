@@ -586,6 +586,34 @@ def _():
         sbx.kill()
 
 
+@check("metrics")
+def _():
+    # Metrics are measured: memory from the sandbox's cgroup, disk from its
+    # own root, CPU from its processes; a window in the past has none.
+    from datetime import datetime, timezone
+
+    sbx = make()
+    try:
+        [first] = sbx.get_metrics()
+        assert first.mem_total > 0 and first.disk_total > 0 and first.cpu_count >= 1, first
+        sbx.commands.run(
+            "head -c 20000000 /dev/zero > /tmp/fill; i=0; while [ $i -lt 300000 ]; do i=$((i+1)); done"
+        )
+        [after] = sbx.get_metrics()
+        assert after.disk_used >= first.disk_used + 20_000_000, (first, after)
+        assert after.mem_used > first.mem_used, (first, after)
+        assert 0 < after.cpu_used_pct <= 100, after
+        now = datetime.now(timezone.utc)
+        assert sbx.get_metrics(start=now - timedelta(hours=2), end=now - timedelta(hours=1)) == []
+        url = os.environ["E2B_API_URL"] + "/sandboxes/metrics?sandbox_ids=" + sbx.sandbox_id
+        req = urllib.request.Request(url, headers={"X-API-Key": os.environ["E2B_API_KEY"]})
+        with urllib.request.urlopen(req) as r:
+            listed = json.loads(r.read())["sandboxes"]
+        assert listed[sbx.sandbox_id]["diskTotal"] == after.disk_total, listed
+    finally:
+        sbx.kill()
+
+
 @check("host_bound")
 def _():
     # Past the server's host-wide bound (the test starts it with
