@@ -391,7 +391,11 @@ fn routes(e2b: Arc<E2b>) -> Router {
         .route("/sandboxes/{id}/connect", post(rest::connect_v1))
         .route("/v2/sandboxes/{id}/connect", post(rest::connect_v2))
         .route("/sandboxes/{id}/timeout", post(rest::set_timeout))
-        .route("/sandboxes/{id}/fork", post(rest::fork))
+        .route("/sandboxes/{id}/fork", post(rest::unsupported_on_sandbox))
+        .route(
+            "/sandboxes/{id}/network",
+            axum::routing::put(rest::unsupported_on_sandbox),
+        )
         .route("/sandboxes/{id}/pause", post(rest::unsupported))
         .route("/sandboxes/{id}/resume", post(rest::unsupported))
         .route("/sandboxes/metrics", get(metrics::many))

@@ -542,14 +542,18 @@ pub async fn list_v2(
 pub async fn unsupported() -> Response {
     error(
         StatusCode::NOT_IMPLEMENTED,
-        "not implemented by sandkeep's E2B endpoint (pause, snapshots, fork, templates and logs are not supported)",
+        "not implemented by sandkeep's E2B endpoint (pause, snapshots, fork, network updates, templates and logs are not supported)",
     )
 }
 
-/// `POST /sandboxes/{id}/fork`: a sandbox that is gone is 404, as E2B
-/// answers (the SDKs raise "sandbox not found"); a running one is E2B's
-/// answer to an unsupported call, not a 404 the SDKs would read as gone.
-pub async fn fork(State(e2b): State<Arc<E2b>>, Path(id): Path<String>) -> Response {
+/// A call on one sandbox that is not implemented (`fork`, `PUT network`):
+/// a sandbox that is gone is 404, as E2B answers (the SDKs raise "sandbox
+/// not found"); a running one gets E2B's answer to an unsupported call,
+/// not a 404 the SDKs would read as gone.
+pub async fn unsupported_on_sandbox(
+    State(e2b): State<Arc<E2b>>,
+    Path(id): Path<String>,
+) -> Response {
     let id = match sandbox_id(&id) {
         Ok(id) => id,
         Err(r) => return r.into_response(),

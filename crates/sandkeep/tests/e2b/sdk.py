@@ -441,8 +441,8 @@ def _():
 
 @check("fork_unsupported")
 def _():
-    # fork is not implemented: a running sandbox gets E2B's answer to an
-    # unsupported call (not a 404 the SDK reads as "not found"); a killed
+    # fork and network updates are not implemented: a running sandbox gets
+    # E2B's answer to an unsupported call (not a 404 the SDK reads as "not found"); a killed
     # one is not found.
     sbx = make()
     try:
@@ -450,6 +450,13 @@ def _():
         raise AssertionError("fork succeeded")
     except NotFoundException as e:
         raise AssertionError(f"fork of a running sandbox said not found: {e}")
+    except SandboxException as e:
+        assert "501" in str(e), e
+    try:
+        sbx.update_network({"deny_out": ["0.0.0.0/0"]})
+        raise AssertionError("a network update was accepted")
+    except NotFoundException as e:
+        raise AssertionError(f"a network update of a running sandbox said not found: {e}")
     except SandboxException as e:
         assert "501" in str(e), e
     assert sbx.is_running()
