@@ -18,9 +18,9 @@ use sandkeep_envd_wire::filesystem::{
 use sandkeep_envd_wire::header;
 
 use super::connect::{self, Code, RpcError};
-use super::process;
 use super::users::{self, RunAs};
 use super::{BodyTooLarge, E2b, Envd, SmallBody};
+use super::{metadata, process};
 use sandkeep_proto::wire::shell_quote;
 use sandkeep_provider::{ExecRequest, SandboxId};
 
@@ -159,6 +159,7 @@ fn entry(record: &str) -> Option<EntryInfo> {
         group: group.to_owned(),
         modified_time: modified,
         symlink_target: symlink.then(|| resolved.to_owned()),
+        metadata: Default::default(),
     })
 }
 
@@ -203,8 +204,16 @@ fn stat_script(path: &str) -> String {
     )
 }
 
-fn one_entry(path: &str, stdout: &[u8]) -> Result<Response, RpcError> {
-    let entry = entries(stdout)
+/// The answer naming the one entry `stdout` describes, with its metadata.
+async fn one_entry(
+    e2b: &E2b,
+    id: &SandboxId,
+    user: &RunAs,
+    path: &str,
+    stdout: &[u8],
+) -> Result<Response, RpcError> {
+    let entry = metadata::attach(e2b, id, user, entries(stdout))
+        .await
         .into_iter()
         .next()
         .ok_or_else(|| not_found(path))?;
@@ -226,7 +235,7 @@ async fn filesystem(
             if code == GONE {
                 return Err(not_found(&r.path));
             }
-            one_entry(&r.path, &out)
+            one_entry(e2b, id, user, &r.path, &out).await
         }
         "ListDir" => {
             let r: ListDirRequest = connect::unary_request(headers, body)?;
@@ -243,7 +252,7 @@ async fn filesystem(
                     format!("path {:?} is not a directory", r.path),
                 )),
                 (_, out) => Ok(connect::unary_response(&ListDirResponse {
-                    entries: walk_order(entries(&out)),
+                    entries: metadata::attach(e2b, id, user, walk_order(entries(&out))).await,
                 })),
             }
         }
@@ -263,7 +272,7 @@ async fn filesystem(
                     Code::InvalidArgument,
                     format!("path {:?} exists and is not a directory", r.path),
                 )),
-                (_, out) => one_entry(&r.path, &out),
+                (_, out) => one_entry(e2b, id, user, &r.path, &out).await,
             }
         }
         "Move" => {
@@ -277,7 +286,7 @@ async fn filesystem(
             );
             match run(e2b, id, user, script).await? {
                 (GONE, _) => Err(not_found(&r.source)),
-                (_, out) => one_entry(&r.destination, &out),
+                (_, out) => one_entry(e2b, id, user, &r.destination, &out).await,
             }
         }
         "Remove" => {

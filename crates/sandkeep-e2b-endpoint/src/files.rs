@@ -21,7 +21,9 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 
 use super::Envd;
 use super::envd::{absolute, clean, http_error};
+use super::metadata;
 use super::users::{self, RunAs};
+use sandkeep_proto::wire::MetadataRequest;
 use sandkeep_provider::{
     ExecRequest, ExitStatus, Program, Provider, ProviderError, RunningProcess, SandboxId,
     SpawnRequest, Spawned,
@@ -465,6 +467,7 @@ async fn write_one(
         path: full,
         name,
         file_type: "file".to_owned(),
+        metadata: None,
     })
 }
 
@@ -489,6 +492,10 @@ pub async fn upload(
     let encoding = match Encoding::of(&headers) {
         Ok(e) => e,
         Err(message) => return http_error(StatusCode::UNSUPPORTED_MEDIA_TYPE, message),
+    };
+    let wanted = match metadata::from_headers(&headers) {
+        Ok(m) => m,
+        Err(message) => return http_error(StatusCode::BAD_REQUEST, message),
     };
     let mut written = Vec::new();
     if content_type.starts_with("multipart/form-data") {
@@ -560,6 +567,28 @@ pub async fn upload(
                 "content type {content_type:?} is not supported; send multipart/form-data or application/octet-stream"
             ),
         );
+    }
+    if !wanted.is_empty() {
+        let request = MetadataRequest {
+            set: written
+                .iter()
+                .map(|w| (w.path.clone(), wanted.clone()))
+                .collect(),
+            get: written.iter().map(|w| w.path.clone()).collect(),
+        };
+        match metadata::call(&envd.e2b, &envd.id, &user, &request).await {
+            Ok(reply) => {
+                for (w, m) in written.iter_mut().zip(reply.metadata) {
+                    w.metadata = Some(m);
+                }
+            }
+            Err(e) => {
+                return http_error(
+                    StatusCode::BAD_REQUEST,
+                    format!("the file was written but its metadata was not set: {e}"),
+                );
+            }
+        }
     }
     axum::Json(written).into_response()
 }

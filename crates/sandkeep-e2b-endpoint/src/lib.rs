@@ -33,6 +33,7 @@
 mod connect;
 mod envd;
 mod files;
+mod metadata;
 mod metrics;
 mod network;
 mod process;

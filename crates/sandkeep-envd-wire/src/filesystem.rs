@@ -1,6 +1,8 @@
 //! The filesystem service's messages (`/filesystem.Filesystem/*`) and
 //! `/files`' upload answer.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 
 /// The request of Stat, MakeDir and Remove.
@@ -50,6 +52,9 @@ pub struct EntryInfo {
     /// target's type (envd 0.6.13 has no separate "is a link" field).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub symlink_target: Option<String>,
+    /// The file's metadata (`user.e2b.*` extended attributes).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub metadata: BTreeMap<String, String>,
 }
 
 /// The answer of Stat, MakeDir and Move.
@@ -73,4 +78,7 @@ pub struct WrittenFile {
     /// Always `file`.
     #[serde(rename = "type")]
     pub file_type: String,
+    /// The file's metadata after an upload that set some.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<BTreeMap<String, String>>,
 }

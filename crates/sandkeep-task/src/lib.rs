@@ -15,6 +15,7 @@ mod cancel;
 mod capture;
 mod delete;
 mod error;
+mod metadata;
 mod nullio;
 mod oom;
 pub mod procfs;
@@ -48,7 +49,7 @@ pub fn version_line() -> String {
     )
 }
 
-const USAGE: &str = "usage: sandkeep-task --version | start JSON | status JSON | wait JSON | wait --stream | cancel JSON | delete JSON | list [{}]";
+const USAGE: &str = "usage: sandkeep-task --version | start JSON | status JSON | wait JSON | wait --stream | cancel JSON | delete JSON | list [{}] | metadata JSON";
 
 /// Runs the helper with its command-line arguments (without argv\[0\]) and
 /// returns the process exit code.
@@ -86,6 +87,7 @@ pub fn main_with_args(args: Vec<String>) -> i32 {
         Some(verb::CANCEL) => reply(parse(json).and_then(cancel::cancel)),
         Some(verb::DELETE) => reply(parse(json).and_then(delete::delete)),
         Some(verb::LIST) => reply(no_arguments(json).and_then(|()| status::list())),
+        Some(verb::METADATA) => reply(parse(json).and_then(metadata::metadata)),
         _ => reply::<()>(Err(HelperError::BadRequest(USAGE.into()))),
     }
 }

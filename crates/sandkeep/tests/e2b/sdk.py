@@ -621,6 +621,31 @@ def _():
         sbx.kill()
 
 
+@check("file_metadata")
+def _():
+    # Upload metadata (X-Metadata-*) is kept in the file's user.e2b.*
+    # extended attributes: answered by write, Stat and ListDir, kept
+    # through a rename, and what a program in the sandbox sets there shows.
+    sbx = make()
+    try:
+        info = sbx.files.write("m/a.txt", "x", metadata={"author": "ann", "purpose": "test"})
+        assert info.metadata == {"author": "ann", "purpose": "test"}, info
+        assert sbx.files.get_info("m/a.txt").metadata == {"author": "ann", "purpose": "test"}
+        sbx.files.rename("m/a.txt", "m/b.txt")
+        listed = {e.name: e.metadata for e in sbx.files.list("m")}
+        assert listed == {"b.txt": {"author": "ann", "purpose": "test"}}, listed
+        sbx.files.write("m/plain.txt", "y")
+        assert sbx.files.get_info("m/plain.txt").metadata is None
+        sbx.commands.run(
+            "python3 -c \"import os; os.setxattr('m/plain.txt', 'user.e2b.tag', b'set-inside')\""
+        )
+        assert sbx.files.get_info("m/plain.txt").metadata == {"tag": "set-inside"}
+        r = sbx.commands.run("python3 -c \"import os; print(os.getxattr('m/b.txt', 'user.e2b.author'))\"")
+        assert r.stdout == "b'ann'\n", r
+    finally:
+        sbx.kill()
+
+
 @check("host_bound")
 def _():
     # Past the server's host-wide bound (the test starts it with
