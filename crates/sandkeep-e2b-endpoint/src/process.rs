@@ -412,15 +412,16 @@ pub fn connect(
 
 /// How a stream ends when its process's end is unknown: its sandbox was
 /// killed or expired under it (the process forgotten with the sandbox, or
-/// its wait lost). E2B's proxy breaks such a stream with
-/// `unavailable`; the SDKs then probe the sandbox and, finding it gone,
-/// raise "sandbox not running", not a command exit.
-fn lost_stream(why: Option<String>) -> RpcError {
-    let why = why.unwrap_or_else(|| "the sandbox was killed or ended".to_owned());
-    RpcError::new(
-        Code::Unavailable,
-        format!("the connection to the sandbox ended before the stream completed: {why}"),
-    )
+/// its wait lost). E2B's proxy drops such a connection, so the response
+/// body breaks off without Connect's end-of-stream: the SDKs see the
+/// connection terminated, probe the sandbox's `/health`, find it gone and
+/// raise "sandbox not running" (Python `SandboxNotRunningException`, JS
+/// `TimeoutError`), not a command exit with a made-up code.
+fn lost_stream(why: Option<String>) -> std::io::Error {
+    std::io::Error::other(format!(
+        "the sandbox went away under the stream: {}",
+        why.unwrap_or_else(|| "killed or ended".to_owned())
+    ))
 }
 
 /// How a process ended: its end event, or why its end is unknown.
@@ -461,13 +462,13 @@ struct Events {
 
 impl Events {
     /// The next envelopes to send; `None` after the end-stream message.
-    async fn next(&mut self) -> Option<Bytes> {
+    async fn next(&mut self) -> Option<std::io::Result<Bytes>> {
         match self.phase {
             Phase::Done => return None,
             Phase::Start => {
                 self.phase = Phase::Running;
                 self.ping = Instant::now() + self.keepalive;
-                return Some(event(Event::Start { pid: self.pid }));
+                return Some(Ok(event(Event::Start { pid: self.pid })));
             }
             Phase::Running => {}
         }
@@ -492,10 +493,10 @@ impl Events {
                         Some(Ok(end)) => {
                             let mut last = event(Event::End(end)).to_vec();
                             last.extend_from_slice(&connect::end_stream(None));
-                            Bytes::from(last)
+                            Ok(Bytes::from(last))
                         }
-                        Some(Err(why)) => connect::end_stream(Some(&lost_stream(Some(why)))),
-                        None => connect::end_stream(Some(&lost_stream(None))),
+                        Some(Err(why)) => Err(lost_stream(Some(why))),
+                        None => Err(lost_stream(None)),
                     });
                 }
             },
@@ -503,11 +504,11 @@ impl Events {
             () = expired => {
                 self.phase = Phase::Done;
                 let e = RpcError::new(Code::DeadlineExceeded, "the Connect-Timeout-Ms deadline expired");
-                return Some(connect::end_stream(Some(&e)));
+                return Some(Ok(connect::end_stream(Some(&e))));
             }
         };
         self.ping = Instant::now() + self.keepalive;
-        Some(message)
+        Some(Ok(message))
     }
 }
 
@@ -531,7 +532,7 @@ fn event_stream(
     };
     let body = futures_util::stream::unfold(events, |mut events| async move {
         let message = events.next().await?;
-        Some((Ok::<_, std::convert::Infallible>(message), events))
+        Some((message, events))
     });
     (
         [(header::CONTENT_TYPE, connect::STREAM_JSON)],
