@@ -15,12 +15,14 @@
 //! e2b provider (the client side) shares.
 //!
 //! One listener serves both planes:
-//! - the REST API (`rest`): create, connect, list, info, timeout, kill,
-//!   behind the API key (`X-API-Key`);
+//! - the REST API (`rest`, `network` rules, `metrics`): create, connect,
+//!   list, info, timeout, kill, metrics, behind the API key (`X-API-Key`);
 //! - every sandbox's envd (`envd`, `process`, over the Connect codec in
 //!   `connect`), routed by the `E2b-Sandbox-Id` header (or a
 //!   `{port}-{id}.` host name), behind the sandbox's access token
-//!   (`X-Access-Token`) except `/health`.
+//!   (`X-Access-Token`, or a `signature` on `/files`) except `/health`;
+//!   requests run as E2B's `user` or `root` (`users`), file metadata
+//!   through the sandbox's helper (`metadata`).
 //!
 //! Sandboxes made here are ordinary sandboxes of the provider (the CLI,
 //! `list_sandboxes` and tasks see them); what E2B adds (metadata, the
