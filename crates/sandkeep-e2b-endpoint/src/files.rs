@@ -34,8 +34,9 @@ const GONE: i32 = 44;
 const IS_DIR: i32 = 45;
 /// The read size of a download.
 const CHUNK: usize = 256 * 1024;
-/// The time limit of removing a broken upload's temporary file.
-const CLEANUP_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+/// The time limit of the small root scripts around an upload (making its
+/// parent directories, removing a broken one's temporary file).
+const ROOT_SCRIPT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
 #[derive(Debug, Deserialize)]
 pub struct FileQuery {
@@ -347,7 +348,7 @@ impl Drop for Staged {
                     ExecRequest {
                         command: script,
                         cwd: None,
-                        timeout: CLEANUP_TIMEOUT,
+                        timeout: ROOT_SCRIPT_TIMEOUT,
                         stdin: None,
                         output_limit: 4096,
                     },
@@ -400,6 +401,36 @@ impl Encoding {
     }
 }
 
+/// Runs `script` (from [`RunAs::parents_as_root`]) as the sandbox's root:
+/// an upload's missing parent directories, the user's.
+async fn make_parents(envd: &Envd, script: String, path: &str) -> Result<(), Response> {
+    let out = envd
+        .e2b
+        .provider
+        .exec(
+            &envd.id,
+            ExecRequest {
+                command: script,
+                cwd: None,
+                timeout: ROOT_SCRIPT_TIMEOUT,
+                stdin: None,
+                output_limit: 4096,
+            },
+        )
+        .await
+        .map_err(|e| http_error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
+    if out.exit_code == Some(0) {
+        return Ok(());
+    }
+    Err(http_error(
+        StatusCode::BAD_REQUEST,
+        format!(
+            "{path}: cannot create its directory: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ),
+    ))
+}
+
 /// Streams one file into the sandbox; its entry as envd answers it.
 async fn write_one(
     envd: &Envd,
@@ -415,6 +446,9 @@ async fn write_one(
         absolute(path),
         super::random_hex()
     );
+    if let Some(parents) = user.parents_as_root(&names) {
+        make_parents(envd, parents, path).await?;
+    }
     let script = format!(
         "{names}mkdir -p -- \"$d\" || exit 1; \
          {} > \"$t\" && mv -fT -- \"$t\" \"$p\" && printf '%s' \"$p\"",

@@ -151,6 +151,25 @@ impl RunAs {
         )
     }
 
+    /// For an account: a script, run as the sandbox's root after `setup`
+    /// (which sets `$d`, an absolute directory, resolved from the account's
+    /// home), that creates what is missing of `$d` owned by the account, as
+    /// envd (root) makes an upload's parent directories and hands them to
+    /// the user. `None` for the sandbox's own user, who makes them itself.
+    pub fn parents_as_root(&self, setup: &str) -> Option<String> {
+        let RunAs::Account(a) = self else {
+            return None;
+        };
+        Some(format!(
+            "cd {} && {setup}[ -d \"$d\" ] && exit 0; set -f; IFS=/; c=; \
+             for x in $d; do [ -n \"$x\" ] || continue; c=\"$c/$x\"; \
+             [ -e \"$c\" ] || {{ mkdir -- \"$c\" && chown {}:{} -- \"$c\"; }} || exit 1; done",
+            shell_quote(&a.home),
+            a.uid,
+            a.gid
+        ))
+    }
+
     /// A process run as this user; its working directory, given (a
     /// relative one from the user's home, as envd takes it) or the home.
     pub fn program(&self, program: Program, cwd: Option<String>) -> (Program, Option<String>) {

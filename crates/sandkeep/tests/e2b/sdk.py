@@ -534,6 +534,12 @@ def _():
         assert info.path == "/home/user/mine.txt", info
         entry = sbx.files.get_info("mine.txt")
         assert (entry.owner, entry.group) == ("user", "user"), entry
+        # As envd (root) does, an upload makes missing parents anywhere
+        # and hands them to the user.
+        made = sbx.files.write("/new dir/sub/f.txt", "z")
+        assert made.path == "/new dir/sub/f.txt", made
+        r = sbx.commands.run("stat -c %U '/new dir' '/new dir/sub' '/new dir/sub/f.txt'")
+        assert r.stdout == "user\nuser\nuser\n", r
         sbx.files.write("/root/theirs.txt", "y", user="root")
         assert sbx.files.read("/root/theirs.txt", user="root") == "y"
         try:
