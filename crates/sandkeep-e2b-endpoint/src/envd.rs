@@ -18,8 +18,9 @@ use sandkeep_envd_wire::filesystem::{
 use sandkeep_envd_wire::header;
 
 use super::connect::{self, Code, RpcError};
-use super::process;
+use super::users::{self, RunAs};
 use super::{BodyTooLarge, E2b, Envd, SmallBody};
+use super::{metadata, process};
 use sandkeep_proto::wire::shell_quote;
 use sandkeep_provider::{ExecRequest, SandboxId};
 
@@ -58,13 +59,18 @@ pub async fn health(
 }
 
 /// Runs a script in the sandbox; its exit status and stdout.
-async fn run(e2b: &E2b, id: &SandboxId, script: String) -> Result<(i32, Vec<u8>), RpcError> {
+async fn run(
+    e2b: &E2b,
+    id: &SandboxId,
+    user: &RunAs,
+    script: String,
+) -> Result<(i32, Vec<u8>), RpcError> {
     let out = e2b
         .provider
         .exec(
             id,
             ExecRequest {
-                command: script,
+                command: user.shell(script),
                 cwd: None,
                 timeout: FS_TIMEOUT,
                 stdin: None,
@@ -98,12 +104,23 @@ pub(super) fn absolute(path: &str) -> String {
     format!("case {q} in /*) p={q};; *) p=\"$PWD\"/{q};; esac; ")
 }
 
-/// `find`'s format of one [`entry`], NUL-terminated.
-const FORMAT: &str = r"%y\t%s\t%m\t%M\t%u\t%g\t%T@\t%l\t%p\0";
+/// `find`'s actions printing one [`entry`] per file, NUL-terminated: a
+/// symbolic link's resolved target (`readlink -f`, in the sandbox, so
+/// chains and relative links resolve as there) on a line of its own (an
+/// empty line for anything else, or a link `readlink` cannot resolve), then
+/// the type (of the link and, `%Y`, of what it points to), size, mode,
+/// owner, group, mtime and, last, the path.
+const PRINT: &str = concat!(
+    r"\( -type l -exec readlink -f -- {} \; -o -printf '\n' \) ",
+    r"-printf '%y\t%Y\t%s\t%m\t%M\t%u\t%g\t%T@\t%p\0'"
+);
 
+/// One record of [`PRINT`]. A symbolic link is described as envd does:
+/// the type of its target and the target's absolute resolved path.
 fn entry(record: &str) -> Option<EntryInfo> {
-    let mut f = record.splitn(9, '\t');
-    let (kind, size, mode, perms, owner, group, mtime, target, path) = (
+    let (resolved, fields) = record.split_once('\n')?;
+    let mut f = fields.splitn(9, '\t');
+    let (kind, target_kind, size, mode, perms, owner, group, mtime, path) = (
         f.next()?,
         f.next()?,
         f.next()?,
@@ -116,10 +133,12 @@ fn entry(record: &str) -> Option<EntryInfo> {
     );
     let path = clean(path);
     let name = path.rsplit('/').next().unwrap_or("").to_owned();
-    let file_type = match kind {
+    let symlink = kind == "l";
+    // A dangling or looping link (`N`, `L`) stays a link.
+    let file_type = match target_kind {
         "d" => "FILE_TYPE_DIRECTORY",
         "f" => "FILE_TYPE_FILE",
-        "l" => "FILE_TYPE_SYMLINK",
+        "N" | "L" | "l" => "FILE_TYPE_SYMLINK",
         _ => "FILE_TYPE_UNSPECIFIED",
     };
     // Before the epoch (a negative mtime) reads as the epoch.
@@ -129,7 +148,6 @@ fn entry(record: &str) -> Option<EntryInfo> {
         .and_then(|s| s.parse::<u64>().ok())
         .unwrap_or(0);
     let modified = sandkeep_provider::rfc3339(secs);
-    let symlink = kind == "l";
     Some(EntryInfo {
         name,
         file_type: file_type.to_owned(),
@@ -140,8 +158,8 @@ fn entry(record: &str) -> Option<EntryInfo> {
         owner: owner.to_owned(),
         group: group.to_owned(),
         modified_time: modified,
-        symlink_target: symlink.then(|| target.to_owned()),
-        is_symlink: symlink,
+        symlink_target: symlink.then(|| resolved.to_owned()),
+        metadata: Default::default(),
     })
 }
 
@@ -162,19 +180,40 @@ fn entries(stdout: &[u8]) -> Vec<EntryInfo> {
         .collect()
 }
 
+/// `entries` in envd's order (Go's `filepath.WalkDir`): a directory
+/// before what is in it, each directory's entries by name, bytewise —
+/// not the order the file system happens to keep them in.
+fn walk_order(mut entries: Vec<EntryInfo>) -> Vec<EntryInfo> {
+    entries.sort_by(|a, b| {
+        a.path
+            .split('/')
+            .map(str::as_bytes)
+            .cmp(b.path.split('/').map(str::as_bytes))
+    });
+    entries
+}
+
 fn not_found(path: &str) -> RpcError {
     RpcError::new(Code::NotFound, format!("path {path:?} does not exist"))
 }
 
 fn stat_script(path: &str) -> String {
     format!(
-        "{}[ -e \"$p\" ] || [ -L \"$p\" ] || exit {GONE}; find \"$p\" -maxdepth 0 -printf '{FORMAT}'",
+        "{}[ -e \"$p\" ] || [ -L \"$p\" ] || exit {GONE}; find \"$p\" -maxdepth 0 {PRINT}",
         absolute(path)
     )
 }
 
-fn one_entry(path: &str, stdout: &[u8]) -> Result<Response, RpcError> {
-    let entry = entries(stdout)
+/// The answer naming the one entry `stdout` describes, with its metadata.
+async fn one_entry(
+    e2b: &E2b,
+    id: &SandboxId,
+    user: &RunAs,
+    path: &str,
+    stdout: &[u8],
+) -> Result<Response, RpcError> {
+    let entry = metadata::attach(e2b, id, user, entries(stdout))
+        .await
         .into_iter()
         .next()
         .ok_or_else(|| not_found(path))?;
@@ -184,6 +223,7 @@ fn one_entry(path: &str, stdout: &[u8]) -> Result<Response, RpcError> {
 async fn filesystem(
     e2b: &E2b,
     id: &SandboxId,
+    user: &RunAs,
     method: &str,
     headers: &HeaderMap,
     body: &[u8],
@@ -191,28 +231,28 @@ async fn filesystem(
     match method {
         "Stat" => {
             let r: PathRequest = connect::unary_request(headers, body)?;
-            let (code, out) = run(e2b, id, stat_script(&r.path)).await?;
+            let (code, out) = run(e2b, id, user, stat_script(&r.path)).await?;
             if code == GONE {
                 return Err(not_found(&r.path));
             }
-            one_entry(&r.path, &out)
+            one_entry(e2b, id, user, &r.path, &out).await
         }
         "ListDir" => {
             let r: ListDirRequest = connect::unary_request(headers, body)?;
             let script = format!(
                 "{}[ -e \"$p\" ] || exit {GONE}; [ -d \"$p\" ] || exit {NOT_DIR}; \
-                 find \"$p\" -mindepth 1 -maxdepth {} -printf '{FORMAT}'",
+                 find \"$p\" -mindepth 1 -maxdepth {} {PRINT}",
                 absolute(&r.path),
                 r.depth.max(1)
             );
-            match run(e2b, id, script).await? {
+            match run(e2b, id, user, script).await? {
                 (GONE, _) => Err(not_found(&r.path)),
                 (NOT_DIR, _) => Err(RpcError::new(
                     Code::InvalidArgument,
                     format!("path {:?} is not a directory", r.path),
                 )),
                 (_, out) => Ok(connect::unary_response(&ListDirResponse {
-                    entries: entries(&out),
+                    entries: metadata::attach(e2b, id, user, walk_order(entries(&out))).await,
                 })),
             }
         }
@@ -220,10 +260,10 @@ async fn filesystem(
             let r: PathRequest = connect::unary_request(headers, body)?;
             let script = format!(
                 "{}if [ -d \"$p\" ]; then exit {EXISTS}; elif [ -e \"$p\" ]; then exit {EXISTS_NOT_DIR}; fi; \
-                 mkdir -p -- \"$p\" && find \"$p\" -maxdepth 0 -printf '{FORMAT}'",
+                 mkdir -p -- \"$p\" && find \"$p\" -maxdepth 0 {PRINT}",
                 absolute(&r.path)
             );
-            match run(e2b, id, script).await? {
+            match run(e2b, id, user, script).await? {
                 (EXISTS, _) => Err(RpcError::new(
                     Code::AlreadyExists,
                     format!("directory {:?} already exists", r.path),
@@ -232,7 +272,7 @@ async fn filesystem(
                     Code::InvalidArgument,
                     format!("path {:?} exists and is not a directory", r.path),
                 )),
-                (_, out) => one_entry(&r.path, &out),
+                (_, out) => one_entry(e2b, id, user, &r.path, &out).await,
             }
         }
         "Move" => {
@@ -240,18 +280,24 @@ async fn filesystem(
             let script = format!(
                 "{}s=\"$p\"; {}[ -e \"$s\" ] || [ -L \"$s\" ] || exit {GONE}; \
                  mkdir -p -- \"$(dirname -- \"$p\")\" && mv -T -- \"$s\" \"$p\" && \
-                 find \"$p\" -maxdepth 0 -printf '{FORMAT}'",
+                 find \"$p\" -maxdepth 0 {PRINT}",
                 absolute(&r.source),
                 absolute(&r.destination)
             );
-            match run(e2b, id, script).await? {
+            match run(e2b, id, user, script).await? {
                 (GONE, _) => Err(not_found(&r.source)),
-                (_, out) => one_entry(&r.destination, &out),
+                (_, out) => one_entry(e2b, id, user, &r.destination, &out).await,
             }
         }
         "Remove" => {
             let r: PathRequest = connect::unary_request(headers, body)?;
-            run(e2b, id, format!("{}rm -rf -- \"$p\"", absolute(&r.path))).await?;
+            run(
+                e2b,
+                id,
+                user,
+                format!("{}rm -rf -- \"$p\"", absolute(&r.path)),
+            )
+            .await?;
             Ok(connect::unary_response(&Empty {}))
         }
         "WatchDir" => Ok(process::stream_error(&unimplemented_watch())),
@@ -273,6 +319,7 @@ fn unimplemented_watch() -> RpcError {
 async fn process_rpc(
     e2b: &E2b,
     id: &SandboxId,
+    user: &RunAs,
     method: &str,
     headers: &HeaderMap,
     body: &[u8],
@@ -290,7 +337,8 @@ async fn process_rpc(
                     ),
                 ));
             }
-            process::start(procs, &e2b.provider, id, headers, messages.remove(0)).await
+            let request = messages.remove(0);
+            process::start(procs, &e2b.provider, id, headers, request, user).await
         }
         "Connect" => {
             let mut messages = connect::stream_request(headers, body)?;
@@ -345,15 +393,19 @@ pub async fn rpc(
     body: Result<SmallBody, BodyTooLarge>,
 ) -> Response {
     let e2b = &envd.e2b;
-    let result = match (service, body) {
-        (_, Err(too_large)) => Err(too_large.into()),
-        ("process.Process", Ok(body)) => {
-            process_rpc(e2b, &envd.id, method, &headers, body.bytes()).await
+    let user = users::basic_user(&headers)
+        .and_then(|name| users::run_as(envd.record.account.as_ref(), name.as_deref()))
+        .map_err(|e| RpcError::new(Code::InvalidArgument, e));
+    let result = match (service, body, user) {
+        (_, Err(too_large), _) => Err(too_large.into()),
+        (_, _, Err(e)) => Err(e),
+        ("process.Process", Ok(body), Ok(user)) => {
+            process_rpc(e2b, &envd.id, &user, method, &headers, body.bytes()).await
         }
-        ("filesystem.Filesystem", Ok(body)) => {
-            filesystem(e2b, &envd.id, method, &headers, body.bytes()).await
+        ("filesystem.Filesystem", Ok(body), Ok(user)) => {
+            filesystem(e2b, &envd.id, &user, method, &headers, body.bytes()).await
         }
-        (other, Ok(_)) => Err(RpcError::new(
+        (other, Ok(_), Ok(_)) => Err(RpcError::new(
             Code::NotFound,
             format!("{other} is not a service of envd"),
         )),

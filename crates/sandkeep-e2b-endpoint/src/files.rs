@@ -21,8 +21,12 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 
 use super::Envd;
 use super::envd::{absolute, clean, http_error};
+use super::metadata;
+use super::users::{self, RunAs};
+use sandkeep_proto::wire::MetadataRequest;
 use sandkeep_provider::{
-    ExecRequest, Program, Provider, ProviderError, RunningProcess, SandboxId, SpawnRequest, Spawned,
+    ExecRequest, ExitStatus, Program, Provider, ProviderError, RunningProcess, SandboxId,
+    SpawnRequest, Spawned,
 };
 
 /// Exit statuses of the transfer scripts.
@@ -30,22 +34,39 @@ const GONE: i32 = 44;
 const IS_DIR: i32 = 45;
 /// The read size of a download.
 const CHUNK: usize = 256 * 1024;
-/// The time limit of removing a broken upload's temporary file.
-const CLEANUP_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+/// The time limit of the small root scripts around an upload (making its
+/// parent directories, removing a broken one's temporary file).
+const ROOT_SCRIPT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
 #[derive(Debug, Deserialize)]
 pub struct FileQuery {
     #[serde(default)]
     path: Option<String>,
+    /// The user the transfer runs as (the sandbox's default when absent).
+    #[serde(default)]
+    username: Option<String>,
 }
 
-async fn spawn(envd: &Envd, script: String, stdin: bool) -> Result<Spawned, Response> {
+impl FileQuery {
+    /// Who the transfer runs as, or why the name is refused.
+    fn user(&self, envd: &Envd) -> Result<RunAs, String> {
+        let name = self.username.as_deref().filter(|u| !u.is_empty());
+        users::run_as(envd.record.account.as_ref(), name)
+    }
+}
+
+async fn spawn(
+    envd: &Envd,
+    user: &RunAs,
+    script: String,
+    stdin: bool,
+) -> Result<Spawned, Response> {
     envd.e2b
         .provider
         .spawn(
             &envd.id,
             SpawnRequest {
-                program: Program::Shell(script),
+                program: Program::Shell(user.shell(script)),
                 cwd: None,
                 stdin,
             },
@@ -62,13 +83,17 @@ async fn read_small(mut from: Box<dyn AsyncRead + Send + Unpin>) -> String {
 }
 
 /// The answer to a script that failed before any data moved.
-fn failed(code: Result<i32, impl std::fmt::Display>, stderr: &str, path: &str) -> Response {
-    match code {
-        Ok(GONE) => http_error(
+fn failed(
+    status: Result<ExitStatus, impl std::fmt::Display>,
+    stderr: &str,
+    path: &str,
+) -> Response {
+    match status {
+        Ok(ExitStatus::Code(GONE)) => http_error(
             StatusCode::NOT_FOUND,
             format!("path {path:?} does not exist"),
         ),
-        Ok(IS_DIR) => http_error(
+        Ok(ExitStatus::Code(IS_DIR)) => http_error(
             StatusCode::BAD_REQUEST,
             format!("path {path:?} is a directory"),
         ),
@@ -127,7 +152,7 @@ fn body(
             let mut buf = Vec::with_capacity(CHUNK);
             match (&mut stdout).take(CHUNK as u64).read_to_end(&mut buf).await {
                 Ok(0) => match process.wait().await {
-                    Ok(0) => None,
+                    Ok(ExitStatus::Code(0)) => None,
                     status => Some((
                         Err(std::io::Error::other(format!(
                             "the file could not be read to its end ({status:?})"
@@ -144,6 +169,10 @@ fn body(
 
 /// `GET /files?path=`: the whole file, or the requested range (206).
 pub async fn download(envd: Envd, Query(q): Query<FileQuery>, headers: HeaderMap) -> Response {
+    let user = match q.user(&envd) {
+        Ok(u) => u,
+        Err(e) => return http_error(StatusCode::BAD_REQUEST, e),
+    };
     let Some(path) = q.path.filter(|p| !p.is_empty()) else {
         return http_error(StatusCode::BAD_REQUEST, "the path parameter is required");
     };
@@ -164,7 +193,7 @@ pub async fn download(envd: Envd, Query(q): Query<FileQuery>, headers: HeaderMap
              tail -c +$((a + 1)) -- \"$p\" | head -c \"$n\""
         ),
     };
-    let spawned = match spawn(&envd, script, wanted.is_some()).await {
+    let spawned = match spawn(&envd, &user, script, wanted.is_some()).await {
         Ok(s) => s,
         Err(r) => return r,
     };
@@ -201,7 +230,7 @@ pub async fn download(envd: Envd, Query(q): Query<FileQuery>, headers: HeaderMap
     let Some(wanted) = wanted else {
         if first.is_empty() {
             let code = process.wait().await;
-            if code.as_ref().is_ok_and(|&c| c != 0) || code.is_err() {
+            if !code.as_ref().is_ok_and(|c| c.success()) {
                 return failed(code, &stderr.await.unwrap_or_default(), &path);
             }
         }
@@ -319,7 +348,7 @@ impl Drop for Staged {
                     ExecRequest {
                         command: script,
                         cwd: None,
-                        timeout: CLEANUP_TIMEOUT,
+                        timeout: ROOT_SCRIPT_TIMEOUT,
                         stdin: None,
                         output_limit: 4096,
                     },
@@ -336,10 +365,78 @@ impl Drop for Staged {
     }
 }
 
+/// How an upload's body is encoded (`Content-Encoding`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Encoding {
+    Identity,
+    /// Decoded in the sandbox (`gzip -dc`) on its way to the file: what is
+    /// stored is what the caller sent, never the compressed stream.
+    Gzip,
+}
+
+impl Encoding {
+    fn of(headers: &HeaderMap) -> Result<Self, String> {
+        let Some(value) = headers.get(header::CONTENT_ENCODING) else {
+            return Ok(Self::Identity);
+        };
+        match value
+            .to_str()
+            .map(|v| v.trim().to_ascii_lowercase())
+            .as_deref()
+        {
+            Ok("" | "identity") => Ok(Self::Identity),
+            Ok("gzip" | "x-gzip") => Ok(Self::Gzip),
+            _ => Err(format!(
+                "Content-Encoding {value:?} is not supported; send gzip or no encoding"
+            )),
+        }
+    }
+
+    /// The command writing stdin's decoded bytes to stdout.
+    fn decoder(self) -> &'static str {
+        match self {
+            Self::Identity => "cat",
+            Self::Gzip => "gzip -dc",
+        }
+    }
+}
+
+/// Runs `script` (from [`RunAs::parents_as_root`]) as the sandbox's root:
+/// an upload's missing parent directories, the user's.
+async fn make_parents(envd: &Envd, script: String, path: &str) -> Result<(), Response> {
+    let out = envd
+        .e2b
+        .provider
+        .exec(
+            &envd.id,
+            ExecRequest {
+                command: script,
+                cwd: None,
+                timeout: ROOT_SCRIPT_TIMEOUT,
+                stdin: None,
+                output_limit: 4096,
+            },
+        )
+        .await
+        .map_err(|e| http_error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
+    if out.exit_code == Some(0) {
+        return Ok(());
+    }
+    Err(http_error(
+        StatusCode::BAD_REQUEST,
+        format!(
+            "{path}: cannot create its directory: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ),
+    ))
+}
+
 /// Streams one file into the sandbox; its entry as envd answers it.
 async fn write_one(
     envd: &Envd,
+    user: &RunAs,
     path: &str,
+    encoding: Encoding,
     mut source: Source<'_>,
 ) -> Result<WrittenFile, Response> {
     // `$d`, `$p` and `$t`: the directory, the target and the temporary
@@ -349,23 +446,27 @@ async fn write_one(
         absolute(path),
         super::random_hex()
     );
+    if let Some(parents) = user.parents_as_root(&names) {
+        make_parents(envd, parents, path).await?;
+    }
     let script = format!(
         "{names}mkdir -p -- \"$d\" || exit 1; \
-         cat > \"$t\" && mv -fT -- \"$t\" \"$p\" && printf '%s' \"$p\""
+         {} > \"$t\" && mv -fT -- \"$t\" \"$p\" && printf '%s' \"$p\"",
+        encoding.decoder()
     );
     let Spawned {
         stdin,
         stdout,
         stderr,
         process,
-    } = spawn(envd, script, true).await?;
+    } = spawn(envd, user, script, true).await?;
     let mut staged = Staged {
         stdin: Some(stdin.expect("spawned with a stdin pipe")),
         process: Some(process),
         cleanup: Some((
             std::sync::Arc::clone(&envd.e2b.provider),
             envd.id.clone(),
-            format!("{names}rm -f -- \"$t\""),
+            user.shell(format!("{names}rm -f -- \"$t\"")),
         )),
     };
     let stdout = tokio::spawn(read_small(stdout));
@@ -390,7 +491,7 @@ async fn write_one(
     }
     drop(staged.stdin.take());
     let code = staged.process().wait().await;
-    if code.as_ref().is_ok_and(|&c| c != 0) || code.is_err() {
+    if !code.as_ref().is_ok_and(|c| c.success()) {
         return Err(failed(code, &stderr.await.unwrap_or_default(), path));
     }
     staged.done();
@@ -400,6 +501,7 @@ async fn write_one(
         path: full,
         name,
         file_type: "file".to_owned(),
+        metadata: None,
     })
 }
 
@@ -416,9 +518,29 @@ pub async fn upload(
         .and_then(|v| v.to_str().ok())
         .unwrap_or("")
         .to_owned();
+    let user = match q.user(&envd) {
+        Ok(u) => u,
+        Err(e) => return http_error(StatusCode::BAD_REQUEST, e),
+    };
     let path = q.path.filter(|p| !p.is_empty());
+    let encoding = match Encoding::of(&headers) {
+        Ok(e) => e,
+        Err(message) => return http_error(StatusCode::UNSUPPORTED_MEDIA_TYPE, message),
+    };
+    let wanted = match metadata::from_headers(&headers) {
+        Ok(m) => m,
+        Err(message) => return http_error(StatusCode::BAD_REQUEST, message),
+    };
     let mut written = Vec::new();
     if content_type.starts_with("multipart/form-data") {
+        // The encoding covers the whole multipart body, parts and
+        // boundaries: the SDKs send a gzip upload as octet-stream only.
+        if encoding != Encoding::Identity {
+            return http_error(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "a gzip-encoded upload must be application/octet-stream with the path parameter",
+            );
+        }
         let mut multipart =
             match <Multipart as axum::extract::FromRequest<()>>::from_request(request, &()).await {
                 Ok(m) => m,
@@ -447,7 +569,15 @@ pub async fn upload(
                     );
                 }
             };
-            match write_one(&envd, &target, Source::Part(Box::new(field))).await {
+            match write_one(
+                &envd,
+                &user,
+                &target,
+                encoding,
+                Source::Part(Box::new(field)),
+            )
+            .await
+            {
                 Ok(v) => written.push(v),
                 Err(r) => return r,
             }
@@ -460,7 +590,7 @@ pub async fn upload(
             );
         };
         let source = Source::Body(request.into_body().into_data_stream());
-        match write_one(&envd, &path, source).await {
+        match write_one(&envd, &user, &path, encoding, source).await {
             Ok(v) => written.push(v),
             Err(r) => return r,
         }
@@ -471,6 +601,28 @@ pub async fn upload(
                 "content type {content_type:?} is not supported; send multipart/form-data or application/octet-stream"
             ),
         );
+    }
+    if !wanted.is_empty() {
+        let request = MetadataRequest {
+            set: written
+                .iter()
+                .map(|w| (w.path.clone(), wanted.clone()))
+                .collect(),
+            get: written.iter().map(|w| w.path.clone()).collect(),
+        };
+        match metadata::call(&envd.e2b, &envd.id, &user, &request).await {
+            Ok(reply) => {
+                for (w, m) in written.iter_mut().zip(reply.metadata) {
+                    w.metadata = Some(m);
+                }
+            }
+            Err(e) => {
+                return http_error(
+                    StatusCode::BAD_REQUEST,
+                    format!("the file was written but its metadata was not set: {e}"),
+                );
+            }
+        }
     }
     axum::Json(written).into_response()
 }

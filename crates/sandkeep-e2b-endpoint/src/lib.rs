@@ -15,12 +15,14 @@
 //! e2b provider (the client side) shares.
 //!
 //! One listener serves both planes:
-//! - the REST API (`rest`): create, connect, list, info, timeout, kill,
-//!   behind the API key (`X-API-Key`);
+//! - the REST API (`rest`, `network` rules, `metrics`): create, connect,
+//!   list, info, timeout, kill, metrics, behind the API key (`X-API-Key`);
 //! - every sandbox's envd (`envd`, `process`, over the Connect codec in
 //!   `connect`), routed by the `E2b-Sandbox-Id` header (or a
 //!   `{port}-{id}.` host name), behind the sandbox's access token
-//!   (`X-Access-Token`) except `/health`;
+//!   (`X-Access-Token`, or a `signature` on `/files`) except `/health`;
+//!   requests run as E2B's `user` or `root` (`users`), file metadata
+//!   through the sandbox's helper (`metadata`);
 //! - every sandbox's own servers (`ports`): a `{port}-{id}.` host name of
 //!   any other port.
 //!
@@ -35,9 +37,14 @@
 mod connect;
 mod envd;
 mod files;
+mod metadata;
+mod metrics;
+mod network;
 mod ports;
 mod process;
 mod rest;
+mod signature;
+mod users;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -128,6 +135,7 @@ pub struct E2b {
     shares: Vec<Share>,
     records: Records,
     processes: Arc<process::Processes>,
+    samples: metrics::Samples,
 }
 
 /// What E2B adds to a sandbox, kept beside the provider's state.
@@ -136,13 +144,25 @@ pub struct Record {
     access_token: String,
     #[serde(default)]
     metadata: BTreeMap<String, String>,
+    /// When the endpoint created it, in Unix milliseconds: lists are
+    /// ordered by start, and two creates within one second must keep
+    /// their order. `None` for a sandbox made elsewhere (its provider's
+    /// start second stands in).
+    #[serde(default)]
+    started_ms: Option<u64>,
+    /// E2B's `user` account, made at create where the sandbox can have
+    /// one (`users`); `None`: the sandbox's single user serves all.
+    #[serde(default)]
+    account: Option<users::Account>,
 }
 
 impl Record {
-    fn new(metadata: BTreeMap<String, String>) -> Self {
+    fn new(metadata: BTreeMap<String, String>, started_ms: Option<u64>) -> Self {
         Self {
             access_token: random_hex(),
             metadata,
+            started_ms,
+            account: None,
         }
     }
 }
@@ -190,9 +210,24 @@ impl Records {
         if let Some(r) = self.load(id) {
             return Ok(r);
         }
-        let record = Record::new(BTreeMap::new());
+        let record = Record::new(BTreeMap::new(), None);
         self.save(id, &record)?;
         Ok(record)
+    }
+
+    /// The sandbox whose access token made `signed` (a signed URL carries
+    /// no sandbox id), with its record.
+    fn signer(&self, signed: &signature::Signed<'_>) -> Option<(SandboxId, Record)> {
+        std::fs::read_dir(&self.dir)
+            .ok()?
+            .flatten()
+            .filter_map(|entry| {
+                let name = entry.file_name();
+                let id = SandboxId::parse(name.to_str()?.strip_suffix(".json")?).ok()?;
+                let record = self.load(&id)?;
+                Some((id, record))
+            })
+            .find(|(_, record)| signed.made_by(&record.access_token))
     }
 
     fn remove(&self, id: &SandboxId) {
@@ -218,6 +253,7 @@ fn same(a: &str, b: &str) -> bool {
 pub struct Envd {
     e2b: Arc<E2b>,
     id: SandboxId,
+    record: Record,
 }
 
 /// What E2B's proxy answers for a sandbox that is not running.
@@ -243,20 +279,71 @@ fn target(headers: &HeaderMap) -> Option<String> {
     (port == envd_wire::ENVD_PORT.to_string()).then(|| id.to_owned())
 }
 
+/// The query of a `/files` request as far as its authorization goes.
+#[derive(Debug, Default, Deserialize)]
+struct FilesAuth {
+    #[serde(default)]
+    path: String,
+    #[serde(default)]
+    username: String,
+    #[serde(default)]
+    signature: Option<String>,
+    #[serde(default)]
+    signature_expiration: Option<String>,
+}
+
+impl FilesAuth {
+    fn signed<'a>(&'a self, parts: &Parts) -> Option<signature::Signed<'a>> {
+        Some(signature::Signed {
+            path: &self.path,
+            operation: if parts.method == axum::http::Method::POST {
+                "write"
+            } else {
+                "read"
+            },
+            user: &self.username,
+            signature: self.signature.as_deref()?,
+            expiration: self
+                .signature_expiration
+                .as_deref()
+                .filter(|e| !e.is_empty()),
+        })
+    }
+}
+
 impl FromRequestParts<Arc<E2b>> for Envd {
     type Rejection = Response;
 
     async fn from_request_parts(parts: &mut Parts, e2b: &Arc<E2b>) -> Result<Self, Response> {
         let is_rpc = parts.uri.path() != "/files";
-        let Some(text) = target(&parts.headers) else {
-            return Err(rest::error(
-                StatusCode::BAD_REQUEST,
-                "envd requests need the E2b-Sandbox-Id header or a 49983-ID host name",
-            ));
+        let files: FilesAuth = if is_rpc {
+            FilesAuth::default()
+        } else {
+            query_of(parts.uri.query().unwrap_or(""))
+        };
+        let signed = files.signed(parts);
+        let (text, known) = match (target(&parts.headers), &signed) {
+            (Some(text), _) => (text, None),
+            // A signed URL names its sandbox by its signature.
+            (None, Some(signed)) => match e2b.records.signer(signed) {
+                Some((id, record)) => (id.as_str().to_owned(), Some(record)),
+                None => {
+                    return Err(rest::error(
+                        StatusCode::UNAUTHORIZED,
+                        signature::Refused::Invalid.message(),
+                    ));
+                }
+            },
+            (None, None) => {
+                return Err(rest::error(
+                    StatusCode::BAD_REQUEST,
+                    "envd requests need the E2b-Sandbox-Id header or a 49983-ID host name",
+                ));
+            }
         };
         let not_found = || sandbox_not_found(&text);
         let id = SandboxId::parse(&text).map_err(|_| not_found())?;
-        let record = match e2b.records.load(&id) {
+        let record = match known.or_else(|| e2b.records.load(&id)) {
             Some(r) => r,
             None => {
                 e2b.provider.info(&id).await.map_err(|_| not_found())?;
@@ -266,13 +353,27 @@ impl FromRequestParts<Arc<E2b>> for Envd {
             }
         };
         if !envd::authorized(&record.access_token, &parts.headers) {
-            return Err(envd::unauthorized(is_rpc));
+            let Some(signed) = signed else {
+                return Err(envd::unauthorized(is_rpc));
+            };
+            signed
+                .check(&record.access_token, sandkeep_provider::unix_now())
+                .map_err(|refused| rest::error(StatusCode::UNAUTHORIZED, refused.message()))?;
         }
         Ok(Self {
             e2b: Arc::clone(e2b),
             id,
+            record,
         })
     }
+}
+
+/// A query string as `T`; what does not parse reads as `T::default()`
+/// (the handler's own extractor then answers the error).
+fn query_of<T: Default + for<'de> Deserialize<'de>>(query: &str) -> T {
+    axum::extract::Query::<T>::try_from_uri(&format!("/?{query}").parse().unwrap_or_default())
+        .map(|q| q.0)
+        .unwrap_or_default()
 }
 
 /// The API key check of every REST route.
@@ -299,9 +400,15 @@ fn routes(e2b: Arc<E2b>) -> Router {
         .route("/sandboxes/{id}/connect", post(rest::connect_v1))
         .route("/v2/sandboxes/{id}/connect", post(rest::connect_v2))
         .route("/sandboxes/{id}/timeout", post(rest::set_timeout))
+        .route("/sandboxes/{id}/fork", post(rest::unsupported_on_sandbox))
+        .route(
+            "/sandboxes/{id}/network",
+            axum::routing::put(rest::unsupported_on_sandbox),
+        )
         .route("/sandboxes/{id}/pause", post(rest::unsupported))
         .route("/sandboxes/{id}/resume", post(rest::unsupported))
-        .route("/sandboxes/{id}/metrics", get(rest::unsupported))
+        .route("/sandboxes/metrics", get(metrics::many))
+        .route("/sandboxes/{id}/metrics", get(metrics::one))
         .route("/sandboxes/{id}/logs", get(rest::unsupported))
         .route_layer(axum::middleware::from_fn_with_state(
             Arc::clone(&e2b),
@@ -368,5 +475,6 @@ pub fn router(
         shares,
         records: Records { dir: records },
         processes: Arc::new(process::Processes::new(end_retention)),
+        samples: metrics::Samples::default(),
     })))
 }

@@ -34,7 +34,8 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
 use super::connect::{self, Code, RpcError};
-use sandkeep_provider::{Program, Provider, RunningProcess, SandboxId, SpawnRequest};
+use super::users::RunAs;
+use sandkeep_provider::{ExitStatus, Program, Provider, RunningProcess, SandboxId, SpawnRequest};
 
 /// How long an ended process's end event is kept for Connect (envd's
 /// `terminatedRetentionTTL`), unless [`END_RETENTION_ENV`] says otherwise.
@@ -88,7 +89,7 @@ struct Proc {
     /// The queues of the connected streams; `None` once the output is over
     /// (a stream connecting then gets only the end event).
     listeners: Mutex<Option<Vec<mpsc::Sender<Output>>>>,
-    end: watch::Sender<Option<End>>,
+    end: watch::Sender<Option<Ending>>,
     control: Arc<dyn RunningProcess>,
 }
 
@@ -262,6 +263,7 @@ pub async fn start(
     id: &SandboxId,
     headers: &HeaderMap,
     request: StartRequest,
+    user: &RunAs,
 ) -> Result<Response, RpcError> {
     if request.pty.is_some() {
         return Err(RpcError::new(
@@ -270,13 +272,16 @@ pub async fn start(
         ));
     }
     let timeout = connect_timeout(headers)?;
-    let program = program(&request.process)?;
+    let (program, cwd) = user.program(
+        program(&request.process)?,
+        request.process.cwd.clone().filter(|c| !c.is_empty()),
+    );
     let spawned = provider
         .spawn(
             id,
             SpawnRequest {
                 program,
-                cwd: request.process.cwd.clone().filter(|c| !c.is_empty()),
+                cwd,
                 stdin: request.stdin.unwrap_or(true),
             },
         )
@@ -326,13 +331,11 @@ pub async fn start(
             }
             proc.close_output();
             let end = match waited {
-                Ok(code) => End::of_code(code),
-                Err(e) => End {
-                    exit_code: -1,
-                    exited: false,
-                    status: "unknown".into(),
-                    error: Some(e.to_string()),
-                },
+                Ok(ExitStatus::Code(code)) => Ok(End::exited(code)),
+                Ok(ExitStatus::Signal(signal)) => Ok(End::signaled(signal)),
+                // The sandbox went away under it: streams break (see
+                // `lost_stream`), no exit is made up.
+                Err(e) => Err(e.to_string()),
             };
             proc.end.send_replace(Some(end));
             drop(proc.stdin.lock().await.take());
@@ -407,8 +410,25 @@ pub fn connect(
     ))
 }
 
-/// The end event, once there is one (`None` if the process was forgotten).
-async fn ended(rx: &mut watch::Receiver<Option<End>>) -> Option<End> {
+/// How a stream ends when its process's end is unknown: its sandbox was
+/// killed or expired under it (the process forgotten with the sandbox, or
+/// its wait lost). E2B's proxy drops such a connection, so the response
+/// body breaks off without Connect's end-of-stream: the SDKs see the
+/// connection terminated, probe the sandbox's `/health`, find it gone and
+/// raise "sandbox not running" (Python `SandboxNotRunningException`, JS
+/// `TimeoutError`), not a command exit with a made-up code.
+fn lost_stream(why: Option<String>) -> std::io::Error {
+    std::io::Error::other(format!(
+        "the sandbox went away under the stream: {}",
+        why.unwrap_or_else(|| "killed or ended".to_owned())
+    ))
+}
+
+/// How a process ended: its end event, or why its end is unknown.
+type Ending = Result<End, String>;
+
+/// The ending, once there is one (`None` if the process was forgotten).
+async fn ended(rx: &mut watch::Receiver<Option<Ending>>) -> Option<Ending> {
     let end = rx.wait_for(Option::is_some).await.ok()?;
     end.clone()
 }
@@ -433,7 +453,7 @@ enum Phase {
 struct Events {
     pid: u32,
     rx: mpsc::Receiver<Output>,
-    end_rx: watch::Receiver<Option<End>>,
+    end_rx: watch::Receiver<Option<Ending>>,
     keepalive: Duration,
     ping: Instant,
     deadline: Option<Instant>,
@@ -442,13 +462,13 @@ struct Events {
 
 impl Events {
     /// The next envelopes to send; `None` after the end-stream message.
-    async fn next(&mut self) -> Option<Bytes> {
+    async fn next(&mut self) -> Option<std::io::Result<Bytes>> {
         match self.phase {
             Phase::Done => return None,
             Phase::Start => {
                 self.phase = Phase::Running;
                 self.ping = Instant::now() + self.keepalive;
-                return Some(event(Event::Start { pid: self.pid }));
+                return Some(Ok(event(Event::Start { pid: self.pid })));
             }
             Phase::Running => {}
         }
@@ -469,21 +489,26 @@ impl Events {
                 // end of the stream, in one write.
                 None => {
                     self.phase = Phase::Done;
-                    let end = ended(&mut self.end_rx).await;
-                    let mut last = end.map(|end| event(Event::End(end))).unwrap_or_default().to_vec();
-                    last.extend_from_slice(&connect::end_stream(None));
-                    return Some(Bytes::from(last));
+                    return Some(match ended(&mut self.end_rx).await {
+                        Some(Ok(end)) => {
+                            let mut last = event(Event::End(end)).to_vec();
+                            last.extend_from_slice(&connect::end_stream(None));
+                            Ok(Bytes::from(last))
+                        }
+                        Some(Err(why)) => Err(lost_stream(Some(why))),
+                        None => Err(lost_stream(None)),
+                    });
                 }
             },
             () = tokio::time::sleep_until(self.ping) => event(Event::Keepalive {}),
             () = expired => {
                 self.phase = Phase::Done;
                 let e = RpcError::new(Code::DeadlineExceeded, "the Connect-Timeout-Ms deadline expired");
-                return Some(connect::end_stream(Some(&e)));
+                return Some(Ok(connect::end_stream(Some(&e))));
             }
         };
         self.ping = Instant::now() + self.keepalive;
-        Some(message)
+        Some(Ok(message))
     }
 }
 
@@ -491,7 +516,7 @@ impl Events {
 fn event_stream(
     pid: u32,
     rx: mpsc::Receiver<Output>,
-    end_rx: watch::Receiver<Option<End>>,
+    end_rx: watch::Receiver<Option<Ending>>,
     keepalive: Duration,
     timeout: Option<Duration>,
 ) -> Response {
@@ -507,7 +532,7 @@ fn event_stream(
     };
     let body = futures_util::stream::unfold(events, |mut events| async move {
         let message = events.next().await?;
-        Some((Ok::<_, std::convert::Infallible>(message), events))
+        Some((message, events))
     });
     (
         [(header::CONTENT_TYPE, connect::STREAM_JSON)],

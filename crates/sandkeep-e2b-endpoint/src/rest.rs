@@ -7,14 +7,18 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use axum::Json;
+use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{E2b, ENVD_VERSION, Record, SmallBody};
-use sandkeep_provider::{CreateSpec, Network, ProviderError, SandboxId, SandboxInfo, rfc3339};
+use super::network::NetworkConfig;
+use super::{E2b, ENVD_VERSION, Record, SmallBody, users};
+use sandkeep_provider::{
+    CreateSpec, ExecRequest, Network, ProviderError, SandboxId, SandboxInfo, rfc3339,
+};
 
 /// The longest timeout a sandbox may ask for (E2B's Pro plan's 24 h).
 const MAX_TIMEOUT: u64 = 86_400;
@@ -34,7 +38,7 @@ pub fn error(status: StatusCode, message: impl Into<String>) -> Response {
         .into_response()
 }
 
-fn provider_error(e: &ProviderError) -> Response {
+pub(super) fn provider_error(e: &ProviderError) -> Response {
     if let ProviderError::LimitReached(message) = e {
         // E2B's answer to a create past the account's concurrency limit;
         // marked so the Python SDK raises at once instead of retrying a
@@ -71,7 +75,7 @@ impl IntoResponse for ApiError {
     }
 }
 
-fn sandbox_id(text: &str) -> Result<SandboxId, ApiError> {
+pub(super) fn sandbox_id(text: &str) -> Result<SandboxId, ApiError> {
     SandboxId::parse(text)
         .map_err(|_| ApiError(StatusCode::NOT_FOUND, format!("sandbox {text:?} not found")))
 }
@@ -87,6 +91,29 @@ fn sandbox_json(info: &SandboxInfo, record: &Record) -> Value {
     })
 }
 
+/// Unix milliseconds now: the start time of a sandbox created here.
+pub(super) fn unix_now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// When a sandbox started, in Unix milliseconds: the endpoint's own
+/// record of a create, else the provider's start second.
+pub(super) fn started_ms(info: &SandboxInfo, record: &Record) -> u64 {
+    record
+        .started_ms
+        .unwrap_or(info.created_at.saturating_mul(1000))
+}
+
+/// Unix milliseconds as RFC 3339 in UTC, to the millisecond: a list's
+/// `startedAfter` of a sandbox's own `startedAt` includes it.
+fn rfc3339_ms(ms: u64) -> String {
+    chrono::DateTime::from_timestamp_millis(i64::try_from(ms).unwrap_or(i64::MAX))
+        .unwrap_or_default()
+        .to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+}
+
 /// `ListedSandbox`; `SandboxDetail` adds the access token and whether the
 /// sandbox reaches the internet.
 fn listed_json(info: &SandboxInfo, record: &Record) -> Value {
@@ -98,7 +125,7 @@ fn listed_json(info: &SandboxInfo, record: &Record) -> Value {
         "templateID": info.template,
         "sandboxID": info.sandbox_id.as_str(),
         "clientID": "sandkeep",
-        "startedAt": rfc3339(info.created_at),
+        "startedAt": rfc3339_ms(started_ms(info, record)),
         "endAt": rfc3339(info.expires_at),
         "cpuCount": cpus,
         "memoryMB": info.limits.memory_mib.unwrap_or(0),
@@ -124,6 +151,9 @@ pub struct NewSandbox {
     /// or absent: the provider's default. The SDKs spell it snake_case.
     #[serde(default, rename = "allow_internet_access")]
     allow_internet_access: Option<bool>,
+    /// Egress rules, mapped onto the sandbox's network or refused.
+    #[serde(default)]
+    network: Option<NetworkConfig>,
 }
 
 async fn create(e2b: &E2b, body: &[u8], default_timeout: u64) -> Response {
@@ -138,12 +168,20 @@ async fn create(e2b: &E2b, body: &[u8], default_timeout: u64) -> Response {
             format!("timeout must be 1-{MAX_TIMEOUT} seconds, got {timeout}"),
         );
     }
+    let mut rules = request.network.unwrap_or_default();
+    if request.allow_internet_access == Some(false) {
+        rules.deny_all();
+    }
+    let policy = match rules.policy() {
+        Ok(p) => p,
+        Err(e) => return error(StatusCode::BAD_REQUEST, e),
+    };
     let spec = CreateSpec {
         template: request.template_id,
         timeout,
         envs: request.env_vars.unwrap_or_default(),
-        network: (request.allow_internet_access == Some(false)).then_some(Network::None),
-        allow_hosts: Vec::new(),
+        network: policy.network,
+        allow_hosts: policy.allow_hosts,
         limits: Default::default(),
         shares: e2b.shares.clone(),
     };
@@ -151,12 +189,46 @@ async fn create(e2b: &E2b, body: &[u8], default_timeout: u64) -> Response {
         Ok(info) => info,
         Err(e) => return provider_error(&e),
     };
-    let record = Record::new(request.metadata.unwrap_or_default());
+    let mut record = Record::new(request.metadata.unwrap_or_default(), Some(unix_now_ms()));
+    record.account = add_default_user(e2b, &info.sandbox_id).await;
     if let Err(e) = e2b.records.save(&info.sandbox_id, &record) {
         let _ = e2b.provider.kill(&info.sandbox_id).await;
         return error(StatusCode::INTERNAL_SERVER_ERROR, e);
     }
     (StatusCode::CREATED, Json(sandbox_json(&info, &record))).into_response()
+}
+
+/// E2B's `user` account in a new sandbox, where it can have one (see
+/// `users`); `None` leaves the sandbox its single user.
+async fn add_default_user(e2b: &E2b, id: &SandboxId) -> Option<users::Account> {
+    let out = e2b
+        .provider
+        .exec(
+            id,
+            ExecRequest {
+                command: users::setup_script(),
+                cwd: None,
+                timeout: std::time::Duration::from_secs(30),
+                stdin: None,
+                output_limit: 4096,
+            },
+        )
+        .await;
+    match out {
+        Ok(out) if out.exit_code == Some(0) => users::account(&out.stdout),
+        Ok(out) => {
+            tracing::info!(
+                sandbox = %id,
+                "no E2B user account in this sandbox (its single user serves every request): {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+            None
+        }
+        Err(e) => {
+            tracing::info!(sandbox = %id, "no E2B user account in this sandbox: {e}");
+            None
+        }
+    }
 }
 
 pub async fn create_v1(State(e2b): State<Arc<E2b>>, body: SmallBody) -> Response {
@@ -286,6 +358,7 @@ pub async fn kill(State(e2b): State<Arc<E2b>>, Path(id): Path<String>) -> Respon
     };
     let killed = e2b.provider.kill(&id).await;
     e2b.processes.forget(&id);
+    e2b.samples.forget(&id);
     e2b.records.remove(&id);
     match killed {
         Ok(true) => StatusCode::NO_CONTENT.into_response(),
@@ -294,8 +367,20 @@ pub async fn kill(State(e2b): State<Arc<E2b>>, Path(id): Path<String>) -> Respon
     }
 }
 
+/// The list order by start time; E2B's default is newest first.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Order {
+    Asc,
+    #[default]
+    Desc,
+}
+
+/// The list filters. Any other parameter is refused (400), as E2B's API
+/// validates its query: a filter silently ignored would list sandboxes
+/// the caller excluded.
 #[derive(Debug, Default, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ListQuery {
     #[serde(default)]
     metadata: Option<String>,
@@ -305,14 +390,47 @@ pub struct ListQuery {
     limit: Option<usize>,
     #[serde(default)]
     next_token: Option<String>,
+    #[serde(default)]
+    order: Option<Order>,
+    #[serde(default)]
+    started_after: Option<String>,
+    #[serde(default)]
+    started_before: Option<String>,
+    #[serde(default)]
+    template: Option<String>,
 }
 
-async fn listed(e2b: &E2b, query: &ListQuery) -> Result<Vec<Value>, ApiError> {
+/// An RFC 3339 time of a filter, in Unix milliseconds.
+fn time_filter(name: &str, text: Option<&str>) -> Result<Option<i64>, ApiError> {
+    text.filter(|t| !t.is_empty())
+        .map(|t| {
+            chrono::DateTime::parse_from_rfc3339(t)
+                .map(|d| d.timestamp_millis())
+                .map_err(|e| {
+                    ApiError(
+                        StatusCode::BAD_REQUEST,
+                        format!("{name} {t:?} is not an RFC 3339 time: {e}"),
+                    )
+                })
+        })
+        .transpose()
+}
+
+/// A listed sandbox with its place in the order: start time, then id.
+struct Listed {
+    key: (u64, String),
+    json: Value,
+}
+
+/// The sandboxes passing `query`'s filters, in its order.
+async fn listed(e2b: &E2b, query: &ListQuery) -> Result<Vec<Listed>, ApiError> {
     let filter: Vec<(String, String)> = query
         .metadata
         .as_deref()
         .map(|m| form_urlencoded::parse(m.as_bytes()).into_owned().collect())
         .unwrap_or_default();
+    let after = time_filter("startedAfter", query.started_after.as_deref())?;
+    let before = time_filter("startedBefore", query.started_before.as_deref())?;
     let wants_running = query
         .state
         .as_deref()
@@ -331,54 +449,120 @@ async fn listed(e2b: &E2b, query: &ListQuery) -> Result<Vec<Value>, ApiError> {
             .records
             .load_or_create(&info.sandbox_id)
             .map_err(|e| ApiError(StatusCode::INTERNAL_SERVER_ERROR, e))?;
-        if filter
+        let started = started_ms(&info, &record);
+        let at = i64::try_from(started).unwrap_or(i64::MAX);
+        let kept = filter
             .iter()
             .all(|(k, v)| record.metadata.get(k) == Some(v))
-        {
-            out.push(listed_json(&info, &record));
+            && query.template.as_ref().is_none_or(|t| *t == info.template)
+            && after.is_none_or(|a| at >= a)
+            && before.is_none_or(|b| at <= b);
+        if kept {
+            out.push(Listed {
+                key: (started, info.sandbox_id.as_str().to_owned()),
+                json: listed_json(&info, &record),
+            });
         }
+    }
+    out.sort_by(|a, b| a.key.cmp(&b.key));
+    if query.order.unwrap_or_default() == Order::Desc {
+        out.reverse();
     }
     Ok(out)
 }
 
-pub async fn list_v1(State(e2b): State<Arc<E2b>>, Query(query): Query<ListQuery>) -> Response {
+pub async fn list_v1(
+    State(e2b): State<Arc<E2b>>,
+    query: Result<Query<ListQuery>, QueryRejection>,
+) -> Response {
+    let query = match query {
+        Ok(Query(q)) => q,
+        Err(e) => return error(StatusCode::BAD_REQUEST, e.body_text()),
+    };
     match listed(&e2b, &query).await {
-        Ok(all) => Json(all).into_response(),
+        Ok(all) => Json(all.into_iter().map(|l| l.json).collect::<Vec<_>>()).into_response(),
         Err(r) => r.into_response(),
     }
 }
 
-/// One page; the next page's token (an offset) in `X-Next-Token`.
-pub async fn list_v2(State(e2b): State<Arc<E2b>>, Query(query): Query<ListQuery>) -> Response {
+/// A page's token: the place of its last sandbox (`MS.ID`), so the next
+/// page starts right after it however sandboxes come and go meanwhile.
+fn token(key: &(u64, String)) -> String {
+    format!("{}.{}", key.0, key.1)
+}
+
+fn parse_token(text: &str) -> Option<(u64, String)> {
+    let (ms, id) = text.split_once('.')?;
+    Some((ms.parse().ok()?, id.to_owned()))
+}
+
+/// One page; the next page's token in `X-Next-Token`.
+pub async fn list_v2(
+    State(e2b): State<Arc<E2b>>,
+    query: Result<Query<ListQuery>, QueryRejection>,
+) -> Response {
+    let query = match query {
+        Ok(Query(q)) => q,
+        Err(e) => return error(StatusCode::BAD_REQUEST, e.body_text()),
+    };
     let all = match listed(&e2b, &query).await {
         Ok(all) => all,
         Err(r) => return r.into_response(),
     };
     let limit = query.limit.unwrap_or(DEFAULT_LIMIT).clamp(1, 1000);
+    let desc = query.order.unwrap_or_default() == Order::Desc;
     let start = match query.next_token.as_deref().filter(|t| !t.is_empty()) {
         None => 0,
-        Some(t) => match t.parse::<usize>() {
-            Ok(n) => n,
-            Err(_) => return error(StatusCode::BAD_REQUEST, format!("invalid nextToken {t:?}")),
+        Some(t) => match parse_token(t) {
+            Some(last) => all
+                .iter()
+                .position(|l| if desc { l.key < last } else { l.key > last })
+                .unwrap_or(all.len()),
+            None => return error(StatusCode::BAD_REQUEST, format!("invalid nextToken {t:?}")),
         },
     };
     let end = (start + limit).min(all.len());
-    let page: Vec<Value> = all.get(start..end).unwrap_or_default().to_vec();
     let mut headers = HeaderMap::new();
     if end < all.len() {
         headers.insert(
             "x-next-token",
-            end.to_string().parse().expect("digits are a valid header"),
+            token(&all[end - 1].key)
+                .parse()
+                .expect("digits, a dot and an id are a valid header"),
         );
     }
+    let page: Vec<Value> = all
+        .into_iter()
+        .skip(start)
+        .take(end - start)
+        .map(|l| l.json)
+        .collect();
     (headers, Json(page)).into_response()
 }
 
 pub async fn unsupported() -> Response {
     error(
         StatusCode::NOT_IMPLEMENTED,
-        "not implemented by sandkeep's E2B endpoint (pause, snapshots, metrics, templates and logs are not supported)",
+        "not implemented by sandkeep's E2B endpoint (pause, snapshots, fork, network updates, templates and logs are not supported)",
     )
+}
+
+/// A call on one sandbox that is not implemented (`fork`, `PUT network`):
+/// a sandbox that is gone is 404, as E2B answers (the SDKs raise "sandbox
+/// not found"); a running one gets E2B's answer to an unsupported call,
+/// not a 404 the SDKs would read as gone.
+pub async fn unsupported_on_sandbox(
+    State(e2b): State<Arc<E2b>>,
+    Path(id): Path<String>,
+) -> Response {
+    let id = match sandbox_id(&id) {
+        Ok(id) => id,
+        Err(r) => return r.into_response(),
+    };
+    match e2b.provider.info(&id).await {
+        Ok(_) => unsupported().await,
+        Err(e) => provider_error(&e),
+    }
 }
 
 pub async fn not_found() -> Response {

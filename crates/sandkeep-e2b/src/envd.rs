@@ -17,6 +17,8 @@ use serde::Serialize;
 use serde::de::{DeserializeOwned, IgnoredAny};
 use serde_json::Value;
 
+use sandkeep_provider::ExitStatus;
+
 use crate::Stats;
 
 /// The bound of a unary call or a file transfer.
@@ -89,8 +91,8 @@ pub enum Event {
     },
     Stdout(Vec<u8>),
     Stderr(Vec<u8>),
-    /// Exit status, or 128+N for signal N.
-    End(i32),
+    /// How the process ended.
+    End(ExitStatus),
     /// A keepalive, or what this client does not know.
     Other,
 }
@@ -105,7 +107,10 @@ impl Event {
         let decode = |s: &str| base64_bytes::decode(s).unwrap_or_default();
         match message.event {
             wire::Event::Start { pid } => Self::Start { pid },
-            wire::Event::End(end) => Self::End(end.code()),
+            wire::Event::End(end) => Self::End(match end.signal() {
+                Some(signal) => ExitStatus::Signal(signal),
+                None => ExitStatus::Code(end.exit_code),
+            }),
             wire::Event::Data(wire::Data {
                 stdout: Some(s), ..
             }) => Self::Stdout(decode(&s)),
@@ -300,7 +305,7 @@ impl Envd {
                     }
                     Event::Stdout(bytes) => finished.stdout.push(&bytes),
                     Event::Stderr(bytes) => finished.stderr.push(&bytes),
-                    Event::End(code) => finished.exit_code = Some(code),
+                    Event::End(status) => finished.exit_code = Some(status.shell_code()),
                     Event::Other => {}
                 }
             }

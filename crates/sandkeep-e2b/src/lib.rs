@@ -721,11 +721,13 @@ impl Provider for E2bProvider {
             .iter()
             .map(|e| {
                 let text = |k: &str| e.get(k).and_then(Value::as_str).unwrap_or("");
+                // envd describes a link by its target's type and marks
+                // it with the resolved target.
                 let kind = match text("type") {
+                    _ if e.get("symlinkTarget").is_some() => FileKind::Symlink,
                     "FILE_TYPE_FILE" => FileKind::File,
                     "FILE_TYPE_DIRECTORY" => FileKind::Dir,
                     "FILE_TYPE_SYMLINK" => FileKind::Symlink,
-                    _ if e.get("symlinkTarget").is_some() => FileKind::Symlink,
                     _ => FileKind::Other,
                 };
                 let size = match e.get("size") {

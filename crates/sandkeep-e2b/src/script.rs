@@ -43,8 +43,12 @@ pub const SPAWN_COMMAND: &str = "SANDKEEP_COMMAND";
 
 /// Runs `$SANDKEEP_COMMAND` with bash (sh where bash is missing) in its
 /// own process group (monitor mode), in `$1` (empty: home), and waits for
-/// it, exiting with its status (128+N for signal N). The command's stdin
-/// is the wrapper's (kept through fd 3: sh without job control would give
+/// it, ending as it ended: with its exit code, or, when the shell's
+/// 128+N says signal N killed it, by that signal (so envd reports a
+/// signal, not a code; a shell cannot tell `exit 137` from SIGKILL, and
+/// reads an exit of 129-159 as a death by signal too; signals whose
+/// default action is not to terminate are passed on as codes). The
+/// command's stdin is the wrapper's (kept through fd 3: sh without job control would give
 /// a background command /dev/null). The command's first line on stdout is
 /// its pid inside the sandbox (the provider reads it off before passing
 /// the output on): envd reports pids of its own, and its signals reach
@@ -58,6 +62,14 @@ p=$!
 exec 3<&-
 set +m 2>/dev/null
 wait "$p" 2>/dev/null
+st=$?
+if [ "$st" -gt 128 ] && [ "$st" -lt 160 ]; then
+  case $((st - 128)) in
+    17|18|19|20|21|22|23|28) ;;
+    *) kill -$((st - 128)) $$ 2>/dev/null ;;
+  esac
+fi
+exit "$st"
 "#;
 
 /// Sends signal `$1` to process `$2`.

@@ -13,7 +13,7 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
-use sandkeep_provider::{ProviderError, Result, RunningProcess, SpawnRequest, Spawned};
+use sandkeep_provider::{ExitStatus, ProviderError, Result, RunningProcess, SpawnRequest, Spawned};
 use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream};
 use tokio::sync::watch;
 
@@ -28,7 +28,7 @@ const STARTUP: Duration = Duration::from_secs(60);
 const SIGNAL_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The exit once known: a status, or why none will come.
-type Exit = Option<std::result::Result<i32, String>>;
+type Exit = Option<std::result::Result<ExitStatus, String>>;
 
 /// Starts `request` in the sandbox behind `envd`; returns once the process
 /// runs (its pid line came).
@@ -95,9 +95,9 @@ async fn started(stream: &mut Stream) -> std::result::Result<Started, EnvdError>
             Some(Event::Start { pid }) => envd_pid = Some(pid),
             Some(Event::Stdout(bytes)) => stdout.extend_from_slice(&bytes),
             Some(Event::Stderr(bytes)) => stderr.extend_from_slice(&bytes),
-            Some(Event::End(code)) => {
+            Some(Event::End(status)) => {
                 return Err(EnvdError::Refused {
-                    code: format!("exit status {code}"),
+                    code: format!("exit status {}", status.shell_code()),
                     message: format!(
                         "the process ended before it ran: {}",
                         String::from_utf8_lossy(&stderr).trim()
@@ -239,7 +239,7 @@ impl RunningProcess for EnvdProcess {
         self.fire(script::KILL_GROUP, vec![self.pid.to_string()])
     }
 
-    async fn wait(&self) -> Result<i32> {
+    async fn wait(&self) -> Result<ExitStatus> {
         let mut exit = self.exit.clone();
         let done = exit.wait_for(Option::is_some).await.map_err(|_| {
             ProviderError::ProcessLost("the process's stream reader is gone".into())

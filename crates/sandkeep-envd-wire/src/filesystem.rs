@@ -1,6 +1,8 @@
 //! The filesystem service's messages (`/filesystem.Filesystem/*`) and
 //! `/files`' upload answer.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 
 /// The request of Stat, MakeDir and Remove.
@@ -46,10 +48,13 @@ pub struct EntryInfo {
     pub group: String,
     /// RFC 3339, seconds, UTC.
     pub modified_time: String,
+    /// A symbolic link's resolved absolute target; `type` is then the
+    /// target's type (envd 0.6.13 has no separate "is a link" field).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub symlink_target: Option<String>,
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub is_symlink: bool,
+    /// The file's metadata (`user.e2b.*` extended attributes).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub metadata: BTreeMap<String, String>,
 }
 
 /// The answer of Stat, MakeDir and Move.
@@ -73,4 +78,7 @@ pub struct WrittenFile {
     /// Always `file`.
     #[serde(rename = "type")]
     pub file_type: String,
+    /// The file's metadata after an upload that set some.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<BTreeMap<String, String>>,
 }

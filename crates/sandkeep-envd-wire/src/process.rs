@@ -188,53 +188,84 @@ pub struct End {
     pub error: Option<String>,
 }
 
-/// The signals named in envd's statuses, as Go's `ExitError` spells them.
-const SIGNAL_NAMES: &[(i32, &str)] = &[
-    (1, "hangup"),
-    (2, "interrupt"),
-    (6, "aborted"),
-    (9, "killed"),
-    (11, "segmentation fault"),
-    (15, "terminated"),
+/// Linux's signals as Go's `syscall.Signal` names them in envd's
+/// statuses (`signal: killed`); a number past the table is Go's
+/// `signal N`.
+const SIGNAL_NAMES: &[&str] = &[
+    "hangup",
+    "interrupt",
+    "quit",
+    "illegal instruction",
+    "trace/breakpoint trap",
+    "aborted",
+    "bus error",
+    "floating point exception",
+    "killed",
+    "user defined signal 1",
+    "segmentation fault",
+    "user defined signal 2",
+    "broken pipe",
+    "alarm clock",
+    "terminated",
+    "stack fault",
+    "child exited",
+    "continued",
+    "stopped (signal)",
+    "stopped",
+    "stopped (tty input)",
+    "stopped (tty output)",
+    "urgent I/O condition",
+    "CPU time limit exceeded",
+    "file size limit exceeded",
+    "virtual timer expired",
+    "profiling timer expired",
+    "window changed",
+    "I/O possible",
+    "power failure",
+    "bad system call",
 ];
 
 impl End {
-    /// The end of a process whose status is `code`; above 128 it died of
-    /// signal `code - 128` (sandkeep's convention), reported as envd
-    /// reports one (named when Go names it here, else with the status's
-    /// number, which [`End::code`] cannot read back).
-    pub fn of_code(code: i32) -> Self {
-        if code <= 128 {
-            return Self {
-                exit_code: code,
-                exited: true,
-                status: format!("exit status {code}"),
-                error: None,
-            };
-        }
-        let status = match SIGNAL_NAMES.iter().find(|(n, _)| code - 128 == *n) {
-            Some((_, name)) => format!("signal: {name}"),
-            None => format!("exit status {code}"),
-        };
+    /// A process that exited with `code` (any of 0-255). As envd (Go's
+    /// `cmd.Wait` error), a non-zero exit repeats the status as `error`.
+    pub fn exited(code: i32) -> Self {
+        let status = format!("exit status {code}");
         Self {
-            exit_code: -1,
-            exited: false,
+            exit_code: code,
+            exited: true,
+            error: (code != 0).then(|| status.clone()),
             status,
-            error: None,
         }
     }
 
-    /// The status as sandkeep counts it: the exit code, or 128+N for a
-    /// death by a named signal N.
-    pub fn code(&self) -> i32 {
-        if self.exited {
-            return self.exit_code;
+    /// A process killed by `signal`: exit code -1, not exited, and Go's
+    /// `signal: NAME`, as envd reports it.
+    pub fn signaled(signal: i32) -> Self {
+        let name = usize::try_from(signal - 1)
+            .ok()
+            .and_then(|i| SIGNAL_NAMES.get(i))
+            .map_or_else(|| format!("signal {signal}"), |n| (*n).to_owned());
+        let status = format!("signal: {name}");
+        Self {
+            exit_code: -1,
+            exited: false,
+            error: Some(status.clone()),
+            status,
         }
-        let name = self.status.strip_prefix("signal: ").unwrap_or("");
-        SIGNAL_NAMES
-            .iter()
-            .find(|(_, n)| *n == name)
-            .map_or(self.exit_code, |(signal, _)| 128 + signal)
+    }
+
+    /// The signal that killed the process, read back from the status;
+    /// `None` for an exit (or a status this cannot read).
+    pub fn signal(&self) -> Option<i32> {
+        if self.exited {
+            return None;
+        }
+        let name = self.status.strip_prefix("signal: ")?;
+        if let Some(n) = name.strip_prefix("signal ") {
+            return n.parse().ok();
+        }
+        let i = SIGNAL_NAMES.iter().position(|n| *n == name)?;
+        i32::try_from(i + 1).ok()
     }
 }
 
@@ -271,24 +302,33 @@ mod tests {
             r#"{"event":{"data":{"stdout":"aGk="}}}"#
         );
         assert_eq!(
-            json(Event::End(End::of_code(3))),
-            r#"{"event":{"end":{"exitCode":3,"exited":true,"status":"exit status 3"}}}"#
+            json(Event::End(End::exited(3))),
+            r#"{"event":{"end":{"exitCode":3,"exited":true,"status":"exit status 3","error":"exit status 3"}}}"#
         );
         let read: EventMessage =
             serde_json::from_str(r#"{"event":{"end":{"exitCode":-1,"status":"signal: killed"}}}"#)
                 .unwrap();
-        assert!(matches!(read.event, Event::End(ref e) if e.code() == 137));
+        assert!(matches!(read.event, Event::End(ref e) if e.signal() == Some(9)));
     }
 
     #[test]
-    fn signal_deaths_round_trip_through_the_status() {
-        for code in [0, 1, 3, 127, 128, 129, 130, 134, 137, 139, 143] {
-            assert_eq!(End::of_code(code).code(), code, "{code}");
+    fn exits_and_signals_stay_apart() {
+        for code in [0, 1, 3, 127, 128, 129, 137, 200, 255] {
+            let end = End::exited(code);
+            assert_eq!(
+                (end.exit_code, end.exited, end.signal()),
+                (code, true, None)
+            );
+            assert_eq!(end.status, format!("exit status {code}"));
         }
-        let killed = End::of_code(137);
-        assert_eq!((killed.exit_code, killed.exited), (-1, false));
-        assert_eq!(killed.status, "signal: killed");
-        assert_eq!(End::of_code(200).code(), -1, "an unnamed signal is lost");
+        for signal in 1..=64 {
+            let end = End::signaled(signal);
+            assert_eq!((end.exit_code, end.exited), (-1, false));
+            assert_eq!(end.signal(), Some(signal), "{}", end.status);
+        }
+        assert_eq!(End::signaled(9).status, "signal: killed");
+        assert_eq!(End::signaled(11).status, "signal: segmentation fault");
+        assert_eq!(End::signaled(40).status, "signal: signal 40");
     }
 
     #[test]

@@ -221,6 +221,13 @@ pub fn call(
                                 conn = None;
                                 deadline = Instant::now() + DRAIN_GRACE;
                             }
+                            // A command's result counts a signal the
+                            // shell's way (128+N).
+                            Ok(Reply::Signaled(signal)) => {
+                                exit_code = Some(128 + signal);
+                                conn = None;
+                                deadline = Instant::now() + DRAIN_GRACE;
+                            }
                             // Sent before any fork succeeded (or instead of
                             // one): a definite non-run.
                             Ok(Reply::Failed(message)) => return Err(CallError::Refused(message)),

@@ -55,6 +55,7 @@ mod spawn;
 mod state;
 #[allow(unsafe_code)]
 mod sys;
+mod usage;
 mod wire;
 
 use std::os::fd::AsFd;
@@ -80,6 +81,7 @@ use self::wire::Request;
 use sandkeep_provider::{
     CreateSpec, ExecOutput, ExecRequest, FileEntry, Layers, Port, PortForward, Provider,
     ProviderError, Release, Result, SandboxId, SandboxInfo, ShareMode, SpawnRequest, Spawned,
+    Usage,
 };
 
 /// The first argument that makes the `sandkeep` binary a keeper.
@@ -738,6 +740,24 @@ impl Provider for LocalProvider {
                 ProviderError::NoSuchSandbox(id.clone())
             }
         })
+    }
+
+    async fn usage(&self, id: &SandboxId) -> Result<Usage> {
+        let info = self.live(id).await?.info;
+        let cpus = info.limits.milli_cpus.map_or_else(
+            || std::thread::available_parallelism().map_or(1, |n| n.get() as u32),
+            |m| m.div_ceil(1000),
+        );
+        let dir = self.home.sandbox(id).path;
+        blocking(move || usage::read(&dir, cpus))
+            .await?
+            .ok_or_else(|| {
+                ProviderError::Unsupported(
+                    "this sandbox has no memory cgroup (the process-only level): its resource \
+                     use is not measured"
+                        .into(),
+                )
+            })
     }
 
     async fn set_timeout(&self, id: &SandboxId, timeout: u64) -> Result<SandboxInfo> {

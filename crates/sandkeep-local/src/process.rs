@@ -17,14 +17,16 @@ use std::path::Path;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use sandkeep_provider::{Program, ProviderError, Result, RunningProcess, SpawnRequest, Spawned};
+use sandkeep_provider::{
+    ExitStatus, Program, ProviderError, Result, RunningProcess, SpawnRequest, Spawned,
+};
 use tokio::net::unix::pipe;
 use tokio::sync::watch;
 
 use super::wire::{self, Control, Reply, Request};
 
 /// What the fork server finally said: the exit status, or why none came.
-type Exit = std::result::Result<i32, String>;
+type Exit = std::result::Result<ExitStatus, String>;
 
 /// Connects, sends the request with fresh pipes, and hands the pipes over.
 /// Must run inside a tokio runtime (the pipes register with its reactor).
@@ -86,7 +88,8 @@ fn wait_reply(conn: &OwnedFd) -> Exit {
             }
             Ok((n, _)) => {
                 return match serde_json::from_slice::<Reply>(&buf[..n]) {
-                    Ok(Reply::Exited(code)) => Ok(code),
+                    Ok(Reply::Exited(code)) => Ok(ExitStatus::Code(code)),
+                    Ok(Reply::Signaled(signal)) => Ok(ExitStatus::Signal(signal)),
                     Ok(Reply::Failed(message)) => Err(format!(
                         "the sandbox refused to start the process: {message}"
                     )),
@@ -126,7 +129,7 @@ impl RunningProcess for LocalProcess {
         self.send(b"kill")
     }
 
-    async fn wait(&self) -> Result<i32> {
+    async fn wait(&self) -> Result<ExitStatus> {
         let mut exit = self.exit.clone();
         let done = exit
             .wait_for(Option::is_some)

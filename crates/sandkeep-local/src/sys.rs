@@ -13,6 +13,7 @@ use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use rustix::process::{Gid, Pid, Uid, WaitOptions, WaitStatus};
 use rustix::thread::UnshareFlags;
 use sandkeep_proto::record::exit_code_of;
+use sandkeep_provider::ExitStatus;
 
 fn check(ret: libc::c_int) -> io::Result<libc::c_int> {
     if ret < 0 {
@@ -132,6 +133,24 @@ pub fn set_signal_mask(signals: &[libc::c_int]) -> io::Result<()> {
     check(ret).map(drop)
 }
 
+/// Puts every signal back to its default action. Ignored dispositions
+/// survive `execve`: without this a sandbox's programs would inherit
+/// whatever the server was started with (Rust ignores SIGPIPE, `nohup`
+/// SIGHUP, a shell's background job SIGQUIT), and `yes | head` or a
+/// `kill -HUP` would not end a program there as they do elsewhere.
+pub fn default_signal_actions() {
+    for signal in 1..=libc::SIGRTMAX() {
+        if signal == libc::SIGKILL || signal == libc::SIGSTOP {
+            continue;
+        }
+        // SAFETY: SIG_DFL is always a valid disposition; signals the
+        // kernel refuses (glibc's reserved ones) just fail.
+        unsafe {
+            libc::signal(signal, libc::SIG_DFL);
+        }
+    }
+}
+
 /// Blocks `signals` and returns a signalfd delivering them.
 pub fn signalfd(signals: &[libc::c_int]) -> io::Result<OwnedFd> {
     set_signal_mask(signals)?;
@@ -155,11 +174,22 @@ pub fn drain_signalfd(fd: BorrowedFd<'_>) -> Vec<u32> {
     out
 }
 
-/// Reaps one exited child without blocking: `Some((pid, exit code))`.
-pub fn reap_any() -> Option<(i32, i32)> {
+/// Reaps one exited child without blocking: `Some((pid, how it ended))`.
+pub fn reap_any() -> Option<(i32, ExitStatus)> {
     match rustix::process::wait(WaitOptions::NOHANG) {
-        Ok(Some((pid, status))) => Some((pid.as_raw_nonzero().get(), exit_code(status))),
+        Ok(Some((pid, status))) => Some((pid.as_raw_nonzero().get(), exit_status(status))),
         _ => None,
+    }
+}
+
+/// How a reaped child ended: its code, or the signal that killed it.
+fn exit_status(status: WaitStatus) -> ExitStatus {
+    // Without WUNTRACED a wait reports only exits and deaths, so one of the
+    // two is always there.
+    match (status.exit_status(), status.terminating_signal()) {
+        (Some(code), _) => ExitStatus::Code(code),
+        (None, Some(signal)) => ExitStatus::Signal(signal),
+        (None, None) => ExitStatus::Code(-1),
     }
 }
 

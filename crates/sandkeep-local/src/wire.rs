@@ -60,8 +60,10 @@ pub enum Control {
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
 pub enum Reply {
-    /// Exit status, or 128+N for signal N.
+    /// The child exited with this code (any of 0-255).
     Exited(i32),
+    /// The child was killed by this signal.
+    Signaled(i32),
     /// Nothing was forked (malformed request, fork refused): the request
     /// did not run.
     Failed(String),

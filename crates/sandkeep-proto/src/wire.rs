@@ -30,6 +30,29 @@ pub mod verb {
     pub const EXPORT: &str = "export";
     pub const INPUT: &str = "input";
     pub const RESIZE: &str = "resize";
+    pub const METADATA: &str = "metadata";
+}
+
+/// The namespace of the file metadata `sandkeep-task metadata` keeps, as
+/// E2B's envd keeps it: extended attributes `user.e2b.KEY`.
+pub const METADATA_XATTR_PREFIX: &str = "user.e2b.";
+
+/// `sandkeep-task metadata JSON`: sets each file's metadata in `set`
+/// (added to what it has), then reads that of each path of `get`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MetadataRequest {
+    #[serde(default)]
+    pub set: std::collections::BTreeMap<String, std::collections::BTreeMap<String, String>>,
+    #[serde(default)]
+    pub get: Vec<String>,
+}
+
+/// The metadata of each path of [`MetadataRequest::get`], in order (empty
+/// for a file without any, or that cannot be read).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MetadataReply {
+    pub metadata: Vec<std::collections::BTreeMap<String, String>>,
 }
 
 /// `sandkeep-task start JSON`.

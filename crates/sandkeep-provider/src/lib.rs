@@ -137,6 +137,29 @@ pub fn rfc3339(unix_secs: u64) -> String {
         .to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
 }
 
+/// `host` as an `allow_hosts` entry (a host name or `*.suffix` pattern,
+/// lowercased), or `None` when it is neither: addresses are never entries,
+/// since the rule names hosts and a sandbox never reaches private
+/// addresses. Shared by every front end that accepts the rule.
+pub fn host_pattern(host: &str) -> Option<String> {
+    let name = host.to_ascii_lowercase();
+    let bare = name.strip_prefix("*.").unwrap_or(&name);
+    let labels_ok = bare.len() <= 253
+        && bare.split('.').all(|l| {
+            !l.is_empty()
+                && l.len() <= 63
+                && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+                && !l.starts_with('-')
+                && !l.ends_with('-')
+        });
+    let an_address = bare.parse::<std::net::Ipv4Addr>().is_ok()
+        || bare
+            .rsplit('.')
+            .next()
+            .is_some_and(|tld| tld.bytes().all(|b| b.is_ascii_digit()));
+    (labels_ok && !an_address).then_some(name)
+}
+
 /// `bytes` random bytes from the OS CSPRNG as lower-case hex: ids, secrets
 /// and temporary names. Each caller says what a failure means to it.
 pub fn random_hex(bytes: usize) -> Result<String, getrandom::Error> {
@@ -284,6 +307,49 @@ impl fmt::Debug for Spawned {
     }
 }
 
+/// How a process ended: its exit code, or the signal that killed it. Kept
+/// apart end to end, since an exit code may exceed 128 (`exit 200`) and
+/// E2B's envd reports the two differently.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ExitStatus {
+    Code(i32),
+    Signal(i32),
+}
+
+impl ExitStatus {
+    /// The shell's single number for it: the code, or 128+N for signal N
+    /// (sandkeep's task records and `run_command` results count so).
+    pub fn shell_code(self) -> i32 {
+        match self {
+            Self::Code(code) => code,
+            Self::Signal(signal) => 128 + signal,
+        }
+    }
+
+    /// Whether the process exited with code 0.
+    pub fn success(self) -> bool {
+        self == Self::Code(0)
+    }
+}
+
+/// A sandbox's resource use at one moment (E2B's metrics).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Usage {
+    /// CPU time its processes have used so far, in microseconds.
+    pub cpu_usec: u64,
+    /// The CPUs it may use (its limit, rounded up, else the host's).
+    pub cpu_count: u32,
+    /// Memory in bytes: charged, its limit (else the host's), and of it
+    /// the page cache.
+    pub mem_used: u64,
+    pub mem_total: u64,
+    pub mem_cache: u64,
+    /// Its disk (the root file system) in bytes.
+    pub disk_used: u64,
+    pub disk_total: u64,
+}
+
 /// The control of a process started by [`Provider::spawn`].
 #[async_trait]
 pub trait RunningProcess: Send + Sync {
@@ -292,9 +358,9 @@ pub trait RunningProcess: Send + Sync {
     fn signal(&self, signal: i32) -> Result<()>;
     /// SIGKILLs the process and everything in its process group.
     fn kill_group(&self) -> Result<()>;
-    /// Waits for the exit: its status, or 128+N for signal N. Any number of
-    /// callers may wait, before or after the exit.
-    async fn wait(&self) -> Result<i32>;
+    /// Waits for the end: its exit code or signal. Any number of callers
+    /// may wait, before or after the exit.
+    async fn wait(&self) -> Result<ExitStatus>;
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -438,6 +504,15 @@ pub trait Provider: Send + Sync {
         let _ = (id, request);
         Err(ProviderError::Unsupported(format!(
             "the {} provider cannot start processes that outlive a call",
+            self.kind()
+        )))
+    }
+
+    /// The sandbox's resource use now.
+    async fn usage(&self, id: &SandboxId) -> Result<Usage> {
+        let _ = id;
+        Err(ProviderError::Unsupported(format!(
+            "the {} provider does not measure a sandbox's resource use",
             self.kind()
         )))
     }

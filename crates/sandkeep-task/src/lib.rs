@@ -20,6 +20,7 @@ mod delete;
 mod error;
 mod input;
 mod interact;
+mod metadata;
 mod nullio;
 mod oom;
 pub mod procfs;
@@ -54,7 +55,7 @@ pub fn version_line() -> String {
     )
 }
 
-const USAGE: &str = "usage: sandkeep-task --version | start JSON | status JSON | wait JSON | wait --stream | cancel JSON | delete JSON | list [{}] | input JSON < DATA | resize JSON | changes JSON | export JSON";
+const USAGE: &str = "usage: sandkeep-task --version | start JSON | status JSON | wait JSON | wait --stream | cancel JSON | delete JSON | list [{}] | input JSON < DATA | resize JSON | changes JSON | export JSON | metadata JSON";
 
 /// Runs the helper with its command-line arguments (without argv\[0\]) and
 /// returns the process exit code.
@@ -109,6 +110,7 @@ pub fn main_with_args(args: Vec<String>) -> i32 {
                 }
             }
         }
+        Some(verb::METADATA) => reply(parse(json).and_then(metadata::metadata)),
         _ => reply::<()>(Err(HelperError::BadRequest(USAGE.into()))),
     }
 }

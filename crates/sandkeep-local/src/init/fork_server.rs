@@ -11,6 +11,7 @@ use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 
 use rustix::event::{PollFd, PollFlags};
 use sandkeep_proto::shell::SHELLS;
+use sandkeep_provider::ExitStatus;
 
 use crate::fileops;
 use crate::sys;
@@ -68,10 +69,14 @@ pub fn serve(listener: OwnedFd, env: &[CString], home: &std::path::Path) -> ! {
         }
         if reap {
             sys::drain_signalfd(sigchld.as_fd());
-            while let Some((pid, code)) = sys::reap_any() {
+            while let Some((pid, status)) = sys::reap_any() {
                 if let Some(conn) = conns.iter_mut().find(|c| c.child == Some(pid)) {
                     if let Some(fd) = conn.fd.take() {
-                        let reply = serde_json::to_vec(&Reply::Exited(code)).unwrap_or_default();
+                        let reply = match status {
+                            ExitStatus::Code(code) => Reply::Exited(code),
+                            ExitStatus::Signal(signal) => Reply::Signaled(signal),
+                        };
+                        let reply = serde_json::to_vec(&reply).unwrap_or_default();
                         let _ = wire::send(&fd, &reply, &[]);
                     }
                     conn.child = None;
@@ -163,6 +168,7 @@ fn fail(conn: &mut Conn, message: String) {
 /// pipes as stdio, nothing else of the init's descriptors.
 fn child(request: Request, stdio: [OwnedFd; 3], env: &[CString], home: &std::path::Path) -> ! {
     let _ = sys::set_signal_mask(&[]);
+    sys::default_signal_actions();
     let _ = rustix::process::setsid();
     let [stdin, stdout, stderr] = &stdio;
     if rustix::stdio::dup2_stdin(stdin)

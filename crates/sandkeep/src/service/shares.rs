@@ -302,7 +302,7 @@ impl Service {
                  before it is on the host"
             ))
         })?;
-        if status.ok() != Some(0) {
+        if !status.as_ref().is_ok_and(|s| s.success()) {
             return Err(ProviderError::Unavailable(format!(
                 "the sandbox's change export failed ({}); {} change(s) were applied before it: {}",
                 errors.trim(),

@@ -373,25 +373,10 @@ pub(super) fn allow_hosts(hosts: Option<Vec<String>>) -> Result<Vec<String>, Too
     }
     let mut out = Vec::with_capacity(hosts.len());
     for host in hosts {
-        let name = host.to_ascii_lowercase();
-        let bare = name.strip_prefix("*.").unwrap_or(&name);
-        let labels_ok = bare.len() <= 253
-            && bare.split('.').all(|l| {
-                !l.is_empty()
-                    && l.len() <= 63
-                    && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
-                    && !l.starts_with('-')
-                    && !l.ends_with('-')
-            });
-        let an_address = bare.parse::<std::net::Ipv4Addr>().is_ok()
-            || bare
-                .rsplit('.')
-                .next()
-                .is_some_and(|tld| tld.bytes().all(|b| b.is_ascii_digit()));
-        if !labels_ok || an_address {
-            return refuse(format!("{host:?} is not a host name or *.suffix pattern"));
+        match sandkeep_provider::host_pattern(&host) {
+            Some(name) => out.push(name),
+            None => return refuse(format!("{host:?} is not a host name or *.suffix pattern")),
         }
-        out.push(name);
     }
     Ok(out)
 }

@@ -241,7 +241,7 @@ async fn a_write_whose_rename_fails_leaves_no_temporary_file() {
 /// dropping its stdout ends it, as a closed pipe would.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_spawned_process_has_live_pipes_and_ends_with_its_stdout() {
-    use sandkeep::provider::{Program, SpawnRequest};
+    use sandkeep::provider::{ExitStatus, Program, SpawnRequest};
     use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
     let endpoint = Endpoint::start();
@@ -291,7 +291,7 @@ async fn a_spawned_process_has_live_pipes_and_ends_with_its_stdout() {
     }
     drop(stdin);
     assert_eq!(lines.next_line().await.unwrap(), None, "stdin closed: done");
-    assert_eq!(spawned.process.wait().await.unwrap(), 0);
+    assert_eq!(spawned.process.wait().await.unwrap(), ExitStatus::Code(0));
 
     // The group kill reaches a child of the process too.
     let spawned = spawn("sleep 301 & exec sleep 302").await.unwrap();
@@ -300,7 +300,7 @@ async fn a_spawned_process_has_live_pipes_and_ends_with_its_stdout() {
     })
     .await;
     spawned.process.kill_group().unwrap();
-    assert_eq!(spawned.process.wait().await.unwrap(), 137);
+    assert_eq!(spawned.process.wait().await.unwrap(), ExitStatus::Signal(9));
     until(
         Duration::from_secs(10),
         "both sleeps to be gone",

@@ -10,8 +10,18 @@ import sys
 import time
 import uuid
 
-from e2b import Sandbox, SandboxQuery
-from e2b.exceptions import NotFoundException, RateLimitException, TimeoutException
+import json
+import urllib.error
+import urllib.request
+from datetime import timedelta
+
+from e2b import FileType, Sandbox, SandboxNetworkOpts, SandboxQuery
+from e2b.exceptions import (
+    NotFoundException,
+    RateLimitException,
+    SandboxException,
+    TimeoutException,
+)
 from e2b.sandbox.commands.command_handle import CommandExitException
 
 only = set(sys.argv[1:])
@@ -283,6 +293,363 @@ def _():
     finally:
         cut.kill()
         default.kill()
+
+
+@check("gzip_upload")
+def _():
+    # files.write(gzip=True) sends the body gzip-encoded: what lands in the
+    # file is what the caller wrote, never the compressed stream; a body
+    # that is not gzip fails instead of being stored.
+    sbx = make()
+    try:
+        text = "gzip me " * 1000
+        info = sbx.files.write("g/z.txt", text, gzip=True)
+        assert info.path.endswith("/g/z.txt"), info
+        assert sbx.files.read("g/z.txt") == text
+        assert sbx.files.read("g/z.txt", gzip=True) == text
+        r = sbx.commands.run("wc -c < g/z.txt")
+        assert r.stdout.strip() == str(len(text)), r
+        envd = os.environ["E2B_SANDBOX_URL"] + "/files?path=g/bad.txt"
+        req = urllib.request.Request(
+            envd,
+            data=b"not gzip at all",
+            method="POST",
+            headers={
+                "Content-Type": "application/octet-stream",
+                "Content-Encoding": "gzip",
+                "E2b-Sandbox-Id": sbx.sandbox_id,
+                "X-Access-Token": sbx._envd_access_token,
+            },
+        )
+        try:
+            urllib.request.urlopen(req)
+            raise AssertionError("a body that is not gzip was accepted")
+        except urllib.error.HTTPError as e:
+            assert e.code == 400, e
+        assert not sbx.files.exists("g/bad.txt")
+    finally:
+        sbx.kill()
+
+
+@check("listdir_order_and_symlinks")
+def _():
+    # ListDir in envd's walk order (a directory before its contents, names
+    # bytewise), whatever order the file system keeps; Stat and ListDir of
+    # a link describe its target: its type and its absolute resolved path.
+    sbx = make()
+    try:
+        sbx.commands.run(
+            "mkdir -p w && cd w && mkdir b && touch c a b/y b/x B && "
+            "ln -s a link && ln -s b dirlink && ln -s missing dangling"
+        )
+        home = sbx.commands.run("pwd").stdout.strip()
+        names = [e.path[len(home) + 3 :] for e in sbx.files.list("w", depth=2)]
+        assert names == [
+            "B", "a", "b", "b/x", "b/y", "c", "dangling", "dirlink", "link"
+        ], names
+        link = sbx.files.get_info("w/link")
+        assert link.type == FileType.FILE, link
+        assert link.symlink_target == f"{home}/w/a", link
+        assert link.path == f"{home}/w/link", link
+        d = sbx.files.get_info("w/dirlink")
+        assert d.type == FileType.DIR and d.symlink_target == f"{home}/w/b", d
+        plain = sbx.files.get_info("w/c")
+        assert plain.type == FileType.FILE and plain.symlink_target is None, plain
+        listed = {e.name: e for e in sbx.files.list("w")}
+        assert listed["link"].symlink_target == f"{home}/w/a", listed["link"]
+        assert listed["dangling"].symlink_target is not None, listed["dangling"]
+    finally:
+        sbx.kill()
+
+
+@check("list_order_and_filters")
+def _():
+    # GET /v2/sandboxes: newest first (or oldest with order=asc), pages that
+    # neither repeat nor skip while sandboxes come and go, the template and
+    # started-after filters honoured, an unknown filter refused.
+    run_id = uuid.uuid4().hex
+    made = [make(metadata={"run": run_id}) for _ in range(3)]
+    try:
+        ids = [s.sandbox_id for s in made]
+        q = SandboxQuery(metadata={"run": run_id})
+        newest = [s.sandbox_id for s in Sandbox.list(query=q).next_items()]
+        assert newest == ids[::-1], (newest, ids)
+        oldest = [s.sandbox_id for s in Sandbox.list(query=q, order="asc").next_items()]
+        assert oldest == ids, (oldest, ids)
+        pages = Sandbox.list(query=q, limit=1)
+        first = pages.next_items()
+        assert [s.sandbox_id for s in first] == [ids[2]], first
+        made[2].kill()  # the page just read goes away: the next is not shifted
+        second = pages.next_items()
+        assert [s.sandbox_id for s in second] == [ids[1]], second
+        assert pages.has_next
+        assert [s.sandbox_id for s in pages.next_items()] == [ids[0]]
+        assert not pages.has_next
+        other = Sandbox.list(query=SandboxQuery(metadata={"run": run_id}, template="nope"))
+        assert other.next_items() == []
+        started = made[0].get_info().started_at
+        after = Sandbox.list(query=SandboxQuery(metadata={"run": run_id}, started_after=started))
+        assert ids[0] in [s.sandbox_id for s in after.next_items()]
+        later = SandboxQuery(metadata={"run": run_id}, started_after=started + timedelta(hours=1))
+        assert Sandbox.list(query=later).next_items() == []
+        url = os.environ["E2B_API_URL"] + "/v2/sandboxes?startedSoon=1"
+        req = urllib.request.Request(url, headers={"X-API-Key": os.environ["E2B_API_KEY"]})
+        try:
+            urllib.request.urlopen(req)
+            raise AssertionError("an unknown list filter was ignored")
+        except urllib.error.HTTPError as e:
+            assert e.code == 400, e
+            assert "startedSoon" in json.loads(e.read())["message"]
+    finally:
+        for s in made:
+            s.kill()
+
+
+@check("network_rules")
+def _():
+    # E2B's egress rules map onto the sandbox's network where they fit:
+    # deny all is network "none" (no proxy at all), deny all with allowed
+    # names is allow_hosts (the proxy refuses any other name); rules that
+    # cannot be enforced here are refused, nothing is created.
+    deny = make(network=SandboxNetworkOpts(deny_out=lambda ctx: [ctx.all_traffic]))
+    names = make(network=SandboxNetworkOpts(deny_out=["0.0.0.0/0"], allow_out=["example.com"]))
+    try:
+        assert deny.get_info().allow_internet_access is False
+        r = deny.commands.run('printf "proxy=%s\n" "$HTTPS_PROXY"')
+        assert r.stdout == "proxy=\n", r
+        r = names.commands.run(
+            "curl -s -o /dev/null -w '%{http_code}' -x \"$HTTP_PROXY\" http://not-allowed.example.org/",
+            timeout=30,
+        )
+        assert r.stdout == "403", r
+    finally:
+        deny.kill()
+        names.kill()
+    before = len(Sandbox.list().next_items())
+    for refused in [
+        SandboxNetworkOpts(deny_out=["8.8.8.8"]),
+        SandboxNetworkOpts(deny_out=["0.0.0.0/0"], allow_out=["1.1.1.1"]),
+        SandboxNetworkOpts(mask_request_host="${PORT}.example.com"),
+    ]:
+        try:
+            make(network=refused).kill()
+            raise AssertionError(f"{refused} was accepted")
+        except SandboxException as e:
+            assert "400" in str(e) and "network." in str(e), e
+    assert len(Sandbox.list().next_items()) == before
+
+
+@check("fork_unsupported")
+def _():
+    # fork and network updates are not implemented: a running sandbox gets
+    # E2B's answer to an unsupported call (not a 404 the SDK reads as "not found"); a killed
+    # one is not found.
+    sbx = make()
+    try:
+        sbx.fork()
+        raise AssertionError("fork succeeded")
+    except NotFoundException as e:
+        raise AssertionError(f"fork of a running sandbox said not found: {e}")
+    except SandboxException as e:
+        assert "501" in str(e), e
+    try:
+        sbx.update_network({"deny_out": ["0.0.0.0/0"]})
+        raise AssertionError("a network update was accepted")
+    except NotFoundException as e:
+        raise AssertionError(f"a network update of a running sandbox said not found: {e}")
+    except SandboxException as e:
+        assert "501" in str(e), e
+    assert sbx.is_running()
+    sbx.kill()
+    try:
+        sbx.fork()
+        raise AssertionError("fork of a killed sandbox succeeded")
+    except NotFoundException:
+        pass
+
+
+@check("exit_codes_and_signals")
+def _():
+    # An exit code is reported as itself, whatever its size, with envd's
+    # "exit status N"; a death by a signal is -1 with "signal: NAME".
+    sbx = make()
+    try:
+        for code in [1, 127, 128, 129, 200, 255]:
+            try:
+                sbx.commands.run(f"exit {code}")
+                raise AssertionError(f"exit {code} did not raise")
+            except CommandExitException as e:
+                assert e.exit_code == code, (code, e)
+                assert e.error == f"exit status {code}", (code, e.error)
+        for signal, name in [("SEGV", "segmentation fault"), ("HUP", "hangup"), ("TERM", "terminated")]:
+            try:
+                sbx.commands.run(f"kill -{signal} $$")
+                raise AssertionError(f"SIG{signal} did not raise")
+            except CommandExitException as e:
+                assert e.exit_code == -1, (signal, e)
+                assert e.error == f"signal: {name}", (signal, e.error)
+        r = sbx.commands.run("sh -c 'kill -9 $$'; echo survived $?")
+        assert r.stdout == "survived 137\n", r
+        # Programs start with every signal's default action, however the
+        # server was started (Rust ignores SIGPIPE, nohup SIGHUP).
+        r = sbx.commands.run("yes | head -c 1 >/dev/null; echo ${PIPESTATUS[0]}")
+        assert r.stdout == "141\n", r
+    finally:
+        sbx.kill()
+
+
+@check("killed_while_streaming")
+def _():
+    # Killing the sandbox under a running command breaks its stream as
+    # E2B's proxy does: the SDK raises "sandbox not running", not a
+    # command exit with a made-up code.
+    from e2b.exceptions import SandboxNotRunningException
+
+    sbx = make()
+    h = sbx.commands.run("sleep 60", background=True)
+    assert Sandbox.kill(sbx.sandbox_id) is True
+    started = time.monotonic()
+    try:
+        h.wait()
+        raise AssertionError("wait returned after its sandbox was killed")
+    except CommandExitException as e:
+        raise AssertionError(f"a killed sandbox read as a command exit: {e}")
+    except SandboxNotRunningException as e:
+        assert "killed or reached its end of life" in str(e), e
+    assert time.monotonic() - started < 30
+
+
+@check("default_user")
+def _():
+    # A sandbox made through the endpoint has E2B's layout: commands and
+    # files run as `user` in /home/user by default, as root on request;
+    # an unknown user is refused.
+    sbx = make()
+    try:
+        r = sbx.commands.run('id -un; pwd; echo "$HOME $USER"')
+        assert r.stdout == "user\n/home/user\n/home/user user\n", r
+        r = sbx.commands.run("id -un; pwd", user="root")
+        assert r.stdout.splitlines()[0] == "root", r
+        info = sbx.files.write("mine.txt", "x")
+        assert info.path == "/home/user/mine.txt", info
+        entry = sbx.files.get_info("mine.txt")
+        assert (entry.owner, entry.group) == ("user", "user"), entry
+        # As envd (root) does, an upload makes missing parents anywhere
+        # and hands them to the user.
+        made = sbx.files.write("/new dir/sub/f.txt", "z")
+        assert made.path == "/new dir/sub/f.txt", made
+        r = sbx.commands.run("stat -c %U '/new dir' '/new dir/sub' '/new dir/sub/f.txt'")
+        assert r.stdout == "user\nuser\nuser\n", r
+        sbx.files.write("/root/theirs.txt", "y", user="root")
+        assert sbx.files.read("/root/theirs.txt", user="root") == "y"
+        try:
+            sbx.files.read("/root/theirs.txt")
+            raise AssertionError("user read root's home")
+        except SandboxException:
+            pass
+        sbx.commands.run("mkdir -p sub", cwd="/home/user")
+        r = sbx.commands.run("pwd", cwd="sub")
+        assert r.stdout == "/home/user/sub\n", r
+        try:
+            sbx.commands.run("true", user="mallory")
+            raise AssertionError("an unknown user was accepted")
+        except SandboxException as e:
+            assert "mallory" in str(e), e
+    finally:
+        sbx.kill()
+
+
+@check("signed_urls")
+def _():
+    # A signed /files URL (the SDK signs it with the access token) needs no
+    # token and no routing header; it opens that path for that operation
+    # until it expires, and nothing else.
+    sbx = make()
+    try:
+        sbx.files.write("s.txt", "signed")
+        with urllib.request.urlopen(sbx.download_url("s.txt", "user")) as r:
+            assert r.read() == b"signed"
+        with urllib.request.urlopen(sbx.download_url("s.txt", "user", 60)) as r:
+            assert r.read() == b"signed"
+        refusals = [
+            (sbx.download_url("s.txt", "user", use_signature_expiration=-60), "signature is already expired"),
+            (sbx.download_url("s.txt", "user").replace("s.txt", "t.txt", 1), "invalid signature"),
+            (sbx.download_url("s.txt", "user").replace("username=user", "username=root"), "invalid signature"),
+        ]
+        for url, message in refusals:
+            try:
+                urllib.request.urlopen(url)
+                raise AssertionError(f"{url} was let in")
+            except urllib.error.HTTPError as e:
+                assert e.code == 401, (url, e)
+                assert json.loads(e.read()) == {"code": 401, "message": message}, url
+        up = sbx.upload_url("u.txt", "user")
+        body = b"--b\r\nContent-Disposition: form-data; name=\"file\"; filename=\"u.txt\"\r\n\r\nup\r\n--b--\r\n"
+        req = urllib.request.Request(up, data=body, method="POST",
+                                     headers={"Content-Type": "multipart/form-data; boundary=b"})
+        with urllib.request.urlopen(req) as r:
+            assert r.status == 200
+        assert sbx.files.read("u.txt") == "up"
+        try:
+            urllib.request.urlopen(up)
+            raise AssertionError("a write signature read a file")
+        except urllib.error.HTTPError as e:
+            assert e.code == 401, e
+    finally:
+        sbx.kill()
+
+
+@check("metrics")
+def _():
+    # Metrics are measured: memory from the sandbox's cgroup, disk from its
+    # own root, CPU from its processes; a window in the past has none.
+    from datetime import datetime, timezone
+
+    sbx = make()
+    try:
+        [first] = sbx.get_metrics()
+        assert first.mem_total > 0 and first.disk_total > 0 and first.cpu_count >= 1, first
+        sbx.commands.run(
+            "head -c 20000000 /dev/zero > /tmp/fill; i=0; while [ $i -lt 300000 ]; do i=$((i+1)); done"
+        )
+        [after] = sbx.get_metrics()
+        assert after.disk_used >= first.disk_used + 20_000_000, (first, after)
+        assert after.mem_used > first.mem_used, (first, after)
+        assert 0 < after.cpu_used_pct <= 100, after
+        now = datetime.now(timezone.utc)
+        assert sbx.get_metrics(start=now - timedelta(hours=2), end=now - timedelta(hours=1)) == []
+        url = os.environ["E2B_API_URL"] + "/sandboxes/metrics?sandbox_ids=" + sbx.sandbox_id
+        req = urllib.request.Request(url, headers={"X-API-Key": os.environ["E2B_API_KEY"]})
+        with urllib.request.urlopen(req) as r:
+            listed = json.loads(r.read())["sandboxes"]
+        assert listed[sbx.sandbox_id]["diskTotal"] == after.disk_total, listed
+    finally:
+        sbx.kill()
+
+
+@check("file_metadata")
+def _():
+    # Upload metadata (X-Metadata-*) is kept in the file's user.e2b.*
+    # extended attributes: answered by write, Stat and ListDir, kept
+    # through a rename, and what a program in the sandbox sets there shows.
+    sbx = make()
+    try:
+        info = sbx.files.write("m/a.txt", "x", metadata={"author": "ann", "purpose": "test"})
+        assert info.metadata == {"author": "ann", "purpose": "test"}, info
+        assert sbx.files.get_info("m/a.txt").metadata == {"author": "ann", "purpose": "test"}
+        sbx.files.rename("m/a.txt", "m/b.txt")
+        listed = {e.name: e.metadata for e in sbx.files.list("m")}
+        assert listed == {"b.txt": {"author": "ann", "purpose": "test"}}, listed
+        sbx.files.write("m/plain.txt", "y")
+        assert sbx.files.get_info("m/plain.txt").metadata is None
+        sbx.commands.run(
+            "python3 -c \"import os; os.setxattr('m/plain.txt', 'user.e2b.tag', b'set-inside')\""
+        )
+        assert sbx.files.get_info("m/plain.txt").metadata == {"tag": "set-inside"}
+        r = sbx.commands.run("python3 -c \"import os; print(os.getxattr('m/b.txt', 'user.e2b.author'))\"")
+        assert r.stdout == "b'ann'\n", r
+    finally:
+        sbx.kill()
 
 
 @check("host_bound")

@@ -284,6 +284,61 @@ async fn sdk_no_internet_access_is_network_none() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sdk_gzip_upload_is_stored_decoded() {
+    sdk_check("gzip_upload").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sdk_listdir_walk_order_and_symlinks_as_envd() {
+    sdk_check("listdir_order_and_symlinks").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sdk_list_order_pages_and_filters() {
+    sdk_check("list_order_and_filters").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sdk_network_rules_enforced_or_refused() {
+    sdk_check("network_rules").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sdk_fork_is_unsupported_not_not_found() {
+    sdk_check("fork_unsupported").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sdk_exit_codes_above_128_and_signals_as_envd() {
+    sdk_check("exit_codes_and_signals").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sdk_sandbox_killed_while_streaming_is_not_running() {
+    sdk_check("killed_while_streaming").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sdk_default_user_is_e2bs_user_and_root_on_request() {
+    sdk_check("default_user").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sdk_signed_file_urls_open_one_path_until_they_expire() {
+    sdk_check("signed_urls").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sdk_metrics_are_measured_from_the_sandbox() {
+    sdk_check("metrics").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sdk_file_metadata_lives_in_xattrs() {
+    sdk_check("file_metadata").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn js_sdk_runs_commands_and_files() {
     let modules = std::env::var_os("SANDKEEP_TEST_E2B_JS").filter(|p| !p.is_empty());
     let Some(modules) = modules.filter(|m| std::path::Path::new(m).join("e2b").is_dir()) else {
@@ -667,7 +722,7 @@ async fn files_stream_with_ranges() {
         .unwrap();
     assert_eq!(r.status(), 200);
     let written: serde_json::Value = r.json().await.unwrap();
-    assert_eq!(written[0]["path"], "/root/up/big.bin", "{written}");
+    assert_eq!(written[0]["path"], "/home/user/up/big.bin", "{written}");
     let get = |path: &str, range: Option<&str>| {
         let mut b = sandbox.envd(http.get(files(path)));
         if let Some(r) = range {
@@ -678,7 +733,9 @@ async fn files_stream_with_ranges() {
     let r = get("up/big.bin", None).await.unwrap();
     assert_eq!(r.status(), 200);
     assert!(r.bytes().await.unwrap() == data, "the whole file back");
-    let r = get("/root/up/big.bin", Some("bytes=10-19")).await.unwrap();
+    let r = get("/home/user/up/big.bin", Some("bytes=10-19"))
+        .await
+        .unwrap();
     assert_eq!(r.status(), 206);
     assert_eq!(r.headers()["content-range"], "bytes 10-19/3000000");
     assert_eq!(r.bytes().await.unwrap(), &data[10..20]);
@@ -771,7 +828,8 @@ async fn a_broken_upload_leaves_no_file() {
                 "--sandbox",
                 &sandbox.id,
                 "--",
-                "mkdir -p up && ls -A up",
+                // The upload (as E2B's `user`) makes the directory.
+                "ls -A /home/user/up 2>/dev/null; true",
             ])
             .output()
             .expect("list the upload directory");
@@ -939,7 +997,7 @@ async fn bodies_are_capped_and_uploads_stream_in_bounded_memory() {
             "--sandbox",
             &sandbox.id,
             "--",
-            "stat -c %s up/stream.bin up/part.bin",
+            "stat -c %s /home/user/up/stream.bin /home/user/up/part.bin",
         ])
         .output()
         .unwrap();

@@ -786,7 +786,8 @@ async fn a_spawned_argv_runs_without_a_shell() {
             let code = tokio::time::timeout(Duration::from_secs(30), spawned.process.wait())
                 .await
                 .expect("the process to end within 30 s")
-                .expect("its exit status");
+                .expect("its exit status")
+                .shell_code();
             (code, out, err)
         }
     };
