@@ -681,8 +681,11 @@ def _():
     # made here mounts it at its own path, and the host copy stays intact.
     share = os.environ["SK_SHARE"]
     sbx = make()
-    r = sbx.commands.run(f"cat {share}/README; echo sdk >> {share}/README")
+    # The share directory's owner is the sandbox's root: E2B's `user`
+    # reads it, root writes it.
+    r = sbx.commands.run(f"cat {share}/README")
     assert r.stdout == "hello\n", r
+    sbx.commands.run(f"echo sdk >> {share}/README", user="root")
     assert sbx.files.read(f"{share}/README") == "hello\nsdk\n"
     with open(f"{share}/README") as f:
         assert f.read() == "hello\n", "the host's copy changed"
