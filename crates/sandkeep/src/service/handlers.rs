@@ -283,20 +283,27 @@ impl Service {
         validate::command_and_cwd(&args.command, args.cwd.as_deref())?;
         let timeout = validate::task_timeout(args.timeout)?;
         let id = self.resolve(session, args.sandbox_id.as_deref())?;
-        let cwd = match args.cwd {
-            Some(cwd) => Some(cwd),
-            None => Self::default_cwd(&self.provider.info(&id).await?),
-        };
-        let request = StartRequest {
+        let mut request = StartRequest {
             task_id: new_task_id()?,
             command: args.command,
-            cwd,
+            cwd: args.cwd,
             timeout,
             input,
         };
-        let encoded = wire::encoded_request_len(&request);
-        if encoded > START_REQUEST_MAX_BYTES {
-            return Err(start_request_too_large(encoded));
+        // Checked before anything is asked of the provider, and again
+        // with the sandbox's default working directory (its first share).
+        let too_large = |r: &StartRequest| {
+            let encoded = wire::encoded_request_len(r);
+            (encoded > START_REQUEST_MAX_BYTES).then(|| start_request_too_large(encoded))
+        };
+        if let Some(e) = too_large(&request) {
+            return Err(e);
+        }
+        if request.cwd.is_none() {
+            request.cwd = Self::default_cwd(&self.provider.info(&id).await?);
+            if let Some(e) = too_large(&request) {
+                return Err(e);
+            }
         }
         // Retain before submitting: once the helper may have the task, no
         // session end may destroy its sandbox.

@@ -502,12 +502,14 @@ async fn tools_declare_closed_input_schemas_and_output_schemas() {
     assert_eq!(
         names,
         [
+            "apply_changes",
             "cancel_task",
             "create_sandbox",
             "delete_task",
             "expose_port",
             "get_task",
             "kill_sandbox",
+            "list_changes",
             "list_files",
             "list_sandboxes",
             "list_tasks",
