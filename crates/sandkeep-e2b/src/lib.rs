@@ -158,6 +158,11 @@ impl E2bProvider {
     pub fn new(config: E2bConfig) -> Result<Self> {
         let http = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(10))
+            // A kept-alive connection is never reused after the server may
+            // have closed it: sandkeep's endpoint closes one idle for 10 s,
+            // and a request sent on it as it closes is reset with nothing
+            // known of whether it ran (seen under load in CI).
+            .pool_idle_timeout(Duration::from_secs(4))
             .redirect(reqwest::redirect::Policy::none())
             .build()
             .map_err(|e| {
