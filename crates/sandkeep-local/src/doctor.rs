@@ -428,6 +428,7 @@ pub fn probe_main() -> i32 {
                 .into()
         },
     });
+    checks.push(shares_check(namespaces_ok, root));
     let (isolation, reason, mut remediation) = match (namespaces_ok, root) {
         (true, true) => (
             "userns-idmap",
@@ -469,4 +470,53 @@ pub fn probe_main() -> i32 {
     };
     println!("{}", serde_json::to_string(&report).unwrap_or_default());
     0
+}
+
+/// How host shares (`--share`) are mounted here. Root's sandboxes show a
+/// share's owner as their root through an idmapped mount (Linux 5.12+, on
+/// a file system that supports one: ext4, xfs, btrfs; tmpfs from 6.3);
+/// without one, `rw` shares are refused and `ro`/`cow` show the files as
+/// nobody's. An ordinary user's sandboxes are that user already.
+fn shares_check(namespaces_ok: bool, root: bool) -> Check {
+    let release = rustix::system::uname()
+        .release()
+        .to_string_lossy()
+        .into_owned();
+    let mut numbers = release
+        .split(|c: char| !c.is_ascii_digit())
+        .filter_map(|n| n.parse::<u32>().ok());
+    let version = (numbers.next().unwrap_or(0), numbers.next().unwrap_or(0));
+    let idmap = version >= (5, 12);
+    let (ok, detail) = match (namespaces_ok, root, idmap) {
+        (false, _, _) => (
+            false,
+            "no mount namespace: sandboxes cannot mount host shares (`--share`)".to_owned(),
+        ),
+        (true, true, true) => (
+            true,
+            format!(
+                "idmapped mounts (Linux {release}): a share's owner is the sandbox's root, and what \
+                 it makes in an rw share is the owner's on the host; a share on a file system \
+                 without idmapped mounts (tmpfs before 6.3) is refused as rw and read as nobody's"
+            ),
+        ),
+        (true, true, false) => (
+            false,
+            format!(
+                "Linux {release} has no idmapped mounts (5.12+): rw shares are refused, ro and cow \
+                 shares show their files as nobody's"
+            ),
+        ),
+        (true, false, _) => (
+            true,
+            "plain bind mounts: this user is the sandbox's root, so its own files are writable \
+             inside (rw) and what a sandbox makes is this user's"
+                .to_owned(),
+        ),
+    };
+    Check {
+        name: "host shares".into(),
+        ok,
+        detail,
+    }
 }

@@ -324,6 +324,7 @@ fn doctor_reports_isolation_state_directory_and_helper() {
         "pids limit",
         "cpu limit",
         "disk limit",
+        "host shares",
     ] {
         assert!(
             text.contains(field),
