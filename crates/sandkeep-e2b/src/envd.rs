@@ -186,6 +186,8 @@ pub struct Envd {
     pub sandbox_id: String,
     pub token: Option<String>,
     pub stats: Arc<Stats>,
+    /// Requests run as the sandbox's root instead of its default user.
+    pub as_root: bool,
 }
 
 impl Envd {
@@ -200,7 +202,19 @@ impl Envd {
         if let Some(token) = &self.token {
             r = r.header(header::ACCESS_TOKEN, token);
         }
+        if self.as_root {
+            // envd's user of a request: Basic base64("root:").
+            r = r.header("Authorization", "Basic cm9vdDo=");
+        }
         r
+    }
+
+    /// The same envd, its requests run as the sandbox's root.
+    pub fn as_root(&self) -> Self {
+        Self {
+            as_root: true,
+            ..self.clone()
+        }
     }
 
     /// An error answer: the proxy's "not found" (sandbox gone), a Connect
@@ -376,10 +390,20 @@ impl Envd {
         path: &str,
         content: impl Into<reqwest::Body>,
     ) -> Result<(), EnvdError> {
+        self.upload_within(path, content, CALL_TIMEOUT).await
+    }
+
+    /// [`Envd::upload`] of a stream that may take longer than a call.
+    pub async fn upload_within(
+        &self,
+        path: &str,
+        content: impl Into<reqwest::Body>,
+        timeout: Duration,
+    ) -> Result<(), EnvdError> {
         let response = self
             .request(reqwest::Method::POST, &files_path(path))
             .header("Content-Type", "application/octet-stream")
-            .timeout(CALL_TIMEOUT)
+            .timeout(timeout)
             .body(content)
             .send()
             .await

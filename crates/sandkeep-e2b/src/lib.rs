@@ -24,6 +24,7 @@ mod envd;
 mod helper;
 mod rest;
 mod script;
+mod shares;
 mod spawned;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -34,8 +35,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use sandkeep_envd_wire::filesystem::{ListDirRequest, MoveRequest, PathRequest};
 use sandkeep_provider::{
-    CreateSpec, ExecOutput, ExecRequest, FileEntry, FileKind, Limits, Network, Port, PortForward,
-    Provider, ProviderError, Release, Result, SandboxId, SandboxInfo, SpawnRequest, Spawned,
+    CreateSpec, ExecOutput, ExecRequest, FileEntry, FileKind, Layers, Limits, Network, Port,
+    PortForward, Provider, ProviderError, Release, Result, SandboxId, SandboxInfo, Share,
+    SpawnRequest, Spawned,
 };
 use serde::de::IgnoredAny;
 use serde_json::Value;
@@ -255,8 +257,14 @@ impl E2bProvider {
             isolation: ISOLATION.to_owned(),
             network: Some(network),
             allow_hosts: Vec::new(),
-            shares: Vec::new(),
-            shares_since_ns: 0,
+            shares: meta
+                .get(shares::META_SHARES)
+                .and_then(|s| serde_json::from_str(s).ok())
+                .unwrap_or_default(),
+            shares_since_ns: meta
+                .get(shares::META_SHARES_SINCE)
+                .and_then(|s| s.parse().ok())
+                .unwrap_or(0),
             limits: Limits {
                 memory_mib: d.memory_mb.filter(|&m| m > 0),
                 milli_cpus: d.cpu_count.filter(|&c| c > 0).map(|c| c * 1000),
@@ -337,6 +345,57 @@ impl E2bProvider {
         })
     }
 
+    /// Copies the shares into a new sandbox (`shares`' module doc): one
+    /// upload of their tar stream, then the setup as root.
+    async fn put_shares(
+        &self,
+        id: &SandboxId,
+        list: &[Share],
+        packing: shares::Packing,
+    ) -> Result<()> {
+        // At least 1 MiB/s, whatever the size.
+        let within = SCRIPT_TIMEOUT + Duration::from_secs(packing.bytes >> 20);
+        let owner = self
+            .script(id, r#"printf '%s:%s' "$(id -u)" "$(id -g)""#)
+            .await?;
+        let envd = self.envd(id).await?;
+        let tmp = format!("/tmp/.sandkeep-shares-{}.tar", random_hex());
+        let (body, writer) = shares::stream(packing);
+        let sent = envd.upload_within(&tmp, body, within).await;
+        writer
+            .await
+            .map_err(|e| ProviderError::Internal(format!("the share upload's reader failed: {e}")))?
+            .map_err(|e| ProviderError::Io {
+                context: "cannot read a share to upload it".into(),
+                source: e,
+            })?;
+        sent.map_err(|e| self.envd_error(e, id, false))?;
+        let mut args = vec![
+            "-c".to_owned(),
+            shares::SETUP.to_owned(),
+            "sandkeep".to_owned(),
+            tmp,
+            owner,
+        ];
+        args.extend(shares::setup_args(list));
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let finished = envd
+            .as_root()
+            .run("/bin/sh", &args, None, within, 64 * 1024)
+            .await
+            .map_err(|e| self.envd_error(e, id, true))?;
+        if finished.exit_code != Some(0) {
+            return Err(ProviderError::Unavailable(format!(
+                "putting the shares into sandbox {id} failed ({}): {}; the sandbox was destroyed",
+                finished
+                    .exit_code
+                    .map_or("no status".to_owned(), |c| format!("status {c}")),
+                String::from_utf8_lossy(&finished.stderr.bytes).trim()
+            )));
+        }
+        Ok(())
+    }
+
     /// A short script of the provider's own: its stdout, or why it failed.
     async fn script(&self, id: &SandboxId, script: &str) -> Result<String> {
         let out = match self
@@ -391,6 +450,7 @@ impl E2bProvider {
             sandbox_id: id.as_str().to_owned(),
             token: known.token,
             stats: Arc::clone(&self.stats),
+            as_root: false,
         })
     }
 
@@ -478,11 +538,22 @@ impl Provider for E2bProvider {
                 return Err(refuse(name));
             }
         }
-        if !spec.shares.is_empty() {
-            return Err(ProviderError::Unsupported(
-                "the e2b provider does not mount host shares yet (ro and cow uploads are planned; rw shares need the local provider); create the sandbox with shares: [], or use the local provider. Nothing was created".into(),
-            ));
-        }
+        shares::refuse_rw(&spec.shares)?;
+        // Before the shares are read: a host file changed after this is a
+        // conflict for apply_changes.
+        let shares_since_ns = sandkeep_provider::unix_now_ns();
+        let packing = if spec.shares.is_empty() {
+            None
+        } else {
+            let shares = spec.shares.clone();
+            Some(
+                tokio::task::spawn_blocking(move || shares::pack(&shares))
+                    .await
+                    .map_err(|e| {
+                        ProviderError::Internal(format!("the share walk failed: {e}"))
+                    })??,
+            )
+        };
         if !spec.allow_hosts.is_empty() {
             return Err(ProviderError::Unsupported(
                 "the e2b provider cannot enforce allow_hosts (E2B's API takes no host-name allow list sandkeep can rely on); use network \"internet\" or \"none\", or the local provider. Nothing was created".into(),
@@ -492,6 +563,16 @@ impl Provider for E2bProvider {
         let mut metadata = self.owner_filter();
         metadata.insert(META_TIMEOUT.to_owned(), spec.timeout.to_string());
         metadata.insert(META_NETWORK.to_owned(), network.to_string());
+        if !spec.shares.is_empty() {
+            metadata.insert(
+                shares::META_SHARES.to_owned(),
+                serde_json::to_string(&spec.shares).expect("shares always encode"),
+            );
+            metadata.insert(
+                shares::META_SHARES_SINCE.to_owned(),
+                shares_since_ns.to_string(),
+            );
+        }
         let created = self
             .rest
             .create(&NewSandbox {
@@ -544,7 +625,13 @@ impl Provider for E2bProvider {
             domain: created.domain.or(detail.domain),
             info: info.clone(),
         };
-        self.lock().insert(id, known);
+        self.lock().insert(id.clone(), known);
+        if let Some(packing) = packing
+            && let Err(e) = self.put_shares(&id, &spec.shares, packing).await
+        {
+            let _ = self.kill(&id).await;
+            return Err(e);
+        }
         Ok(info)
     }
 
@@ -588,6 +675,12 @@ impl Provider for E2bProvider {
             out.push(check.await);
         }
         Ok(out)
+    }
+
+    /// A remote sandbox's cow shares are copies, compared with the
+    /// pristine copies kept beside them.
+    fn share_layers(&self, info: &SandboxInfo) -> Result<Vec<Layers>> {
+        Ok(shares::layers(&info.shares))
     }
 
     /// E2B's edge already routes every port of a sandbox by its host name:

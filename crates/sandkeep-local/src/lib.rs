@@ -153,12 +153,6 @@ const FULL_ISOLATION: &str = "userns-idmap";
 /// mode or host list cannot be honoured there. (Where the kernel refuses
 /// namespaces at create time instead, the keeper refuses them itself.)
 /// Nanoseconds since the epoch, as file change times count them.
-fn now_ns() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
-}
-
 fn refuse_shared_network(spec: &CreateSpec, process_only: bool) -> Result<()> {
     if process_only && (spec.network.is_some() || !spec.allow_hosts.is_empty()) {
         return Err(ProviderError::Unsupported(
@@ -506,7 +500,7 @@ impl Provider for LocalProvider {
             limits: spec.limits,
             egress_trust: self.config.egress_trust.clone(),
             shares: spec.shares,
-            shares_since_ns: now_ns(),
+            shares_since_ns: sandkeep_provider::unix_now_ns(),
         };
         let (home, bounds, at) = (self.home.clone(), self.config.bounds, dir.clone());
         blocking(move || {

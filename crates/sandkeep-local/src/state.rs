@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use sandkeep_proto::record::ProcessIdentity;
-use sandkeep_provider::{Layers, Limits, Network, SandboxId, SandboxInfo, Share};
+use sandkeep_provider::{LayerKind, Layers, Limits, Network, SandboxId, SandboxInfo, Share};
 
 use crate::netpolicy::EgressTrust;
 
@@ -33,6 +33,7 @@ pub fn share_layers(index: usize, share: &Share) -> Layers {
         path: share.path.clone(),
         upper: format!("/{HELPER_DIR}/shares/{index}/upper"),
         lower: format!("/{HELPER_DIR}/shares/{index}/lower"),
+        kind: LayerKind::Overlay,
     }
 }
 

@@ -18,6 +18,14 @@ pub fn unix_now() -> u64 {
         .map_or(0, |d| d.as_secs())
 }
 
+/// Unix nanoseconds now: when a sandbox's shares were read, which a host
+/// file's ctime is compared with.
+pub fn unix_now_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+}
+
 /// The format version written into every record; a reader that meets
 /// another version treats the record as unreadable (state `unknown`).
 pub const RECORD_VERSION: u32 = 1;

@@ -4,7 +4,9 @@
 //!
 //! The helper finds a cow share's changes by comparing its upper layer
 //! (what the sandbox wrote) with its lower layer (the host directory),
-//! both shown read-only inside the sandbox at the paths [`Layers`] names.
+//! both shown read-only inside the sandbox at the paths [`Layers`] names;
+//! or, where the share is a copy uploaded into a remote sandbox, by
+//! comparing the share with a pristine copy of what was uploaded.
 
 use std::fmt;
 use std::str::FromStr;
@@ -96,10 +98,29 @@ pub struct Change {
 pub struct Layers {
     /// The share's path (the merged view).
     pub path: String,
-    /// Its upper layer: what the sandbox wrote, whiteouts included.
+    /// Its upper layer: what the sandbox wrote, whiteouts included; for a
+    /// [`LayerKind::Copy`], the share's path itself.
     pub upper: String,
-    /// Its lower layer: the host directory, read-only.
+    /// Its lower layer: the host directory, read-only; for a
+    /// [`LayerKind::Copy`], the pristine copy of what was uploaded.
     pub lower: String,
+    #[serde(default)]
+    pub kind: LayerKind,
+}
+
+/// How a cow share was made, so how its changes are found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LayerKind {
+    /// An overlay mount (the local provider): the upper layer holds
+    /// exactly what the sandbox wrote, so only it is walked.
+    #[default]
+    Overlay,
+    /// A plain copy (a remote sandbox): the whole share is walked and
+    /// compared with the pristine copy; a file whose size and mtime are
+    /// the copy's is taken as unchanged without reading it, as `git
+    /// status` does.
+    Copy,
 }
 
 /// `sandkeep-task changes JSON`.

@@ -6,8 +6,8 @@
 //! talks to. Providers know nothing of MCP, sessions or tasks' meaning.
 //!
 //! As the lowest crate every host-side crate shares, it also holds the few
-//! helpers they would otherwise each write: [`unix_now`], [`rfc3339`] and
-//! [`random_hex`].
+//! helpers they would otherwise each write: [`unix_now`], [`unix_now_ns`],
+//! [`rfc3339`] and [`random_hex`].
 
 #![forbid(unsafe_code)]
 
@@ -19,7 +19,7 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncRead, AsyncWrite};
 
-pub use sandkeep_proto::shares::{Layers, Share, ShareMode};
+pub use sandkeep_proto::shares::{LayerKind, Layers, Share, ShareMode};
 
 /// A sandbox id: 1–64 characters of `[a-z0-9-]`, starting with a letter or
 /// digit. Ids come from users, so the type keeps them safe to use in paths.
@@ -126,7 +126,7 @@ pub struct CreateSpec {
 
 /// Unix seconds now: the clock of [`SandboxInfo`]'s times (the task
 /// record's clock too, hence its home in `sandkeep-proto`).
-pub use sandkeep_proto::record::unix_now;
+pub use sandkeep_proto::record::{unix_now, unix_now_ns};
 
 /// Unix seconds as RFC 3339 in UTC, to the second (`2026-01-02T03:04:05Z`),
 /// as E2B's API and MCP's tasks write times. A time past chrono's range

@@ -2,6 +2,8 @@
 //! copy-on-write shares, found by walking each share's upper layer (what
 //! the sandbox wrote) and comparing it with the lower one (the host
 //! directory). The cost grows with what was written, not with the share.
+//! A share copied into a remote sandbox has no layers: its "upper layer"
+//! is the share itself, walked whole against the pristine copy.
 //!
 //! Overlay internals (whiteouts, opaque directories, whose xattrs the
 //! sandbox may not read) are never interpreted: a deletion is a name of a
@@ -20,7 +22,7 @@ use std::path::{Path, PathBuf};
 use sandkeep_proto::limits::{CHANGES_DIFF_MAX_BYTES, CHANGES_MAX};
 use sandkeep_proto::shares::{
     Change, ChangeKind, ChangesReply, ChangesRequest, EntryType, ExportHeader, ExportRequest,
-    Layers, is_under,
+    LayerKind, Layers, is_under,
 };
 
 use crate::HelperError;
@@ -147,6 +149,7 @@ fn walk(layers: &Layers) -> Result<Vec<Found>, HelperError> {
         merged: PathBuf::from(&layers.path),
         upper: PathBuf::from(&layers.upper),
         lower: PathBuf::from(&layers.lower),
+        kind: layers.kind,
     };
     root.dir(Path::new(""), &mut found)
         .map_err(io_error(format!("compare {} with the host", layers.path)))?;
@@ -157,6 +160,7 @@ struct Walk {
     merged: PathBuf,
     upper: PathBuf,
     lower: PathBuf,
+    kind: LayerKind,
 }
 
 impl Walk {
@@ -255,8 +259,17 @@ impl Walk {
             );
         }
         if t.is_file() {
-            return Ok(now.len() == host.len()
-                && same_bytes(&self.merged.join(rel), &self.lower.join(rel))?);
+            if now.len() != host.len() {
+                return Ok(false);
+            }
+            // A copy walks every file of the share: one untouched since it
+            // was copied (cp -a keeps the mtime) is not read.
+            if self.kind == LayerKind::Copy
+                && (now.mtime(), now.mtime_nsec()) == (host.mtime(), host.mtime_nsec())
+            {
+                return Ok(true);
+            }
+            return same_bytes(&self.merged.join(rel), &self.lower.join(rel));
         }
         Ok(true)
     }
@@ -352,4 +365,74 @@ fn read_text(path: &Path) -> Option<Vec<u8>> {
     let bytes = fs::read(path).ok()?;
     let probe = &bytes[..bytes.len().min(BINARY_PROBE)];
     (!probe.contains(&0) && std::str::from_utf8(&bytes).is_ok()).then_some(bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    /// `cp -a` as the e2b provider's setup does it: content, modes and
+    /// mtimes kept.
+    fn copy_tree(from: &Path, to: &Path) {
+        let status = std::process::Command::new("cp")
+            .arg("-a")
+            .arg(format!("{}/.", from.display()))
+            .arg(to)
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+
+    #[test]
+    fn a_copy_is_compared_whole_with_its_pristine_copy() {
+        let root = tempfile::tempdir().unwrap();
+        let (share, lower) = (root.path().join("share"), root.path().join("lower"));
+        fs::create_dir_all(lower.join("src")).unwrap();
+        fs::write(lower.join("README"), "hello\n").unwrap();
+        fs::write(lower.join("same"), "same\n").unwrap();
+        fs::write(lower.join("src/gone.rs"), "fn f() {}\n").unwrap();
+        fs::write(lower.join("src/mode"), "x\n").unwrap();
+        fs::create_dir(&share).unwrap();
+        copy_tree(&lower, &share);
+
+        fs::write(share.join("README"), "hello\nmore\n").unwrap();
+        // Rewritten with the same bytes (a new mtime): no change.
+        fs::write(share.join("same"), "same\n").unwrap();
+        fs::remove_file(share.join("src/gone.rs")).unwrap();
+        fs::set_permissions(share.join("src/mode"), fs::Permissions::from_mode(0o755)).unwrap();
+        fs::create_dir(share.join("new")).unwrap();
+        fs::write(share.join("new/file"), "n\n").unwrap();
+
+        let layers = Layers {
+            path: share.to_str().unwrap().to_owned(),
+            upper: share.to_str().unwrap().to_owned(),
+            lower: lower.to_str().unwrap().to_owned(),
+            kind: LayerKind::Copy,
+        };
+        let reply = changes(ChangesRequest {
+            shares: vec![layers],
+            diff: true,
+        })
+        .unwrap();
+        let listed: Vec<(String, ChangeKind)> = reply
+            .changes
+            .iter()
+            .map(|c| {
+                let rel = c.path.strip_prefix(share.to_str().unwrap()).unwrap();
+                (rel.to_owned(), c.kind)
+            })
+            .collect();
+        assert_eq!(
+            listed,
+            vec![
+                ("/README".to_owned(), ChangeKind::Modified),
+                ("/new".to_owned(), ChangeKind::Added),
+                ("/new/file".to_owned(), ChangeKind::Added),
+                ("/src/gone.rs".to_owned(), ChangeKind::Deleted),
+                ("/src/mode".to_owned(), ChangeKind::Modified),
+            ]
+        );
+        assert!(reply.diff.unwrap().contains("+more\n"));
+    }
 }
