@@ -720,6 +720,63 @@ async fn bench_round_trips_e2b_vs_local() {
     }
 }
 
+/// Issue 26's upload figure: a 100 MiB cow share (100 files of 1 MiB)
+/// copied into a sandbox of a local `serve --e2b` at create, as MiB/s of
+/// the create's extra time over a create without the share in the same
+/// run (medians of 5). Target: ≥ 100 MiB/s.
+/// `cargo test --release -p sandkeep --test e2b -- --ignored --nocapture bench_share_upload`
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a benchmark: run it explicitly"]
+async fn bench_share_upload() {
+    const MIB: usize = 100;
+    const ROUNDS: usize = 5;
+    let home = Home::with_e2b();
+    let tree = tempfile::tempdir_in("/var/tmp").unwrap();
+    let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
+    for f in 0..MIB {
+        // Incompressible bytes (xorshift), so no layer gains by compressing.
+        let data: Vec<u8> = (0..(1 << 20) / 8)
+            .flat_map(|_| {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                seed.to_le_bytes()
+            })
+            .collect();
+        std::fs::write(tree.path().join(format!("f{f:03}")), data).unwrap();
+    }
+    let cow = format!("{}:cow", tree.path().display());
+    let s = StdioServer::start_with(&home, &["--share", &cow]).await;
+    let mut times = [Vec::new(), Vec::new()];
+    for _ in 0..ROUNDS {
+        for (i, shares) in [json!([]), json!(null)].into_iter().enumerate() {
+            let args = if shares.is_null() {
+                json!({})
+            } else {
+                json!({ "shares": shares })
+            };
+            let t = Instant::now();
+            let id = sid(&ok(&s.client, "create_sandbox", args).await);
+            times[i].push(t.elapsed());
+            ok(&s.client, "kill_sandbox", json!({ "sandbox_id": id })).await;
+        }
+    }
+    s.close().await;
+    let [without, with] = times.map(median);
+    let extra = with.saturating_sub(without).as_secs_f64();
+    let rate = MIB as f64 / extra;
+    println!(
+        "create with a {MIB} MiB cow share: {:.1} ms, without: {:.1} ms: {rate:.0} MiB/s",
+        with.as_secs_f64() * 1e3,
+        without.as_secs_f64() * 1e3
+    );
+    println!(
+        "BENCH name=e2b_provider.share_upload value={rate:.0} unit=MiB/s baseline={:.1}ms ratio={:.2} target=>=100MiB/s",
+        without.as_secs_f64() * 1e3,
+        rate / 100.0
+    );
+}
+
 /// A TCP relay to `upstream` that, once, cuts a connection whose request
 /// carries `trigger` after forwarding it (the call reached envd; its answer
 /// never comes back).
