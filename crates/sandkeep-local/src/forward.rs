@@ -458,10 +458,6 @@ impl Relay {
                 // Drained.
                 Err(_) => return,
             };
-            // A relay passes writes on as they come, as proxies do: each
-            // end already chose its own Nagle, and the relay's second one
-            // could hold a small write for the other end's delayed ACK.
-            let _ = rustix::net::sockopt::set_tcp_nodelay(&outer, true);
             match connect_inside(port) {
                 Ok((inner, connected)) => self.pair(outer, inner, connected),
                 Err(_) => reset(outer),
@@ -550,7 +546,6 @@ fn connect_inside(port: Port) -> io::Result<(OwnedFd, bool)> {
         SocketFlags::CLOEXEC | SocketFlags::NONBLOCK,
         None,
     )?;
-    rustix::net::sockopt::set_tcp_nodelay(&fd, true)?;
     let addr = SocketAddrV4::new(Ipv4Addr::LOCALHOST, port.get());
     match rustix::net::connect(&fd, &addr) {
         Ok(()) => Ok((fd, true)),
