@@ -1,7 +1,8 @@
 //! A sandbox's port forwards (SPEC.md §14), kept by its keeper: once the
 //! sandbox is ready the keeper joins the sandbox's network namespace, and
 //! its wait loop relays every connection accepted on a forward's host
-//! listener to `127.0.0.1:PORT` there.
+//! listener to `127.0.0.1:PORT` there (`[::1]:PORT` where nothing listens
+//! on the first).
 //!
 //! Why the keeper: the forwards must outlive the server that asked for
 //! them and end with the sandbox, which is exactly the keeper's life. Its
@@ -21,7 +22,7 @@
 
 use std::collections::BTreeMap;
 use std::io;
-use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -535,18 +536,32 @@ fn connection_state(fd: &OwnedFd) -> Connection {
     }
 }
 
-/// A socket of this thread's namespace connecting to its `127.0.0.1:port`,
-/// and whether it is connected already. On loopback the answer (SYN-ACK or
-/// RST) is usually in before `connect` returns, so a port where nothing
-/// listens fails here.
+/// A socket of this thread's namespace connecting to its loopback's
+/// `port`, and whether it is connected already: `127.0.0.1`, else `::1`
+/// (a server that listens on IPv6 loopback only, as some dev servers do
+/// for `localhost`). On loopback the answer (SYN-ACK or RST) is usually in
+/// before `connect` returns, so a port where nothing listens fails here.
 fn connect_inside(port: Port) -> io::Result<(OwnedFd, bool)> {
+    match connect_to(SocketAddr::from((Ipv4Addr::LOCALHOST, port.get()))) {
+        Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {
+            connect_to(SocketAddr::from((Ipv6Addr::LOCALHOST, port.get()))).map_err(|_| e)
+        }
+        connected => connected,
+    }
+}
+
+fn connect_to(addr: SocketAddr) -> io::Result<(OwnedFd, bool)> {
+    let family = if addr.is_ipv4() {
+        AddressFamily::INET
+    } else {
+        AddressFamily::INET6
+    };
     let fd = rustix::net::socket_with(
-        AddressFamily::INET,
+        family,
         SocketType::STREAM,
         SocketFlags::CLOEXEC | SocketFlags::NONBLOCK,
         None,
     )?;
-    let addr = SocketAddrV4::new(Ipv4Addr::LOCALHOST, port.get());
     match rustix::net::connect(&fd, &addr) {
         Ok(()) => Ok((fd, true)),
         Err(Errno::INPROGRESS) => match connection_state(&fd) {

@@ -1,7 +1,7 @@
 //! Port forwards of the local provider where the MCP tests do not go: a
 //! process-only sandbox (no network namespace: the forward connects on the
-//! host's loopback, which the sandbox shares) and a forward's listener on
-//! the configured `expose_addr`.
+//! host's loopback, which the sandbox shares), a forward's listener on
+//! the configured `expose_addr`, and a server on `::1` only.
 
 use crate::support;
 
@@ -12,7 +12,9 @@ use sandkeep::provider::{Port, Provider};
 use support::local::*;
 use support::ports::*;
 
-async fn echo_through_a_forward(p: &LocalProvider, port: u16) -> String {
+/// An echo server on `host:port` inside a new sandbox answers through a
+/// forward; the forward's url.
+async fn echo_through_a_forward(p: &LocalProvider, host: &str, port: u16) -> String {
     let id = create(p, 120).await.sandbox_id;
     p.write_file(&id, "echo.py", ECHO_PY.as_bytes())
         .await
@@ -20,7 +22,7 @@ async fn echo_through_a_forward(p: &LocalProvider, port: u16) -> String {
     let out = sh(
         p,
         &id,
-        &format!("(setsid python3 echo.py {port} </dev/null >/dev/null 2>&1 &)"),
+        &format!("(setsid python3 echo.py {port} {host} </dev/null >/dev/null 2>&1 &)"),
     )
     .await;
     assert_eq!(out.exit_code, Some(0), "{}", text(&out.stderr));
@@ -43,7 +45,7 @@ async fn a_process_only_sandbox_is_exposed_too() {
     let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = free.local_addr().unwrap().port();
     drop(free);
-    echo_through_a_forward(&p, port).await;
+    echo_through_a_forward(&p, "127.0.0.1", port).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -51,6 +53,13 @@ async fn forwards_listen_where_the_configuration_says() {
     let home = state_dir();
     let addr: std::net::IpAddr = "127.0.0.2".parse().unwrap();
     let p = LocalProvider::new(LocalConfig::new(home.path(), EXE).with_expose_addr(addr)).unwrap();
-    let url = echo_through_a_forward(&p, 7000).await;
+    let url = echo_through_a_forward(&p, "127.0.0.1", 7000).await;
     assert!(url.starts_with("http://127.0.0.2:"), "{url}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_on_ipv6_loopback_only_is_reached() {
+    let home = state_dir();
+    let p = LocalProvider::new(LocalConfig::new(home.path(), EXE)).unwrap();
+    echo_through_a_forward(&p, "::1", 7000).await;
 }
