@@ -35,6 +35,7 @@ use rustix::pipe::{PipeFlags, SpliceFlags};
 use super::ports::{Reply, Request};
 use super::state::{self, SandboxDir};
 use super::wire;
+use sandkeep_proto::limits::PORTS_MAX;
 use sandkeep_provider::{Port, PortForward};
 
 /// The epoll key of the requests' listener; a slot's are above it.
@@ -402,6 +403,9 @@ impl Relay {
         }
         if let Some(why) = &self.refusal {
             return Reply::Failed(why.clone());
+        }
+        if self.forwards.len() >= PORTS_MAX {
+            return Reply::Full;
         }
         let Some(listener) = listener else {
             return Reply::Failed("the request carried no listener".into());

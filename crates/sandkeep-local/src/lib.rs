@@ -631,6 +631,9 @@ impl Provider for LocalProvider {
                 ports::ExposeError::Refused(why) => {
                     ProviderError::Unavailable(format!("cannot expose port {port}: {why}"))
                 }
+                e @ ports::ExposeError::Full => {
+                    ProviderError::LimitReached(format!("cannot expose port {port}: {e}"))
+                }
             })
         })
         .await?

@@ -15,6 +15,7 @@ use serde::{Deserialize, Serialize};
 
 use super::state::{self, SandboxDir};
 use super::wire;
+use sandkeep_proto::limits::PORTS_MAX;
 use sandkeep_provider::{Port, PortForward};
 
 /// How long a server waits for the keeper's answer; it answers from a
@@ -35,6 +36,8 @@ pub enum Reply {
     Exposed(PortForward),
     /// Nothing was made, and why.
     Failed(String),
+    /// Nothing was made: the sandbox has all the forwards it may have.
+    Full,
 }
 
 /// Why a forward was not made.
@@ -53,6 +56,12 @@ pub enum ExposeError {
     /// The keeper refused, in its words.
     #[error("{0}")]
     Refused(String),
+    /// The sandbox has [`PORTS_MAX`] forwards already.
+    #[error(
+        "the sandbox has {PORTS_MAX} port forwards, the most one may have; they end with the \
+         sandbox (a new sandbox has none)"
+    )]
+    Full,
 }
 
 /// The forwards the sandbox has, by port (none when it has no record).
@@ -90,6 +99,7 @@ pub fn expose(dir: &SandboxDir, port: Port, addr: IpAddr) -> Result<PortForward,
     match serde_json::from_slice(&buf[..n]) {
         Ok(Reply::Exposed(forward)) => Ok(forward),
         Ok(Reply::Failed(why)) => Err(ExposeError::Refused(why)),
+        Ok(Reply::Full) => Err(ExposeError::Full),
         Err(e) => Err(ExposeError::Unreachable(io::Error::other(format!(
             "unreadable answer: {e}"
         )))),

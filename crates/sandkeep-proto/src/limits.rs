@@ -29,6 +29,8 @@ pub const DISK_MIB_MIN: u64 = 64;
 pub const DISK_MIB_DEFAULT: u64 = 4096;
 /// `allow_hosts` takes 1 to this many names or patterns.
 pub const ALLOW_HOSTS_MAX: usize = 64;
+/// Port forwards one sandbox may have (each holds a host listener).
+pub const PORTS_MAX: usize = 64;
 
 /// Bytes saved per log stream; later output is read and dropped.
 pub const LOG_CAP_BYTES: u64 = 1_048_576;

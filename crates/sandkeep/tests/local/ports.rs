@@ -63,3 +63,27 @@ async fn a_server_on_ipv6_loopback_only_is_reached() {
     let p = LocalProvider::new(LocalConfig::new(home.path(), EXE)).unwrap();
     echo_through_a_forward(&p, "::1", 7000).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sandbox_has_at_most_64_forwards() {
+    use sandkeep::provider::ProviderError;
+    let home = state_dir();
+    let p = LocalProvider::new(LocalConfig::new(home.path(), EXE)).unwrap();
+    let id = create(&p, 120).await.sandbox_id;
+    let max = sandkeep_proto::limits::PORTS_MAX as u16;
+    for port in 1..=max {
+        p.expose_port(&id, Port::new(port).unwrap())
+            .await
+            .unwrap_or_else(|e| panic!("forward {port}: {e}"));
+    }
+    match p.expose_port(&id, Port::new(max + 1).unwrap()).await {
+        Err(ProviderError::LimitReached(why)) => {
+            assert!(why.contains("64 port forwards"), "{why}")
+        }
+        other => panic!("a 65th forward: {other:?}"),
+    }
+    // What it has is still answered, and listed.
+    p.expose_port(&id, Port::new(1).unwrap()).await.unwrap();
+    assert_eq!(p.info(&id).await.unwrap().ports.len(), usize::from(max));
+    p.kill(&id).await.unwrap();
+}
