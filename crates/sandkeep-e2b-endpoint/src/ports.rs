@@ -1,5 +1,6 @@
 //! Requests to a sandbox's own servers (SPEC.md §14): a request whose
-//! `Host` is `PORT-SANDBOXID.DOMAIN` (any domain, as E2B's edge routes it;
+//! `Host` (HTTP/2: `:authority`) is `PORT-SANDBOXID.DOMAIN` (any domain, as
+//! E2B's edge routes it;
 //! port 49983 stays envd's) goes to that port of that sandbox, websocket
 //! upgrades included, so the URL an SDK's `get_host(port)` builds works
 //! here once the request reaches this endpoint.
@@ -15,7 +16,7 @@
 use std::sync::Arc;
 
 use axum::extract::{Request, State};
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{HeaderMap, StatusCode, Uri, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use hyper_util::rt::TokioIo;
@@ -34,8 +35,18 @@ enum Target {
     Malformed(String),
 }
 
-fn target(headers: &HeaderMap) -> Target {
-    let Some(host) = headers.get(header::HOST).and_then(|h| h.to_str().ok()) else {
+/// The host a request names: its `Host`, or HTTP/2's `:authority`
+/// (which hyper keeps in the URI, with no `Host` header).
+fn host(headers: &HeaderMap, uri: &Uri) -> Option<String> {
+    headers
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .map(str::to_owned)
+        .or_else(|| uri.authority().map(|a| a.as_str().to_owned()))
+}
+
+fn target(host: Option<&str>) -> Target {
+    let Some(host) = host else {
         return Target::Endpoint;
     };
     // An IP literal (v6 in brackets) is never a port's name.
@@ -64,7 +75,8 @@ fn target(headers: &HeaderMap) -> Target {
 /// The first layer of every request: a sandbox port's host name is
 /// relayed, anything else goes on to the endpoint's routes.
 pub async fn route(State(e2b): State<Arc<E2b>>, request: Request, next: Next) -> Response {
-    match target(request.headers()) {
+    let host = host(request.headers(), request.uri());
+    match target(host.as_deref()) {
         Target::Endpoint => next.run(request).await,
         Target::Malformed(why) => rest::error(StatusCode::BAD_REQUEST, why),
         Target::Port { port, sandbox } => match SandboxId::parse(&sandbox) {
@@ -113,9 +125,22 @@ async fn relay(e2b: &E2b, id: SandboxId, port: Port, mut request: Request) -> Re
         };
     tokio::spawn(connection.with_upgrades());
     let wants_upgrade = request.headers().contains_key(header::UPGRADE);
-    // The inner hop is always HTTP/1.1; the answer is in the client's.
+    // The inner hop is always HTTP/1.1, with a Host and an origin-form
+    // target (an HTTP/2 request has neither); the answer is in the
+    // client's version.
     let version = request.version();
     *request.version_mut() = axum::http::Version::HTTP_11;
+    if !request.headers().contains_key(header::HOST)
+        && let Some(authority) = request.uri().authority()
+        && let Ok(value) = authority.as_str().parse()
+    {
+        request.headers_mut().insert(header::HOST, value);
+    }
+    if let Some(path) = request.uri().path_and_query()
+        && let Ok(origin) = Uri::builder().path_and_query(path.clone()).build()
+    {
+        *request.uri_mut() = origin;
+    }
     let client_side = hyper::upgrade::on(&mut request);
     // The forward resets the connection when nothing listens: the request
     // fails before any answer.
@@ -143,9 +168,20 @@ mod tests {
     use super::*;
 
     fn of(host: &str) -> Target {
+        target(Some(host))
+    }
+
+    #[test]
+    fn the_host_is_the_host_header_else_the_authority() {
+        let uri: Uri = "http://3000-sb-0123456789abcdef.x:8/p".parse().unwrap();
+        assert_eq!(
+            host(&HeaderMap::new(), &uri).as_deref(),
+            Some("3000-sb-0123456789abcdef.x:8")
+        );
         let mut h = HeaderMap::new();
-        h.insert(header::HOST, host.parse().unwrap());
-        target(&h)
+        h.insert(header::HOST, "api.x".parse().unwrap());
+        assert_eq!(host(&h, &uri).as_deref(), Some("api.x"));
+        assert_eq!(host(&HeaderMap::new(), &"/p".parse().unwrap()), None);
     }
 
     #[test]

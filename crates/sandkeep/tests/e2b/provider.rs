@@ -930,6 +930,21 @@ async fn an_exposed_port_is_e2bs_host_name_and_the_endpoint_routes_it() {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    // HTTP/2 names the host in `:authority`, with no Host header.
+    let sock: std::net::SocketAddr = addr.parse().unwrap();
+    let h2 = reqwest::Client::builder()
+        .http2_prior_knowledge()
+        .resolve(&host, sock)
+        .build()
+        .unwrap();
+    let answer = h2
+        .get(format!("http://{host}:{}/index.html", sock.port()))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.version(), reqwest::Version::HTTP_2);
+    assert_eq!(answer.status(), 200);
+    assert_eq!(answer.text().await.unwrap(), "exposed");
     p.kill(&id).await.unwrap();
     let gone = SandboxId::parse(id.as_str()).unwrap();
     assert!(matches!(
