@@ -239,7 +239,8 @@ pub fn connect_timeout(headers: &HeaderMap) -> Result<Option<Duration>, RpcError
     Ok((ms > 0).then(|| Duration::from_millis(ms)))
 }
 
-fn keepalive(headers: &HeaderMap) -> Duration {
+/// The `Keepalive-Ping-Interval` header's interval, envd's default without.
+pub fn keepalive(headers: &HeaderMap) -> Duration {
     headers
         .get(envd_header::KEEPALIVE_PING_INTERVAL)
         .and_then(|v| v.to_str().ok())

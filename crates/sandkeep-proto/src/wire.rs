@@ -12,7 +12,7 @@ use crate::task::{TaskId, TaskState};
 /// The version of this protocol (verbs, requests, replies, the task
 /// directory's files): bumped on every change a host and a helper built
 /// apart would disagree on. `sandkeep-task --version` prints it.
-pub const PROTOCOL_VERSION: u32 = 2;
+pub const PROTOCOL_VERSION: u32 = 3;
 
 /// `sandkeep-task --version`: one line naming the helper's version, its
 /// protocol and the fingerprint of the sources it was built from.
@@ -31,11 +31,65 @@ pub mod verb {
     pub const INPUT: &str = "input";
     pub const RESIZE: &str = "resize";
     pub const METADATA: &str = "metadata";
+    pub const WATCH_DIR: &str = "watch-dir";
 }
 
 /// The namespace of the file metadata `sandkeep-task metadata` keeps, as
 /// E2B's envd keeps it: extended attributes `user.e2b.KEY`.
 pub const METADATA_XATTR_PREFIX: &str = "user.e2b.";
+
+/// What every staged upload's temporary file is called, beside its target:
+/// this prefix and a random suffix. The E2B endpoint's `/files` writes an
+/// upload there and renames it over the target once whole; `watch-dir`
+/// reports that as the write of the target, as envd's in-place write is
+/// reported.
+pub const UPLOAD_STAGING_PREFIX: &str = ".sandkeep-upload.";
+
+/// The prefix of a staged upload whose target did not exist when it began
+/// (a new file: `watch-dir` reports its creation too).
+pub const UPLOAD_STAGING_NEW_PREFIX: &str = ".sandkeep-upload.new.";
+
+/// `sandkeep-task watch-dir JSON`: E2B's directory watch (envd's
+/// `WatchDir`) on inotify in the sandbox, as the user who asked. It
+/// answers with [`DirWatchLine`]s on stdout for as long as its stdin is
+/// open; each line read on stdin asks for a [`DirWatchLine::Synced`] after
+/// every change made before it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DirWatchRequest {
+    /// The directory; relative to the helper's working directory.
+    pub path: String,
+    /// Whether the directories below it are watched too.
+    #[serde(default)]
+    pub recursive: bool,
+}
+
+/// One line on the stdout of `watch-dir` (an [`ErrorReply`] instead, with
+/// exit code 1, when the watch cannot begin).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DirWatchLine {
+    /// The watch is in place: changes from now on are reported.
+    Started {
+        /// The watched directory, absolute.
+        path: String,
+    },
+    /// A change, named by its path relative to the watched directory.
+    Event { name: String, op: FsOp },
+    /// Every change made before the matching stdin line was reported.
+    Synced,
+}
+
+/// The kinds of change envd reports (fsnotify's operations).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FsOp {
+    Create,
+    Write,
+    Remove,
+    Rename,
+    Chmod,
+}
 
 /// `sandkeep-task metadata JSON`: sets each file's metadata in `set`
 /// (added to what it has), then reads that of each path of `get`.
