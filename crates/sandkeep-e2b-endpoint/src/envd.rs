@@ -386,10 +386,7 @@ async fn process_rpc(
             process::close_stdin(procs, id, connect::unary_request(headers, body)?).await
         }
         "SendSignal" => process::send_signal(procs, id, connect::unary_request(headers, body)?),
-        "Update" => Err(RpcError::new(
-            Code::Unimplemented,
-            "PTY processes are not supported by sandkeep's envd",
-        )),
+        "Update" => process::update(procs, id, connect::unary_request(headers, body)?).await,
         other => Err(RpcError::new(
             Code::NotFound,
             format!("process.Process/{other} is not a method"),

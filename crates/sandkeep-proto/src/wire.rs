@@ -32,6 +32,7 @@ pub mod verb {
     pub const RESIZE: &str = "resize";
     pub const METADATA: &str = "metadata";
     pub const WATCH_DIR: &str = "watch-dir";
+    pub const PTY: &str = "pty";
 }
 
 /// The namespace of the file metadata `sandkeep-task metadata` keeps, as
@@ -89,6 +90,72 @@ pub enum FsOp {
     Remove,
     Rename,
     Chmod,
+}
+
+/// `sandkeep-task pty JSON`: E2B's PTY process (envd's `Start` with
+/// `pty`): `command` (`bash -c`) in a session of its own on a new
+/// pseudo-terminal of `size`, attached to the caller for as long as it
+/// runs. The terminal's output is the helper's stdout; its stdin carries
+/// [`PtyFrame`]s. It exits as the command did (its code, or the same
+/// signal); it is not a task: nothing of it is kept.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PtyRequest {
+    pub command: String,
+    pub size: TermSize,
+}
+
+/// What the host writes on the stdin of `pty`: a kind byte, the payload's
+/// length (4 bytes, big-endian) and the payload.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PtyFrame {
+    /// Bytes typed on the terminal.
+    Input(Vec<u8>),
+    /// The terminal's new size (payload: columns, rows, 2 bytes each).
+    Resize(TermSize),
+}
+
+impl PtyFrame {
+    const INPUT: u8 = b'i';
+    const RESIZE: u8 = b'r';
+    const HEADER: usize = 5;
+
+    pub fn encode(&self) -> Vec<u8> {
+        let (kind, payload) = match self {
+            Self::Input(bytes) => (Self::INPUT, bytes.clone()),
+            Self::Resize(size) => (
+                Self::RESIZE,
+                [size.cols.to_be_bytes(), size.rows.to_be_bytes()].concat(),
+            ),
+        };
+        let len = u32::try_from(payload.len()).expect("a frame's payload fits in 4 GiB");
+        let mut out = Vec::with_capacity(Self::HEADER + payload.len());
+        out.push(kind);
+        out.extend_from_slice(&len.to_be_bytes());
+        out.extend_from_slice(&payload);
+        out
+    }
+
+    /// The first frame of `buf` and its length in bytes; `Ok(None)` while
+    /// it is incomplete, an error for what is not a frame.
+    pub fn decode(buf: &[u8]) -> Result<Option<(Self, usize)>, String> {
+        let Some(header) = buf.get(..Self::HEADER) else {
+            return Ok(None);
+        };
+        let len = u32::from_be_bytes([header[1], header[2], header[3], header[4]]) as usize;
+        let Some(payload) = buf.get(Self::HEADER..Self::HEADER + len) else {
+            return Ok(None);
+        };
+        let frame = match (header[0], payload) {
+            (Self::INPUT, bytes) => Self::Input(bytes.to_vec()),
+            (Self::RESIZE, &[c0, c1, r0, r1]) => Self::Resize(TermSize {
+                cols: u16::from_be_bytes([c0, c1]),
+                rows: u16::from_be_bytes([r0, r1]),
+            }),
+            (kind, _) => return Err(format!("not a pty frame: kind {kind}, {len} bytes")),
+        };
+        Ok(Some((frame, Self::HEADER + len)))
+    }
 }
 
 /// `sandkeep-task metadata JSON`: sets each file's metadata in `set`
@@ -576,6 +643,26 @@ pub fn encoded_request_len<T: Serialize>(request: &T) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pty_frames_round_trip_whole_or_in_pieces() {
+        let frames = [
+            PtyFrame::Input(b"echo hi\n".to_vec()),
+            PtyFrame::Resize(TermSize { cols: 300, rows: 2 }),
+            PtyFrame::Input(Vec::new()),
+        ];
+        let bytes: Vec<u8> = frames.iter().flat_map(PtyFrame::encode).collect();
+        let mut rest = &bytes[..];
+        for frame in &frames {
+            assert_eq!(PtyFrame::decode(&rest[..rest.len().min(4)]), Ok(None));
+            let (got, n) = PtyFrame::decode(rest).unwrap().unwrap();
+            assert_eq!(&got, frame);
+            rest = &rest[n..];
+        }
+        assert!(rest.is_empty());
+        assert!(PtyFrame::decode(b"x\0\0\0\0").is_err());
+        assert!(PtyFrame::decode(b"r\0\0\0\x01z").is_err());
+    }
 
     #[test]
     fn shell_quote_survives_single_quotes() {

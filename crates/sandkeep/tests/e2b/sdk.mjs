@@ -79,6 +79,23 @@ try {
   await watch.stop()
   console.log('ok js_watch')
 
+  // sandbox.pty: a shell on a terminal, typed on and resized.
+  let screen = ''
+  const decoder = new TextDecoder()
+  const term = await sbx.pty.create({
+    cols: 80,
+    rows: 24,
+    onData: (data) => {
+      screen += decoder.decode(data)
+    },
+    timeoutMs: 0,
+  })
+  await sbx.pty.resize(term.pid, { cols: 123, rows: 45 })
+  await sbx.pty.sendInput(term.pid, new TextEncoder().encode('stty size; echo $((6*7)); exit 4\n'))
+  await assert.rejects(term.wait(), (e) => e instanceof CommandExitError && e.exitCode === 4)
+  assert.match(screen, /\r45 123\r\n42\r\n/)
+  console.log('ok js_pty')
+
   const page = await Sandbox.list({ query: { metadata: { run: runId } } }).nextItems()
   assert.deepEqual(page.map((s) => s.sandboxId), [sbx.sandboxId])
   await sbx.setTimeout(60_000)

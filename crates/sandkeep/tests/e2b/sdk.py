@@ -940,3 +940,75 @@ def _():
             await sbx.kill()
 
     asyncio.run(main())
+
+
+@check("pty")
+def _():
+    # sandbox.pty: a shell on a terminal of the asked size, typed on,
+    # resized, reconnected to and killed, as with envd.
+    from e2b.sandbox.commands.command_handle import PtySize
+
+    sbx = make()
+    try:
+        t = sbx.pty.create(PtySize(rows=24, cols=80), envs={"ABC": "123"}, cwd="/tmp")
+        sbx.pty.send_stdin(t.pid, b"tty; echo $ABC $TERM; pwd; whoami; stty size\n")
+        text = ""
+        # Resized once the first size was printed (`24 80` at the start
+        # of a line: the echoed command line has it too).
+        for _, _, pty in t:
+            text += (pty or b"").decode()
+            if "\n24 80" in text:
+                break
+        for expected in ["/dev/pts/", "123 xterm-256color", "/tmp", "user"]:
+            assert expected in text, (expected, text)
+        sbx.pty.resize(t.pid, PtySize(rows=30, cols=100))
+        sbx.pty.send_stdin(t.pid, b"tput cols; stty size; exit 3\n")
+        out = []
+        try:
+            t.wait(on_pty=lambda b: out.append(b.decode()))
+            raise AssertionError("exit 3 did not raise")
+        except CommandExitException as e:
+            assert e.exit_code == 3, e
+        assert "\r100\r\n30 100" in "".join(out), out
+        # Disconnected, then connected again: the shell lives on and the
+        # new stream gets what comes after.
+        t = sbx.pty.create(PtySize(rows=24, cols=80))
+        t.disconnect()
+        again = sbx.pty.connect(t.pid)
+        assert again.pid == t.pid
+        sbx.pty.send_stdin(t.pid, b"echo back:$((40+2))\nexit\n")
+        out = []
+        assert again.wait(on_pty=lambda b: out.append(b.decode())).exit_code == 0
+        assert "back:42" in "".join(out), out
+        # ^C reaches the foreground job, not the shell.
+        t = sbx.pty.create(PtySize(rows=24, cols=80))
+        sbx.pty.send_stdin(t.pid, b"sh -c 'echo go; exec sleep 100'\n")
+        text = ""
+        for _, _, pty in t:
+            text += (pty or b"").decode()
+            if "\rgo\r\n" in text:
+                break
+        sbx.pty.send_stdin(t.pid, b"\x03")
+        sbx.pty.send_stdin(t.pid, b"echo after:$?; exit\n")
+        out = []
+        assert t.wait(on_pty=lambda b: out.append(b.decode())).exit_code == 0
+        assert "after:130" in "".join(out), out
+        # kill: the whole session goes, and the process is gone.
+        t = sbx.pty.create(PtySize(rows=24, cols=80))
+        assert sbx.pty.kill(t.pid)
+        try:
+            t.wait()
+            raise AssertionError("a killed terminal ended cleanly")
+        except CommandExitException as e:
+            assert e.exit_code == -1, e
+        assert not sbx.pty.kill(999999)
+        # Plain processes take stdin only, terminals pty input only.
+        h = sbx.commands.run("cat", background=True, stdin=True)
+        try:
+            sbx.pty.send_stdin(h.pid, b"x")
+            raise AssertionError("pty input reached a process without a terminal")
+        except SandboxException as e:
+            assert "no terminal" in str(e), e
+        sbx.commands.kill(h.pid)
+    finally:
+        sbx.kill()

@@ -353,6 +353,14 @@ async fn sdk_watch_dir_stream() {
     sdk_check("watch_dir_stream").await;
 }
 
+/// `sandbox.pty`: a shell on a terminal of the asked size (`tty`,
+/// `stty size`), typed on, resized, reconnected to, `^C` reaching the
+/// foreground job, killed; terminal and plain input kept apart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sdk_pty() {
+    sdk_check("pty").await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn js_sdk_runs_commands_and_files() {
     let modules = std::env::var_os("SANDKEEP_TEST_E2B_JS").filter(|p| !p.is_empty());
