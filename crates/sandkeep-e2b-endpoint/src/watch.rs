@@ -48,6 +48,10 @@ use super::users::RunAs;
 const SYNC_TIMEOUT: Duration = Duration::from_secs(5);
 /// Events queued for a stream; a full queue holds the helper back.
 const QUEUE: usize = 64;
+/// The most events a polled watcher keeps unfetched: past it the watch
+/// ends with an error (as an overflowing inotify queue would lose
+/// events), so a sandbox cannot grow this server's memory without bound.
+const MAX_UNFETCHED: usize = 16 * 1024;
 /// Exit statuses of the watch script before the helper takes over.
 const GONE: i32 = 44;
 const NOT_DIR: i32 = 45;
@@ -309,7 +313,15 @@ async fn follow(mut lines: Lines, source: Source, synced: watch::Sender<u64>, si
                             return;
                         }
                     }
-                    Sink::Polled(p) => p.lock().expect("polled lock").events.push(event),
+                    Sink::Polled(p) => {
+                        let mut polled = p.lock().expect("polled lock");
+                        if polled.events.len() >= MAX_UNFETCHED {
+                            break format!(
+                                "the watch stopped: more than {MAX_UNFETCHED} events were not fetched"
+                            );
+                        }
+                        polled.events.push(event);
+                    }
                 }
             }
             Ok(DirWatchLine::Synced) => synced.send_modify(|n| *n += 1),

@@ -879,6 +879,15 @@ def _():
         h = sbx.files.watch_dir("/tmp/private", user="root")
         sbx.commands.run("touch /tmp/private/x", user="root")
         assert [(e.type, e.name) for e in h.get_new_events()] == [(T.CREATE, "x"), (T.CHMOD, "x")]
+        # Events never fetched are bounded: past 16384 the watch ends.
+        sbx.files.make_dir("flood")
+        f = sbx.files.watch_dir("flood")
+        sbx.commands.run("cd flood && seq 20000 | xargs touch")
+        try:
+            f.get_new_events()
+            raise AssertionError("a watch kept 40000 unfetched events")
+        except SandboxException as e:
+            assert "16384 events were not fetched" in str(e), e
         # The watch ends with its sandbox.
         sbx.kill()
         try:
