@@ -286,7 +286,7 @@ async fn filesystem(
             watch::create(e2b, id, user, connect::unary_request(headers, body)?).await
         }
         "GetWatcherEvents" => watch::events(e2b, id, connect::unary_request(headers, body)?).await,
-        "RemoveWatcher" => watch::remove(e2b, id, connect::unary_request(headers, body)?),
+        "RemoveWatcher" => watch::remove(e2b, id, connect::unary_request(headers, body)?).await,
         other => Err(RpcError::new(
             Code::NotFound,
             format!("filesystem.Filesystem/{other} is not a method"),

@@ -87,6 +87,15 @@ impl Watcher {
     }
 }
 
+impl Watcher {
+    /// Ends the helper and waits (at most [`SYNC_TIMEOUT`]) until it is
+    /// gone, as envd's RemoveWatcher has closed the watch when it answers.
+    async fn stop(&self) {
+        let _ = self.process.signal(9);
+        let _ = tokio::time::timeout(SYNC_TIMEOUT, self.process.wait()).await;
+    }
+}
+
 impl Drop for Watcher {
     fn drop(&mut self) {
         // Its stdin closes too, which ends it anyway; this is for a
@@ -487,19 +496,19 @@ pub async fn events(e2b: &E2b, id: &SandboxId, request: WatcherId) -> Result<Res
 }
 
 /// `RemoveWatcher`: the watch ends.
-pub fn remove(e2b: &E2b, id: &SandboxId, request: WatcherId) -> Result<Response, RpcError> {
+pub async fn remove(e2b: &E2b, id: &SandboxId, request: WatcherId) -> Result<Response, RpcError> {
     let removed = e2b
         .watchers
         .lock()
         .get_mut(id)
         .and_then(|w| w.polled.remove(&request.watcher_id));
-    match removed {
-        // Dropping the last handle ends the helper.
-        Some(_) => Ok(connect::unary_response(
-            &sandkeep_envd_wire::connect::Empty {},
-        )),
-        None => Err(not_found(&request.watcher_id)),
-    }
+    let Some((watcher, _)) = removed else {
+        return Err(not_found(&request.watcher_id));
+    };
+    watcher.stop().await;
+    Ok(connect::unary_response(
+        &sandkeep_envd_wire::connect::Empty {},
+    ))
 }
 
 fn not_found(watcher_id: &str) -> RpcError {
