@@ -174,6 +174,25 @@ pub fn stream_request<T: DeserializeOwned>(
     Ok(out)
 }
 
+/// The one request message of a server stream (Start, Connect, WatchDir).
+pub fn single_stream_request<T: DeserializeOwned>(
+    headers: &HeaderMap,
+    body: &[u8],
+    method: &str,
+) -> Result<T, RpcError> {
+    let mut messages = stream_request(headers, body)?;
+    if messages.len() != 1 {
+        return Err(RpcError::new(
+            Code::InvalidArgument,
+            format!(
+                "{method} takes exactly one request message, got {}",
+                messages.len()
+            ),
+        ));
+    }
+    Ok(messages.remove(0))
+}
+
 /// One enveloped stream message.
 pub fn envelope(message: &impl Serialize) -> Bytes {
     Bytes::from(wire::envelope(message))

@@ -7,6 +7,7 @@
 //! (its mount namespace, its user), with envd's answers: absolute paths,
 //! `NOT_FOUND` for a missing path, `ALREADY_EXISTS` from MakeDir.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::http::{HeaderMap, StatusCode};
@@ -20,7 +21,7 @@ use sandkeep_envd_wire::header;
 use super::connect::{self, Code, RpcError};
 use super::users::{self, RunAs};
 use super::{BodyTooLarge, E2b, Envd, SmallBody};
-use super::{metadata, process};
+use super::{metadata, process, watch};
 use sandkeep_proto::wire::shell_quote;
 use sandkeep_provider::{ExecRequest, SandboxId};
 
@@ -197,11 +198,26 @@ fn not_found(path: &str) -> RpcError {
     RpcError::new(Code::NotFound, format!("path {path:?} does not exist"))
 }
 
-fn stat_script(path: &str) -> String {
-    format!(
+/// What Stat answers for `path`, metadata included; `None` when nothing
+/// is there.
+pub(super) async fn entry_at(
+    e2b: &E2b,
+    id: &SandboxId,
+    user: &RunAs,
+    path: &str,
+) -> Result<Option<EntryInfo>, RpcError> {
+    let script = format!(
         "{}[ -e \"$p\" ] || [ -L \"$p\" ] || exit {GONE}; find \"$p\" -maxdepth 0 {PRINT}",
         absolute(path)
-    )
+    );
+    let (code, out) = run(e2b, id, user, script).await?;
+    if code == GONE {
+        return Ok(None);
+    }
+    Ok(metadata::attach(e2b, id, user, entries(&out))
+        .await
+        .into_iter()
+        .next())
 }
 
 /// The answer naming the one entry `stdout` describes, with its metadata.
@@ -221,7 +237,7 @@ async fn one_entry(
 }
 
 async fn filesystem(
-    e2b: &E2b,
+    e2b: &Arc<E2b>,
     id: &SandboxId,
     user: &RunAs,
     method: &str,
@@ -229,13 +245,19 @@ async fn filesystem(
     body: &[u8],
 ) -> Result<Response, RpcError> {
     match method {
+        "MakeDir" | "Move" | "Remove" => {
+            let answer = change(e2b, id, user, method, headers, body).await;
+            // What a watch saw of the change is handed on before the
+            // caller hears of it (`watch`).
+            e2b.watchers.sync(id).await;
+            answer
+        }
         "Stat" => {
             let r: PathRequest = connect::unary_request(headers, body)?;
-            let (code, out) = run(e2b, id, user, stat_script(&r.path)).await?;
-            if code == GONE {
-                return Err(not_found(&r.path));
-            }
-            one_entry(e2b, id, user, &r.path, &out).await
+            let entry = entry_at(e2b, id, user, &r.path)
+                .await?
+                .ok_or_else(|| not_found(&r.path))?;
+            Ok(connect::unary_response(&EntryResponse { entry }))
         }
         "ListDir" => {
             let r: ListDirRequest = connect::unary_request(headers, body)?;
@@ -256,11 +278,37 @@ async fn filesystem(
                 })),
             }
         }
+        "WatchDir" => {
+            let request = connect::single_stream_request(headers, body, method)?;
+            watch::watch_dir(e2b, id, user, headers, request).await
+        }
+        "CreateWatcher" => {
+            watch::create(e2b, id, user, connect::unary_request(headers, body)?).await
+        }
+        "GetWatcherEvents" => watch::events(e2b, id, connect::unary_request(headers, body)?).await,
+        "RemoveWatcher" => watch::remove(e2b, id, connect::unary_request(headers, body)?).await,
+        other => Err(RpcError::new(
+            Code::NotFound,
+            format!("filesystem.Filesystem/{other} is not a method"),
+        )),
+    }
+}
+
+/// The filesystem calls that change files: MakeDir, Move and Remove.
+async fn change(
+    e2b: &E2b,
+    id: &SandboxId,
+    user: &RunAs,
+    method: &str,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Result<Response, RpcError> {
+    match method {
         "MakeDir" => {
             let r: PathRequest = connect::unary_request(headers, body)?;
             let script = format!(
                 "{}if [ -d \"$p\" ]; then exit {EXISTS}; elif [ -e \"$p\" ]; then exit {EXISTS_NOT_DIR}; fi; \
-                 mkdir -p -- \"$p\" && find \"$p\" -maxdepth 0 {PRINT}",
+                     mkdir -p -- \"$p\" && find \"$p\" -maxdepth 0 {PRINT}",
                 absolute(&r.path)
             );
             match run(e2b, id, user, script).await? {
@@ -279,8 +327,8 @@ async fn filesystem(
             let r: MoveRequest = connect::unary_request(headers, body)?;
             let script = format!(
                 "{}s=\"$p\"; {}[ -e \"$s\" ] || [ -L \"$s\" ] || exit {GONE}; \
-                 mkdir -p -- \"$(dirname -- \"$p\")\" && mv -T -- \"$s\" \"$p\" && \
-                 find \"$p\" -maxdepth 0 {PRINT}",
+                     mkdir -p -- \"$(dirname -- \"$p\")\" && mv -T -- \"$s\" \"$p\" && \
+                     find \"$p\" -maxdepth 0 {PRINT}",
                 absolute(&r.source),
                 absolute(&r.destination)
             );
@@ -300,20 +348,11 @@ async fn filesystem(
             .await?;
             Ok(connect::unary_response(&Empty {}))
         }
-        "WatchDir" => Ok(process::stream_error(&unimplemented_watch())),
-        "CreateWatcher" | "GetWatcherEvents" | "RemoveWatcher" => Err(unimplemented_watch()),
         other => Err(RpcError::new(
             Code::NotFound,
-            format!("filesystem.Filesystem/{other} is not a method"),
+            format!("filesystem.Filesystem/{other} is not a method that changes files"),
         )),
     }
-}
-
-fn unimplemented_watch() -> RpcError {
-    RpcError::new(
-        Code::Unimplemented,
-        "watching directories is not supported by sandkeep's envd",
-    )
 }
 
 async fn process_rpc(
@@ -327,28 +366,12 @@ async fn process_rpc(
     let procs = &e2b.processes;
     match method {
         "Start" => {
-            let mut messages = connect::stream_request(headers, body)?;
-            if messages.len() != 1 {
-                return Err(RpcError::new(
-                    Code::InvalidArgument,
-                    format!(
-                        "Start takes exactly one request message, got {}",
-                        messages.len()
-                    ),
-                ));
-            }
-            let request = messages.remove(0);
+            let request = connect::single_stream_request(headers, body, method)?;
             process::start(procs, &e2b.provider, id, headers, request, user).await
         }
         "Connect" => {
-            let mut messages = connect::stream_request(headers, body)?;
-            if messages.len() != 1 {
-                return Err(RpcError::new(
-                    Code::InvalidArgument,
-                    "Connect takes exactly one request message",
-                ));
-            }
-            process::connect(procs, id, headers, messages.remove(0))
+            let request = connect::single_stream_request(headers, body, method)?;
+            process::connect(procs, id, headers, request)
         }
         "StreamInput" => {
             let messages = connect::stream_request(headers, body)?;
@@ -363,10 +386,7 @@ async fn process_rpc(
             process::close_stdin(procs, id, connect::unary_request(headers, body)?).await
         }
         "SendSignal" => process::send_signal(procs, id, connect::unary_request(headers, body)?),
-        "Update" => Err(RpcError::new(
-            Code::Unimplemented,
-            "PTY processes are not supported by sandkeep's envd",
-        )),
+        "Update" => process::update(procs, id, connect::unary_request(headers, body)?).await,
         other => Err(RpcError::new(
             Code::NotFound,
             format!("process.Process/{other} is not a method"),

@@ -23,7 +23,7 @@ use super::Envd;
 use super::envd::{absolute, clean, http_error};
 use super::metadata;
 use super::users::{self, RunAs};
-use sandkeep_proto::wire::MetadataRequest;
+use sandkeep_proto::wire::{MetadataRequest, UPLOAD_STAGING_NEW_PREFIX, UPLOAD_STAGING_PREFIX};
 use sandkeep_provider::{
     ExecRequest, ExitStatus, Program, Provider, ProviderError, RunningProcess, SandboxId,
     SpawnRequest, Spawned,
@@ -440,9 +440,13 @@ async fn write_one(
     mut source: Source<'_>,
 ) -> Result<WrittenFile, Response> {
     // `$d`, `$p` and `$t`: the directory, the target and the temporary
-    // file, named here so that a cleanup can find it.
+    // file, named here so that a cleanup can find it. The upload script
+    // renames `$t` to `$n` first when the target is new: a directory
+    // watch (`watch-dir`) reports the staged file's rename as envd's
+    // in-place write of the target, its creation included.
     let names = format!(
-        "{}d=${{p%/*}}; [ -n \"$d\" ] || d=/; t=\"$d/.sandkeep-upload.{}\"; ",
+        "{}d=${{p%/*}}; [ -n \"$d\" ] || d=/; s={}; t=\"$d/{UPLOAD_STAGING_PREFIX}$s\"; \
+         n=\"$d/{UPLOAD_STAGING_NEW_PREFIX}$s\"; ",
         absolute(path),
         super::random_hex()
     );
@@ -450,7 +454,7 @@ async fn write_one(
         make_parents(envd, parents, path).await?;
     }
     let script = format!(
-        "{names}mkdir -p -- \"$d\" || exit 1; \
+        "{names}mkdir -p -- \"$d\" || exit 1; [ -e \"$p\" ] || t=\"$n\"; \
          {} > \"$t\" && mv -fT -- \"$t\" \"$p\" && printf '%s' \"$p\"",
         encoding.decoder()
     );
@@ -466,7 +470,7 @@ async fn write_one(
         cleanup: Some((
             std::sync::Arc::clone(&envd.e2b.provider),
             envd.id.clone(),
-            user.shell(format!("{names}rm -f -- \"$t\"")),
+            user.shell(format!("{names}rm -f -- \"$t\" \"$n\"")),
         )),
     };
     let stdout = tokio::spawn(read_small(stdout));
@@ -513,12 +517,25 @@ pub async fn upload(
     headers: HeaderMap,
     request: axum::extract::Request,
 ) -> Response {
+    let answer = store(&envd, q, headers, request).await;
+    // What a directory watch saw of the upload is handed on before the
+    // caller hears of it (`watch`).
+    envd.e2b.watchers.sync(&envd.id).await;
+    answer
+}
+
+async fn store(
+    envd: &Envd,
+    q: FileQuery,
+    headers: HeaderMap,
+    request: axum::extract::Request,
+) -> Response {
     let content_type = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .unwrap_or("")
         .to_owned();
-    let user = match q.user(&envd) {
+    let user = match q.user(envd) {
         Ok(u) => u,
         Err(e) => return http_error(StatusCode::BAD_REQUEST, e),
     };
@@ -570,7 +587,7 @@ pub async fn upload(
                 }
             };
             match write_one(
-                &envd,
+                envd,
                 &user,
                 &target,
                 encoding,
@@ -590,7 +607,7 @@ pub async fn upload(
             );
         };
         let source = Source::Body(request.into_body().into_data_stream());
-        match write_one(&envd, &user, &path, encoding, source).await {
+        match write_one(envd, &user, &path, encoding, source).await {
             Ok(v) => written.push(v),
             Err(r) => return r,
         }

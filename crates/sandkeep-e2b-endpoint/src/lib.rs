@@ -22,7 +22,8 @@
 //!   `{port}-{id}.` host name), behind the sandbox's access token
 //!   (`X-Access-Token`, or a `signature` on `/files`) except `/health`;
 //!   requests run as E2B's `user` or `root` (`users`), file metadata
-//!   through the sandbox's helper (`metadata`);
+//!   and directory watches through the sandbox's helper (`metadata`,
+//!   `watch`);
 //! - every sandbox's own servers (`ports`): a `{port}-{id}.` host name of
 //!   any other port.
 //!
@@ -45,6 +46,7 @@ mod process;
 mod rest;
 mod signature;
 mod users;
+mod watch;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -135,6 +137,7 @@ pub struct E2b {
     shares: Vec<Share>,
     records: Records,
     processes: Arc<process::Processes>,
+    watchers: watch::Watchers,
     samples: metrics::Samples,
 }
 
@@ -475,6 +478,7 @@ pub fn router(
         shares,
         records: Records { dir: records },
         processes: Arc::new(process::Processes::new(end_retention)),
+        watchers: watch::Watchers::default(),
         samples: metrics::Samples::default(),
     })))
 }

@@ -13,6 +13,12 @@
 //! - `Connect-Timeout-Ms` on Start SIGKILLs the process when it expires,
 //!   attached or not; closing the stream otherwise leaves it running;
 //! - SendSignal accepts SIGTERM and SIGKILL and reaches the leader only.
+//!
+//! A PTY process (`pty` in Start) is the sandbox's helper relaying a
+//! terminal (`sandkeep-task pty`, the terminal code of sandkeep's pty
+//! tasks): its output comes as `data.pty`, `input.pty` is typed on it and
+//! Update resizes it, both as frames on the relay's stdin; the relay ends
+//! as its command does, so its exit is the process's.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -26,9 +32,11 @@ use sandkeep_envd_wire::base64_bytes;
 use sandkeep_envd_wire::connect::Empty;
 use sandkeep_envd_wire::header as envd_header;
 use sandkeep_envd_wire::process::{
-    Data, End, Event, EventMessage, Input, ListResponse, ProcessConfig, ProcessInfo, SelectRequest,
-    Selector, SendInputRequest, SendSignalRequest, StartRequest, StreamInputRequest,
+    Data, End, Event, EventMessage, Input, ListResponse, ProcessConfig, ProcessInfo, PtySize,
+    SelectRequest, Selector, SendInputRequest, SendSignalRequest, StartRequest, StreamInputRequest,
+    UpdateRequest,
 };
+use sandkeep_proto::wire::{PtyFrame, PtyRequest, TermSize, verb};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
@@ -77,6 +85,7 @@ const QUEUE: usize = 16;
 enum Output {
     Stdout(Bytes),
     Stderr(Bytes),
+    Pty(Bytes),
 }
 
 type Stdin = Box<dyn tokio::io::AsyncWrite + Send + Unpin>;
@@ -85,6 +94,9 @@ struct Proc {
     pid: u32,
     tag: Option<String>,
     config: ProcessConfig,
+    /// Whether it runs on a terminal: its stdin is then the relay's, which
+    /// takes [`PtyFrame`]s.
+    terminal: bool,
     stdin: tokio::sync::Mutex<Option<Stdin>>,
     /// The queues of the connected streams; `None` once the output is over
     /// (a stream connecting then gets only the end event).
@@ -239,7 +251,8 @@ pub fn connect_timeout(headers: &HeaderMap) -> Result<Option<Duration>, RpcError
     Ok((ms > 0).then(|| Duration::from_millis(ms)))
 }
 
-fn keepalive(headers: &HeaderMap) -> Duration {
+/// The `Keepalive-Ping-Interval` header's interval, envd's default without.
+pub fn keepalive(headers: &HeaderMap) -> Duration {
     headers
         .get(envd_header::KEEPALIVE_PING_INTERVAL)
         .and_then(|v| v.to_str().ok())
@@ -265,15 +278,15 @@ pub async fn start(
     request: StartRequest,
     user: &RunAs,
 ) -> Result<Response, RpcError> {
-    if request.pty.is_some() {
-        return Err(RpcError::new(
-            Code::Unimplemented,
-            "PTY processes are not supported by sandkeep's envd; start the process without pty",
-        ));
-    }
     let timeout = connect_timeout(headers)?;
+    let mut program = program(&request.process)?;
+    let mut stdin = request.stdin.unwrap_or(true);
+    if let Some(pty) = &request.pty {
+        program = relay(provider, id, &program, pty.size).await?;
+        stdin = true;
+    }
     let (program, cwd) = user.program(
-        program(&request.process)?,
+        program,
         request.process.cwd.clone().filter(|c| !c.is_empty()),
     );
     let spawned = provider
@@ -282,7 +295,7 @@ pub async fn start(
             SpawnRequest {
                 program,
                 cwd,
-                stdin: request.stdin.unwrap_or(true),
+                stdin,
             },
         )
         .await?;
@@ -292,6 +305,7 @@ pub async fn start(
         pid,
         tag: request.tag,
         config: request.process,
+        terminal: request.pty.is_some(),
         stdin: tokio::sync::Mutex::new(spawned.stdin),
         listeners: Mutex::new(Some(Vec::new())),
         end,
@@ -306,8 +320,13 @@ pub async fn start(
         .or_default()
         .insert(pid, Arc::clone(&proc));
 
+    let out = if proc.terminal {
+        Output::Pty
+    } else {
+        Output::Stdout
+    };
     let pumps = [
-        tokio::spawn(pump(spawned.stdout, Arc::clone(&proc), Output::Stdout)),
+        tokio::spawn(pump(spawned.stdout, Arc::clone(&proc), out)),
         tokio::spawn(pump(spawned.stderr, Arc::clone(&proc), Output::Stderr)),
     ];
     if let Some(timeout) = timeout {
@@ -484,6 +503,7 @@ impl Events {
             r = self.rx.recv() => match r {
                 Some(Output::Stdout(b)) => event(Event::Data(Data::stdout(&b))),
                 Some(Output::Stderr(b)) => event(Event::Data(Data::stderr(&b))),
+                Some(Output::Pty(b)) => event(Event::Data(Data::pty(&b))),
                 // The output is over: the end event follows it (none if
                 // the process was forgotten with its sandbox), then the
                 // end of the stream, in one write.
@@ -557,19 +577,30 @@ pub fn list(processes: &Processes, id: &SandboxId) -> Response {
     connect::unary_response(&ListResponse { processes })
 }
 
-fn decode_input(input: &Input) -> Result<Vec<u8>, RpcError> {
-    if input.pty.is_some() {
-        return Err(RpcError::new(
-            Code::Unimplemented,
-            "PTY input is not supported by sandkeep's envd",
-        ));
+/// The bytes to write on a process's stdin for `input`: as they are for
+/// a plain process, a frame for a PTY process's relay. Each takes its own
+/// kind of input, as envd's do.
+fn stdin_bytes(proc: &Proc, input: &Input) -> Result<Vec<u8>, RpcError> {
+    let decode = |field: &str, b64: &str| {
+        base64_bytes::decode(b64).map_err(|e| {
+            RpcError::new(
+                Code::InvalidArgument,
+                format!("input.{field} is not base64: {e}"),
+            )
+        })
+    };
+    match (proc.terminal, &input.stdin, &input.pty) {
+        (false, stdin, None) => decode("stdin", stdin.as_deref().unwrap_or("")),
+        (true, None, Some(pty)) => Ok(PtyFrame::Input(decode("pty", pty)?).encode()),
+        (false, _, Some(_)) => Err(RpcError::new(
+            Code::FailedPrecondition,
+            format!("process {} has no terminal; send input.stdin", proc.pid),
+        )),
+        (true, _, _) => Err(RpcError::new(
+            Code::FailedPrecondition,
+            format!("process {} runs on a terminal; send input.pty", proc.pid),
+        )),
     }
-    base64_bytes::decode(input.stdin.as_deref().unwrap_or("")).map_err(|e| {
-        RpcError::new(
-            Code::InvalidArgument,
-            format!("input.stdin is not base64: {e}"),
-        )
-    })
 }
 
 async fn write_stdin(proc: &Proc, bytes: &[u8]) -> Result<(), RpcError> {
@@ -601,7 +632,7 @@ pub async fn send_input(
     request: SendInputRequest,
 ) -> Result<Response, RpcError> {
     let proc = processes.find(id, &request.process)?;
-    let bytes = decode_input(&request.input)?;
+    let bytes = stdin_bytes(&proc, &request.input)?;
     write_stdin(&proc, &bytes).await?;
     Ok(connect::unary_response(&Empty {}))
 }
@@ -623,7 +654,7 @@ pub async fn stream_input(
                     "StreamInput data came before its start message",
                 ));
             };
-            write_stdin(p, &decode_input(&data.input)?).await?;
+            write_stdin(p, &stdin_bytes(p, &data.input)?).await?;
         }
     }
     Ok((
@@ -641,6 +672,59 @@ pub async fn close_stdin(
     let proc = processes.find(id, &request.process)?;
     drop(proc.stdin.lock().await.take());
     Ok(connect::unary_response(&Empty {}))
+}
+
+/// Update: a PTY process's terminal gets its new size.
+pub async fn update(
+    processes: &Processes,
+    id: &SandboxId,
+    request: UpdateRequest,
+) -> Result<Response, RpcError> {
+    let proc = processes.find(id, &request.process)?;
+    let Some(pty) = request.pty else {
+        return Ok(connect::unary_response(&Empty {}));
+    };
+    if !proc.terminal {
+        return Err(RpcError::new(
+            Code::FailedPrecondition,
+            format!("process {} has no terminal to resize", proc.pid),
+        ));
+    }
+    write_stdin(&proc, &PtyFrame::Resize(term_size(pty.size)?).encode()).await?;
+    Ok(connect::unary_response(&Empty {}))
+}
+
+/// A PTY size as the helper takes it, within its bounds.
+fn term_size(size: PtySize) -> Result<TermSize, RpcError> {
+    let invalid = |e: String| RpcError::new(Code::InvalidArgument, format!("pty.size: {e}"));
+    let size = TermSize {
+        cols: u16::try_from(size.cols).map_err(|e| invalid(e.to_string()))?,
+        rows: u16::try_from(size.rows).map_err(|e| invalid(e.to_string()))?,
+    };
+    size.validate().map_err(|e| invalid(e.to_string()))?;
+    Ok(size)
+}
+
+/// The sandbox's helper relaying a terminal of `size` to `program`.
+async fn relay(
+    provider: &Arc<dyn Provider>,
+    id: &SandboxId,
+    program: &Program,
+    size: PtySize,
+) -> Result<Program, RpcError> {
+    let request = PtyRequest {
+        command: program.to_shell(),
+        size: term_size(size)?,
+    };
+    let helper = provider.task_helper(id).await?;
+    Ok(Program::Argv {
+        argv: vec![
+            helper,
+            verb::PTY.to_owned(),
+            serde_json::to_string(&request).expect("pty requests always encode"),
+        ],
+        env: Vec::new(),
+    })
 }
 
 pub fn send_signal(

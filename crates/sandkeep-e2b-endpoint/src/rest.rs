@@ -358,6 +358,7 @@ pub async fn kill(State(e2b): State<Arc<E2b>>, Path(id): Path<String>) -> Respon
     };
     let killed = e2b.provider.kill(&id).await;
     e2b.processes.forget(&id);
+    e2b.watchers.forget(&id);
     e2b.samples.forget(&id);
     e2b.records.remove(&id);
     match killed {

@@ -82,3 +82,57 @@ pub struct WrittenFile {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub metadata: Option<BTreeMap<String, String>>,
 }
+
+/// The request of WatchDir and CreateWatcher.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WatchRequest {
+    #[serde(default)]
+    pub path: String,
+    #[serde(default)]
+    pub recursive: bool,
+    /// Whether create, write and chmod events carry the entry.
+    #[serde(default)]
+    pub include_entry: bool,
+    /// envd refuses a network file system without it; a sandbox here has
+    /// none, so either way is the same.
+    #[serde(default)]
+    pub allow_network_mounts: bool,
+}
+
+/// A change under a watched directory: its path relative to it and the
+/// kind, `EVENT_TYPE_CREATE`, `_WRITE`, `_REMOVE`, `_RENAME` or `_CHMOD`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct FilesystemEvent {
+    pub name: String,
+    #[serde(rename = "type")]
+    pub event_type: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub entry: Option<Box<EntryInfo>>,
+}
+
+/// WatchDir's stream message, a oneof at its top level (no `event`
+/// wrapper, unlike the process service's): `start` first, then
+/// `filesystem` and `keepalive`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum WatchDirResponse {
+    Start {},
+    Filesystem(FilesystemEvent),
+    Keepalive {},
+}
+
+/// CreateWatcher's answer.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WatcherId {
+    #[serde(default)]
+    pub watcher_id: String,
+}
+
+/// GetWatcherEvents' answer: what happened since the previous call.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct WatcherEvents {
+    #[serde(default)]
+    pub events: Vec<FilesystemEvent>,
+}

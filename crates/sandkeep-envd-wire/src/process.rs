@@ -25,14 +25,40 @@ pub struct ProcessConfig {
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct StartRequest {
     pub process: ProcessConfig,
-    /// A pseudo-terminal's size; sandkeep neither sends nor serves one.
+    /// A pseudo-terminal for the process: its output then comes as
+    /// `data.pty`, and input goes to it as `input.pty`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub pty: Option<serde_json::Value>,
+    pub pty: Option<Pty>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tag: Option<String>,
     /// Whether stdin is a pipe; unset means true (envd ≥ 0.3.0).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stdin: Option<bool>,
+}
+
+/// A pseudo-terminal's settings (Start, Update).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Pty {
+    #[serde(default)]
+    pub size: PtySize,
+}
+
+/// A terminal's size in character cells.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize)]
+pub struct PtySize {
+    #[serde(default)]
+    pub cols: u32,
+    #[serde(default)]
+    pub rows: u32,
+}
+
+/// Update's request: a PTY process's new size.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct UpdateRequest {
+    #[serde(default)]
+    pub process: Selector,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pty: Option<Pty>,
 }
 
 /// Which process a call is for: envd's pid, or the tag it was started with.
@@ -167,6 +193,13 @@ impl Data {
     pub fn stderr(bytes: &[u8]) -> Self {
         Self {
             stderr: Some(crate::base64_bytes::encode(bytes)),
+            ..Self::default()
+        }
+    }
+
+    pub fn pty(bytes: &[u8]) -> Self {
+        Self {
+            pty: Some(crate::base64_bytes::encode(bytes)),
             ..Self::default()
         }
     }

@@ -12,7 +12,7 @@ use crate::task::{TaskId, TaskState};
 /// The version of this protocol (verbs, requests, replies, the task
 /// directory's files): bumped on every change a host and a helper built
 /// apart would disagree on. `sandkeep-task --version` prints it.
-pub const PROTOCOL_VERSION: u32 = 2;
+pub const PROTOCOL_VERSION: u32 = 3;
 
 /// `sandkeep-task --version`: one line naming the helper's version, its
 /// protocol and the fingerprint of the sources it was built from.
@@ -31,11 +31,132 @@ pub mod verb {
     pub const INPUT: &str = "input";
     pub const RESIZE: &str = "resize";
     pub const METADATA: &str = "metadata";
+    pub const WATCH_DIR: &str = "watch-dir";
+    pub const PTY: &str = "pty";
 }
 
 /// The namespace of the file metadata `sandkeep-task metadata` keeps, as
 /// E2B's envd keeps it: extended attributes `user.e2b.KEY`.
 pub const METADATA_XATTR_PREFIX: &str = "user.e2b.";
+
+/// What every staged upload's temporary file is called, beside its target:
+/// this prefix and a random suffix. The E2B endpoint's `/files` writes an
+/// upload there and renames it over the target once whole; `watch-dir`
+/// reports that as the write of the target, as envd's in-place write is
+/// reported.
+pub const UPLOAD_STAGING_PREFIX: &str = ".sandkeep-upload.";
+
+/// The prefix of a staged upload whose target did not exist when it began
+/// (a new file: `watch-dir` reports its creation too).
+pub const UPLOAD_STAGING_NEW_PREFIX: &str = ".sandkeep-upload.new.";
+
+/// `sandkeep-task watch-dir JSON`: E2B's directory watch (envd's
+/// `WatchDir`) on inotify in the sandbox, as the user who asked. It
+/// answers with [`DirWatchLine`]s on stdout for as long as its stdin is
+/// open; each line read on stdin asks for a [`DirWatchLine::Synced`] after
+/// every change made before it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DirWatchRequest {
+    /// The directory; relative to the helper's working directory.
+    pub path: String,
+    /// Whether the directories below it are watched too.
+    #[serde(default)]
+    pub recursive: bool,
+}
+
+/// One line on the stdout of `watch-dir` (an [`ErrorReply`] instead, with
+/// exit code 1, when the watch cannot begin).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DirWatchLine {
+    /// The watch is in place: changes from now on are reported.
+    Started {
+        /// The watched directory, absolute.
+        path: String,
+    },
+    /// A change, named by its path relative to the watched directory.
+    Event { name: String, op: FsOp },
+    /// Every change made before the matching stdin line was reported.
+    Synced,
+}
+
+/// The kinds of change envd reports (fsnotify's operations).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FsOp {
+    Create,
+    Write,
+    Remove,
+    Rename,
+    Chmod,
+}
+
+/// `sandkeep-task pty JSON`: E2B's PTY process (envd's `Start` with
+/// `pty`): `command` (`bash -c`) in a session of its own on a new
+/// pseudo-terminal of `size`, attached to the caller for as long as it
+/// runs. The terminal's output is the helper's stdout; its stdin carries
+/// [`PtyFrame`]s. It exits as the command did (its code, or the same
+/// signal); it is not a task: nothing of it is kept.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PtyRequest {
+    pub command: String,
+    pub size: TermSize,
+}
+
+/// What the host writes on the stdin of `pty`: a kind byte, the payload's
+/// length (4 bytes, big-endian) and the payload.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PtyFrame {
+    /// Bytes typed on the terminal.
+    Input(Vec<u8>),
+    /// The terminal's new size (payload: columns, rows, 2 bytes each).
+    Resize(TermSize),
+}
+
+impl PtyFrame {
+    const INPUT: u8 = b'i';
+    const RESIZE: u8 = b'r';
+    const HEADER: usize = 5;
+
+    pub fn encode(&self) -> Vec<u8> {
+        let (kind, payload) = match self {
+            Self::Input(bytes) => (Self::INPUT, bytes.clone()),
+            Self::Resize(size) => (
+                Self::RESIZE,
+                [size.cols.to_be_bytes(), size.rows.to_be_bytes()].concat(),
+            ),
+        };
+        let len = u32::try_from(payload.len()).expect("a frame's payload fits in 4 GiB");
+        let mut out = Vec::with_capacity(Self::HEADER + payload.len());
+        out.push(kind);
+        out.extend_from_slice(&len.to_be_bytes());
+        out.extend_from_slice(&payload);
+        out
+    }
+
+    /// The first frame of `buf` and its length in bytes; `Ok(None)` while
+    /// it is incomplete, an error for what is not a frame.
+    pub fn decode(buf: &[u8]) -> Result<Option<(Self, usize)>, String> {
+        let Some(header) = buf.get(..Self::HEADER) else {
+            return Ok(None);
+        };
+        let len = u32::from_be_bytes([header[1], header[2], header[3], header[4]]) as usize;
+        let Some(payload) = buf.get(Self::HEADER..Self::HEADER + len) else {
+            return Ok(None);
+        };
+        let frame = match (header[0], payload) {
+            (Self::INPUT, bytes) => Self::Input(bytes.to_vec()),
+            (Self::RESIZE, &[c0, c1, r0, r1]) => Self::Resize(TermSize {
+                cols: u16::from_be_bytes([c0, c1]),
+                rows: u16::from_be_bytes([r0, r1]),
+            }),
+            (kind, _) => return Err(format!("not a pty frame: kind {kind}, {len} bytes")),
+        };
+        Ok(Some((frame, Self::HEADER + len)))
+    }
+}
 
 /// `sandkeep-task metadata JSON`: sets each file's metadata in `set`
 /// (added to what it has), then reads that of each path of `get`.
@@ -522,6 +643,26 @@ pub fn encoded_request_len<T: Serialize>(request: &T) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pty_frames_round_trip_whole_or_in_pieces() {
+        let frames = [
+            PtyFrame::Input(b"echo hi\n".to_vec()),
+            PtyFrame::Resize(TermSize { cols: 300, rows: 2 }),
+            PtyFrame::Input(Vec::new()),
+        ];
+        let bytes: Vec<u8> = frames.iter().flat_map(PtyFrame::encode).collect();
+        let mut rest = &bytes[..];
+        for frame in &frames {
+            assert_eq!(PtyFrame::decode(&rest[..rest.len().min(4)]), Ok(None));
+            let (got, n) = PtyFrame::decode(rest).unwrap().unwrap();
+            assert_eq!(&got, frame);
+            rest = &rest[n..];
+        }
+        assert!(rest.is_empty());
+        assert!(PtyFrame::decode(b"x\0\0\0\0").is_err());
+        assert!(PtyFrame::decode(b"r\0\0\0\x01z").is_err());
+    }
 
     #[test]
     fn shell_quote_survives_single_quotes() {

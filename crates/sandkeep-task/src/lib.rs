@@ -1,11 +1,14 @@
 //! sandkeep's in-sandbox helper: the private task directory, the verbs
 //! start / status / wait / cancel / delete / list / input / resize, and the
 //! supervisor that runs each task; besides, `changes` and `export`, what
-//! the sandbox wrote in its copy-on-write shares.
+//! the sandbox wrote in its copy-on-write shares, and for the E2B
+//! endpoint `metadata` (file metadata), `watch-dir` (directory watch) and
+//! `pty` (an attached terminal).
 //!
 //! The helper is a short-lived command answering with exactly one JSON
 //! object on stdout (the verb's reply, or an error reply with exit code 1);
-//! `wait --stream` alone lives as long as its stdin and answers with lines.
+//! `wait --stream` and `watch-dir` live as long as their stdin and answer
+//! with lines; `pty` relays a terminal for as long as its command runs.
 //! The supervisor is the same executable re-run detached under a hidden
 //! verb. Nothing here knows about MCP or the host.
 
@@ -17,6 +20,7 @@ mod cancel;
 mod capture;
 mod changes;
 mod delete;
+mod dirwatch;
 mod error;
 mod input;
 mod interact;
@@ -26,6 +30,7 @@ mod oom;
 pub mod procfs;
 mod pty;
 mod redact;
+mod relay;
 mod start;
 mod status;
 mod supervisor;
@@ -55,7 +60,7 @@ pub fn version_line() -> String {
     )
 }
 
-const USAGE: &str = "usage: sandkeep-task --version | start JSON | status JSON | wait JSON | wait --stream | cancel JSON | delete JSON | list [{}] | input JSON < DATA | resize JSON | changes JSON | export JSON | metadata JSON";
+const USAGE: &str = "usage: sandkeep-task --version | start JSON | status JSON | wait JSON | wait --stream | cancel JSON | delete JSON | list [{}] | input JSON < DATA | resize JSON | changes JSON | export JSON | metadata JSON | watch-dir JSON | pty JSON";
 
 /// Runs the helper with its command-line arguments (without argv\[0\]) and
 /// returns the process exit code.
@@ -111,6 +116,14 @@ pub fn main_with_args(args: Vec<String>) -> i32 {
             }
         }
         Some(verb::METADATA) => reply(parse(json).and_then(metadata::metadata)),
+        Some(verb::PTY) => match parse(json) {
+            Ok(request) => relay::run(request),
+            Err(e) => reply::<()>(Err(e)),
+        },
+        Some(verb::WATCH_DIR) => match parse(json) {
+            Ok(request) => dirwatch::run(request),
+            Err(e) => reply::<()>(Err(e)),
+        },
         _ => reply::<()>(Err(HelperError::BadRequest(USAGE.into()))),
     }
 }

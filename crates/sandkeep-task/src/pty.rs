@@ -11,7 +11,7 @@
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::process::CommandExt;
-use std::process::Command;
+use std::process::{Child, Command};
 
 use rustix::pty::OpenptFlags;
 use rustix::termios::Winsize;
@@ -65,6 +65,24 @@ pub fn set_size(master: impl AsFd, size: TermSize) -> io::Result<()> {
         },
     )?;
     Ok(())
+}
+
+/// `command` on the terminal whose slave is `slave`, in `cwd` (none: this
+/// process's), in a session of its own led by the spawned child (so the
+/// child's pid is still the group).
+pub fn spawn_session(command: &str, cwd: Option<&str>, slave: &OwnedFd) -> io::Result<Child> {
+    let mut cmd = Command::new("/proc/self/exe");
+    cmd.arg0("sandkeep-task")
+        .arg(SESSION_VERB)
+        .arg(command)
+        .env("TERM", TERM)
+        .stdin(slave.try_clone()?)
+        .stdout(slave.try_clone()?)
+        .stderr(slave.try_clone()?);
+    if let Some(cwd) = cwd {
+        cmd.current_dir(cwd);
+    }
+    cmd.spawn()
 }
 
 /// Entry point of [`SESSION_VERB`]; returns only on failure (the exit

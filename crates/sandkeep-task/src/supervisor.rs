@@ -115,7 +115,7 @@ fn fail_before_start(message: String) -> i32 {
 
 /// `bash -c COMMAND`, or `sh -c COMMAND` where bash is missing, in its own
 /// process group; stdin from `/dev/null`, or a pipe for an interactive
-/// task. A pty task goes through [`spawn_on_terminal`] instead.
+/// task. A pty task goes through [`pty::spawn_session`] instead.
 fn spawn_command(order: &StartRequest) -> io::Result<Child> {
     let mut last_err = None;
     for shell in SHELLS {
@@ -140,23 +140,6 @@ fn spawn_command(order: &StartRequest) -> io::Result<Child> {
         }
     }
     Err(last_err.expect("the loop tries at least one shell"))
-}
-
-/// The command on the terminal whose slave is `slave`, in a session of its
-/// own led by the spawned child (so the child's pid is still the group).
-fn spawn_on_terminal(order: &StartRequest, slave: &OwnedFd) -> io::Result<Child> {
-    let mut cmd = Command::new("/proc/self/exe");
-    cmd.arg0("sandkeep-task")
-        .arg(pty::SESSION_VERB)
-        .arg(&order.command)
-        .env("TERM", pty::TERM)
-        .stdin(slave.try_clone()?)
-        .stdout(slave.try_clone()?)
-        .stderr(slave.try_clone()?);
-    if let Some(cwd) = &order.cwd {
-        cmd.current_dir(cwd);
-    }
-    cmd.spawn()
 }
 
 /// An interactive task's input side, prepared before the spawn.
@@ -339,7 +322,9 @@ impl Supervisor {
         // Read before the spawn: a kill the task causes raises the count.
         let memory = MemoryCgroup::find().and_then(|m| Some((m.kills()?, m)));
         let spawned = match &wiring {
-            Wiring::Pty(_, _, slave) => spawn_on_terminal(&order, slave),
+            Wiring::Pty(_, _, slave) => {
+                pty::spawn_session(&order.command, order.cwd.as_deref(), slave)
+            }
             _ => spawn_command(&order),
         };
         let mut child = match spawned {

@@ -7,5 +7,6 @@ mod common;
 mod interactive;
 mod lifecycle;
 mod refusals;
+mod relay;
 mod static_binary;
 mod wait_delete;

@@ -40,6 +40,62 @@ try {
   assert.equal(await sbx.files.exists('d'), false)
   console.log('ok js_files')
 
+  // watchDir: the WatchDir stream, recursive, with entries.
+  await sbx.files.makeDir('w')
+  const events = []
+  let wake = () => {}
+  const watch = await sbx.files.watchDir(
+    'w',
+    (e) => {
+      events.push([e.type, e.name, e.entry?.path])
+      wake()
+    },
+    { recursive: true, includeEntry: true, timeoutMs: 0 }
+  )
+  const seen = async (n) => {
+    const deadline = Date.now() + 10_000
+    while (events.length < n) {
+      assert.ok(Date.now() < deadline, `${n} watch events within 10 s, got ${JSON.stringify(events)}`)
+      await new Promise((resolve) => {
+        wake = resolve
+        setTimeout(resolve, 100)
+      })
+    }
+    return events.splice(0, n)
+  }
+  await sbx.files.makeDir('w/sub')
+  await sbx.files.write('w/sub/f', 'x')
+  assert.deepEqual(await seen(4), [
+    ['create', 'sub', '/home/user/w/sub'],
+    ['create', 'sub/f', '/home/user/w/sub/f'],
+    ['chmod', 'sub/f', '/home/user/w/sub/f'],
+    ['write', 'sub/f', '/home/user/w/sub/f'],
+  ])
+  await sbx.files.remove('w/sub')
+  assert.deepEqual(await seen(2), [
+    ['remove', 'sub/f', undefined],
+    ['remove', 'sub', undefined],
+  ])
+  await watch.stop()
+  console.log('ok js_watch')
+
+  // sandbox.pty: a shell on a terminal, typed on and resized.
+  let screen = ''
+  const decoder = new TextDecoder()
+  const term = await sbx.pty.create({
+    cols: 80,
+    rows: 24,
+    onData: (data) => {
+      screen += decoder.decode(data)
+    },
+    timeoutMs: 0,
+  })
+  await sbx.pty.resize(term.pid, { cols: 123, rows: 45 })
+  await sbx.pty.sendInput(term.pid, new TextEncoder().encode('stty size; echo $((6*7)); exit 4\n'))
+  await assert.rejects(term.wait(), (e) => e instanceof CommandExitError && e.exitCode === 4)
+  assert.match(screen, /\r45 123\r\n42\r\n/)
+  console.log('ok js_pty')
+
   const page = await Sandbox.list({ query: { metadata: { run: runId } } }).nextItems()
   assert.deepEqual(page.map((s) => s.sandboxId), [sbx.sandboxId])
   await sbx.setTimeout(60_000)

@@ -784,3 +784,240 @@ def _():
     # Gone with the sandbox.
     r = _through_endpoint(host, "/index.html")
     assert r.status_code == 502 and "was not found" in r.json()["message"], r.text
+
+
+def _watch_helpers(sbx):
+    # The watch helpers running in the sandbox (`[w]` keeps this very
+    # command out of the count).
+    r = sbx.commands.run(
+        "for f in /proc/[0-9]*/cmdline; do tr '\\0' ' ' < $f; echo; done 2>/dev/null"
+        " | grep -c '[w]atch-dir' || true",
+        user="root",
+    )
+    return int(r.stdout.strip())
+
+
+@check("watch_dir_polled")
+def _():
+    # The sync SDK's watch: CreateWatcher, then GetWatcherEvents polls. A
+    # poll right after a change sees it, with envd's events for it.
+    from e2b import FileNotFoundException, FilesystemEventType as T
+
+    sbx = make()
+    try:
+        sbx.files.make_dir("w")
+        sbx.files.write("w/old", "1")
+        h = sbx.files.watch_dir("w")
+        seen = lambda: [(e.type, e.name) for e in h.get_new_events()]
+        assert seen() == [], "events before any change"
+        # An upload of a new file: envd's create, chown, write.
+        sbx.files.write("w/new", "x")
+        assert seen() == [(T.CREATE, "new"), (T.CHMOD, "new"), (T.WRITE, "new")]
+        # Over an existing file: chown, write; never the staging file.
+        sbx.files.write("w/old", "2")
+        assert seen() == [(T.CHMOD, "old"), (T.WRITE, "old")]
+        # What a program in the sandbox does, as inotify reports it.
+        sbx.commands.run("cd w && chmod 600 new && mv new moved && rm moved && echo a >> old")
+        assert seen() == [
+            (T.CHMOD, "new"),
+            (T.RENAME, "new"),
+            (T.CREATE, "moved"),
+            (T.REMOVE, "moved"),
+            (T.WRITE, "old"),
+        ]
+        # The filesystem calls' own changes; below the directory, nothing
+        # (not recursive).
+        sbx.files.make_dir("w/sub")
+        sbx.files.rename("w/sub", "w/sub2")
+        sbx.files.write("w/sub2/deep", "x")
+        sbx.files.remove("w/sub2")
+        assert seen() == [
+            (T.CREATE, "sub"),
+            (T.RENAME, "sub"),
+            (T.CREATE, "sub2"),
+            (T.REMOVE, "sub2"),
+        ]
+        # Recursive, with entries; new directories are watched at once.
+        r = sbx.files.watch_dir("w", recursive=True, include_entry=True)
+        sbx.files.make_dir("w/a/b")
+        sbx.files.write("w/a/b/f", "data")
+        events = r.get_new_events()
+        assert [(e.type, e.name) for e in events] == [
+            (T.CREATE, "a"),
+            (T.CREATE, "a/b"),
+            (T.CREATE, "a/b/f"),
+            (T.CHMOD, "a/b/f"),
+            (T.WRITE, "a/b/f"),
+        ], events
+        f = events[-1].entry
+        assert f is not None and f.path == "/home/user/w/a/b/f", events
+        assert f.type == FileType.FILE and f.size == 4, f
+        # Two watches, two helpers; stopping one ends its helper.
+        assert _watch_helpers(sbx) == 2
+        r.stop()
+        assert _watch_helpers(sbx) == 1
+        h.stop()
+        assert _watch_helpers(sbx) == 0
+        # envd's refusals.
+        try:
+            sbx.files.watch_dir("missing")
+            raise AssertionError("watching a missing directory did not raise")
+        except FileNotFoundException:
+            pass
+        try:
+            sbx.files.watch_dir("w/old")
+            raise AssertionError("watching a file did not raise")
+        except SandboxException as e:
+            assert "not a directory" in str(e), e
+        # As root, a directory the user may not read.
+        sbx.commands.run("mkdir -m 700 /tmp/private", user="root")
+        try:
+            sbx.files.watch_dir("/tmp/private")
+            raise AssertionError("the user watched root's private directory")
+        except SandboxException as e:
+            assert "ermission denied" in str(e), e
+        h = sbx.files.watch_dir("/tmp/private", user="root")
+        sbx.commands.run("touch /tmp/private/x", user="root")
+        assert [(e.type, e.name) for e in h.get_new_events()] == [(T.CREATE, "x"), (T.CHMOD, "x")]
+        # Events never fetched are bounded: past 16384 the watch ends.
+        sbx.files.make_dir("flood")
+        f = sbx.files.watch_dir("flood")
+        sbx.commands.run("cd flood && seq 20000 | xargs touch")
+        try:
+            f.get_new_events()
+            raise AssertionError("a watch kept 40000 unfetched events")
+        except SandboxException as e:
+            assert "16384 events were not fetched" in str(e), e
+        # The watch ends with its sandbox.
+        sbx.kill()
+        try:
+            h.get_new_events()
+            raise AssertionError("a watch outlived its sandbox")
+        except SandboxException:
+            pass
+    finally:
+        sbx.kill()
+
+
+@check("watch_dir_stream")
+def _():
+    # The async SDK's watch: the WatchDir stream, events as they happen.
+    import asyncio
+
+    from e2b import AsyncSandbox, FilesystemEventType as T
+
+    async def main():
+        sbx = await AsyncSandbox.create(timeout=120)
+        try:
+            await sbx.files.make_dir("w")
+            got = asyncio.Queue()
+            ended = asyncio.get_running_loop().create_future()
+            h = await sbx.files.watch_dir(
+                "w",
+                on_event=lambda e: got.put_nowait((e.type, e.name)),
+                on_exit=lambda err: ended.done() or ended.set_result(err),
+                recursive=True,
+                timeout=0,
+            )
+
+            async def next_events(n):
+                return [await asyncio.wait_for(got.get(), 10) for _ in range(n)]
+
+            await sbx.files.write("w/f", "x")
+            assert await next_events(3) == [
+                (T.CREATE, "f"),
+                (T.CHMOD, "f"),
+                (T.WRITE, "f"),
+            ]
+            # A change by a program, seen without any call of the SDK's.
+            await sbx.commands.run("echo hi > w/g", background=True)
+            assert await next_events(2) == [(T.CREATE, "g"), (T.WRITE, "g")]
+            await h.stop()
+            assert await asyncio.wait_for(ended, 10) is None
+            # A watch ends with its sandbox: the stream breaks off.
+            ended = asyncio.get_running_loop().create_future()
+            await sbx.files.watch_dir(
+                "w",
+                on_event=lambda e: None,
+                on_exit=lambda err: ended.done() or ended.set_result(err),
+                timeout=0,
+            )
+            await sbx.kill()
+            err = await asyncio.wait_for(ended, 20)
+            assert err is not None, "the watch ended cleanly with its sandbox killed"
+        finally:
+            await sbx.kill()
+
+    asyncio.run(main())
+
+
+@check("pty")
+def _():
+    # sandbox.pty: a shell on a terminal of the asked size, typed on,
+    # resized, reconnected to and killed, as with envd.
+    from e2b.sandbox.commands.command_handle import PtySize
+
+    sbx = make()
+    try:
+        t = sbx.pty.create(PtySize(rows=24, cols=80), envs={"ABC": "123"}, cwd="/tmp")
+        sbx.pty.send_stdin(t.pid, b"tty; echo $ABC $TERM; pwd; whoami; stty size\n")
+        text = ""
+        # Resized once the first size was printed (`24 80` at the start
+        # of a line: the echoed command line has it too).
+        for _, _, pty in t:
+            text += (pty or b"").decode()
+            if "\n24 80" in text:
+                break
+        for expected in ["/dev/pts/", "123 xterm-256color", "/tmp", "user"]:
+            assert expected in text, (expected, text)
+        sbx.pty.resize(t.pid, PtySize(rows=30, cols=100))
+        sbx.pty.send_stdin(t.pid, b"tput cols; stty size; exit 3\n")
+        out = []
+        try:
+            t.wait(on_pty=lambda b: out.append(b.decode()))
+            raise AssertionError("exit 3 did not raise")
+        except CommandExitException as e:
+            assert e.exit_code == 3, e
+        assert "\r100\r\n30 100" in "".join(out), out
+        # Disconnected, then connected again: the shell lives on and the
+        # new stream gets what comes after.
+        t = sbx.pty.create(PtySize(rows=24, cols=80))
+        t.disconnect()
+        again = sbx.pty.connect(t.pid)
+        assert again.pid == t.pid
+        sbx.pty.send_stdin(t.pid, b"echo back:$((40+2))\nexit\n")
+        out = []
+        assert again.wait(on_pty=lambda b: out.append(b.decode())).exit_code == 0
+        assert "back:42" in "".join(out), out
+        # ^C reaches the foreground job, not the shell.
+        t = sbx.pty.create(PtySize(rows=24, cols=80))
+        sbx.pty.send_stdin(t.pid, b"sh -c 'echo go; exec sleep 100'\n")
+        text = ""
+        for _, _, pty in t:
+            text += (pty or b"").decode()
+            if "\rgo\r\n" in text:
+                break
+        sbx.pty.send_stdin(t.pid, b"\x03")
+        sbx.pty.send_stdin(t.pid, b"echo after:$?; exit\n")
+        out = []
+        assert t.wait(on_pty=lambda b: out.append(b.decode())).exit_code == 0
+        assert "after:130" in "".join(out), out
+        # kill: the whole session goes, and the process is gone.
+        t = sbx.pty.create(PtySize(rows=24, cols=80))
+        assert sbx.pty.kill(t.pid)
+        try:
+            t.wait()
+            raise AssertionError("a killed terminal ended cleanly")
+        except CommandExitException as e:
+            assert e.exit_code == -1, e
+        assert not sbx.pty.kill(999999)
+        # Plain processes take stdin only, terminals pty input only.
+        h = sbx.commands.run("cat", background=True, stdin=True)
+        try:
+            sbx.pty.send_stdin(h.pid, b"x")
+            raise AssertionError("pty input reached a process without a terminal")
+        except SandboxException as e:
+            assert "no terminal" in str(e), e
+        sbx.commands.kill(h.pid)
+    finally:
+        sbx.kill()

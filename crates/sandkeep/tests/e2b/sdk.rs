@@ -338,6 +338,29 @@ async fn sdk_file_metadata_lives_in_xattrs() {
     sdk_check("file_metadata").await;
 }
 
+/// The sync SDK's `watch_dir` (CreateWatcher, GetWatcherEvents polls):
+/// envd's events for uploads, the filesystem calls and programs' changes,
+/// recursive with entries, the user's rights, ended with its sandbox.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sdk_watch_dir_polled() {
+    sdk_check("watch_dir_polled").await;
+}
+
+/// The async SDK's `watch_dir` (the WatchDir stream): events as they
+/// happen, `stop`, and the stream broken off when its sandbox is killed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sdk_watch_dir_stream() {
+    sdk_check("watch_dir_stream").await;
+}
+
+/// `sandbox.pty`: a shell on a terminal of the asked size (`tty`,
+/// `stty size`), typed on, resized, reconnected to, `^C` reaching the
+/// foreground job, killed; terminal and plain input kept apart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sdk_pty() {
+    sdk_check("pty").await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn js_sdk_runs_commands_and_files() {
     let modules = std::env::var_os("SANDKEEP_TEST_E2B_JS").filter(|p| !p.is_empty());
