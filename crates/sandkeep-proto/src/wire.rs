@@ -12,7 +12,7 @@ use crate::task::{TaskId, TaskState};
 /// The version of this protocol (verbs, requests, replies, the task
 /// directory's files): bumped on every change a host and a helper built
 /// apart would disagree on. `sandkeep-task --version` prints it.
-pub const PROTOCOL_VERSION: u32 = 2;
+pub const PROTOCOL_VERSION: u32 = 3;
 
 /// `sandkeep-task --version`: one line naming the helper's version, its
 /// protocol and the fingerprint of the sources it was built from.
@@ -31,6 +31,7 @@ pub mod verb {
     pub const INPUT: &str = "input";
     pub const RESIZE: &str = "resize";
     pub const METADATA: &str = "metadata";
+    pub const SERVE: &str = "serve";
 }
 
 /// The namespace of the file metadata `sandkeep-task metadata` keeps, as
@@ -317,6 +318,41 @@ pub struct WaitReply {
     #[serde(flatten)]
     pub status: TaskStatus,
     pub waited_ms: u64,
+}
+
+/// `sandkeep-task serve`: the resident reader of one host, the read-only
+/// verbs ([`READER_VERBS`]) answered by one long-lived process instead of a
+/// process per call. It reads request lines `ID VERB JSON` on stdin (the
+/// one-shot command line, with the caller's number in front) and writes
+/// reply lines `ID CODE JSON`: `CODE` and `JSON` are the exit code and the
+/// stdout the one-shot helper would give (`JSON` is compact, so it holds no
+/// newline). Requests are answered in order. It exits at the end of its
+/// stdin or after [`READER_IDLE_SECS`] without a request.
+pub const READER_VERBS: [&str; 2] = [verb::STATUS, verb::LIST];
+
+/// How long a resident reader stays without a request before it exits.
+pub const READER_IDLE_SECS: u64 = 60;
+
+/// The longest request line a reader takes (a status request is some
+/// hundred bytes): past it the reader exits, since only its host writes there.
+pub const READER_REQUEST_MAX: usize = 64 * 1024;
+
+/// One request line for a resident reader (`ID VERB JSON\n`).
+pub fn reader_request_line<T: Serialize>(id: u64, verb: &str, request: &T) -> Vec<u8> {
+    let mut line = format!("{id} {verb} ").into_bytes();
+    serde_json::to_writer(&mut line, request).expect("helper requests always encode");
+    line.push(b'\n');
+    line
+}
+
+/// A reader's line split into the caller's number, the verb or code, and
+/// the JSON; `None` when it is not of that shape.
+pub fn split_reader_line(line: &[u8]) -> Option<(u64, &str, &[u8])> {
+    let line = line.strip_suffix(b"\n").unwrap_or(line);
+    let mut parts = line.splitn(3, |&b| b == b' ');
+    let id = std::str::from_utf8(parts.next()?).ok()?.parse().ok()?;
+    let word = std::str::from_utf8(parts.next()?).ok()?;
+    Some((id, word, parts.next()?))
 }
 
 /// `sandkeep-task wait --stream`: one process watching many tasks for one
