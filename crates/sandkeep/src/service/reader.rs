@@ -32,11 +32,15 @@ use tokio::sync::{OnceCell, mpsc, oneshot};
 use super::helper::{self, HelperError, HelperPaths};
 use crate::provider::{Program, Provider, ProviderError, RunningProcess, SandboxId, SpawnRequest};
 
-/// How long a reader may leave a read unanswered (or take to start) before
-/// it counts as wedged. Its reads take well under a millisecond each; this
-/// leaves room for a loaded host without letting a stopped or frozen reader
-/// hold a caller for long.
+/// How long a reader may leave a read unanswered before it counts as
+/// wedged. Its reads take well under a millisecond each; this leaves room
+/// for a loaded host (or a remote sandbox's round trip) without letting a
+/// stopped or frozen reader hold a caller for long.
 pub(super) const ANSWER_WITHIN: Duration = Duration::from_secs(1);
+
+/// How long starting a reader may take: locally a message to the fork
+/// server, remotely a round trip to the sandbox's envd.
+const START_WITHIN: Duration = Duration::from_secs(5);
 
 /// How many readers one read may try (the first, and one replacement for a
 /// reader that died under it) before it goes the old way.
@@ -182,7 +186,7 @@ impl Readers {
                 stdin: true,
             },
         );
-        let spawned = tokio::time::timeout(ANSWER_WITHIN, spawn)
+        let spawned = tokio::time::timeout(START_WITHIN, spawn)
             .await
             .map_err(|_| NoReader::Failed("the reader did not start in time".into()))?
             .map_err(gone)?;
