@@ -92,9 +92,10 @@ enum Lost {
 
 /// Why no reader could be had.
 enum NoReader {
-    /// The sandbox is gone: the read fails as the old way would.
-    Gone(ProviderError),
-    /// Anything else: the read goes the old way.
+    /// The provider failed as it would for the old way too (the sandbox is
+    /// gone, the helper cannot be placed): the read fails with it.
+    Provider(ProviderError),
+    /// The reader could not be started: the read goes the old way.
     Failed(String),
 }
 
@@ -113,7 +114,7 @@ impl Readers {
         for _ in 0..ATTEMPTS {
             let (slot, reader) = match self.reader(provider, paths, sandbox).await {
                 Ok(found) => found,
-                Err(NoReader::Gone(e)) => return Err(HelperError::Provider(e)),
+                Err(NoReader::Provider(e)) => return Err(HelperError::Provider(e)),
                 Err(NoReader::Failed(why)) => {
                     tracing::debug!(%sandbox, "reading without a resident reader: {why}");
                     break;
@@ -167,14 +168,10 @@ impl Readers {
         sandbox: &SandboxId,
         slot: Weak<Slot>,
     ) -> Result<Arc<Reader>, NoReader> {
-        let gone = |e: ProviderError| match e {
-            ProviderError::NoSuchSandbox(_) => {
-                paths.forget(sandbox);
-                NoReader::Gone(e)
-            }
-            e => NoReader::Failed(e.to_string()),
-        };
-        let helper = paths.get(provider, sandbox).await.map_err(gone)?;
+        let helper = paths
+            .get(provider, sandbox)
+            .await
+            .map_err(NoReader::Provider)?;
         let spawn = provider.spawn(
             sandbox,
             SpawnRequest {
@@ -189,7 +186,13 @@ impl Readers {
         let spawned = tokio::time::timeout(START_WITHIN, spawn)
             .await
             .map_err(|_| NoReader::Failed("the reader did not start in time".into()))?
-            .map_err(gone)?;
+            .map_err(|e| match e {
+                ProviderError::NoSuchSandbox(_) => {
+                    paths.forget(sandbox);
+                    NoReader::Provider(e)
+                }
+                e => NoReader::Failed(e.to_string()),
+            })?;
         let Some(stdin) = spawned.stdin else {
             let _ = spawned.process.kill_group();
             return Err(NoReader::Failed(
