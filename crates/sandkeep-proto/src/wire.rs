@@ -559,6 +559,27 @@ pub fn encoded_request_len<T: Serialize>(request: &T) -> usize {
 mod tests {
     use super::*;
 
+    /// A reader's request line splits back into its number, verb and JSON;
+    /// a line without a number or a verb is none.
+    #[test]
+    fn reader_lines_split_into_number_word_and_json() {
+        let line = reader_request_line(42, verb::STATUS, &serde_json::json!({"task_id": "a b"}));
+        assert_eq!(line, b"42 status {\"task_id\":\"a b\"}\n");
+        assert_eq!(
+            split_reader_line(&line),
+            Some((42, verb::STATUS, &br#"{"task_id":"a b"}"#[..]))
+        );
+        assert_eq!(split_reader_line(b"7 0 {}"), Some((7, "0", &b"{}"[..])));
+        for bad in [&b"status {}\n"[..], b"x 0 {}", b"7 0", b"", b"-1 0 {}"] {
+            assert_eq!(
+                split_reader_line(bad),
+                None,
+                "{:?}",
+                String::from_utf8_lossy(bad)
+            );
+        }
+    }
+
     #[test]
     fn shell_quote_survives_single_quotes() {
         assert_eq!(shell_quote("it's"), "'it'\\''s'");
