@@ -471,3 +471,38 @@ async fn no_sandbox_process_can_answer_for_the_reader() {
     assert_eq!(f.reader(), reader, "the reader kept serving");
     f.finish().await;
 }
+
+/// A supervisor lost while the reader serves: the next read says
+/// `unknown` (and keeps saying it), as a one-shot helper would; the reader
+/// neither adopts the task nor renews or retains anything.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_supervisor_reads_unknown_through_the_reader() {
+    let f = Fixture::new().await;
+    let reader = f.reader();
+    let before = f.local.info(&f.sandbox).await.expect("info");
+    let supervisors =
+        host_pids_where(|cmd| cmd.contains("__supervise") && cmd.contains(f.running.as_str()));
+    assert_eq!(supervisors.len(), 1, "{supervisors:?}");
+    signal(supervisors[0], Signal::KILL);
+    until(
+        Duration::from_secs(5),
+        "the read to say unknown",
+        || async { f.get(&f.running).await.state.to_string() == "unknown" },
+    )
+    .await;
+    for _ in 0..5 {
+        let r = f.get(&f.running).await;
+        assert_eq!(
+            (r.state.to_string(), r.exit_code),
+            ("unknown".to_owned(), None)
+        );
+    }
+    assert_eq!(f.reader(), reader, "the reader answered");
+    let after = f.local.info(&f.sandbox).await.expect("info");
+    assert_eq!(
+        (after.expires_at, after.retained),
+        (before.expires_at, before.retained),
+        "reads neither renew nor retain"
+    );
+    f.finish().await;
+}
