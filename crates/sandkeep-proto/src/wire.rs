@@ -33,6 +33,7 @@ pub mod verb {
     pub const METADATA: &str = "metadata";
     pub const WATCH_DIR: &str = "watch-dir";
     pub const PTY: &str = "pty";
+    pub const SERVE: &str = "serve";
 }
 
 /// The namespace of the file metadata `sandkeep-task metadata` keeps, as
@@ -440,6 +441,41 @@ pub struct WaitReply {
     pub waited_ms: u64,
 }
 
+/// `sandkeep-task serve`: the resident reader of one host, the read-only
+/// verbs ([`READER_VERBS`]) answered by one long-lived process instead of a
+/// process per call. It reads request lines `ID VERB JSON` on stdin (the
+/// one-shot command line, with the caller's number in front) and writes
+/// reply lines `ID CODE JSON`: `CODE` and `JSON` are the exit code and the
+/// stdout the one-shot helper would give (`JSON` is compact, so it holds no
+/// newline). Requests are answered in order. It exits at the end of its
+/// stdin or after [`READER_IDLE_SECS`] without a request.
+pub const READER_VERBS: [&str; 2] = [verb::STATUS, verb::LIST];
+
+/// How long a resident reader stays without a request before it exits.
+pub const READER_IDLE_SECS: u64 = 60;
+
+/// The longest request line a reader takes (a status request is some
+/// hundred bytes): past it the reader exits, since only its host writes there.
+pub const READER_REQUEST_MAX: usize = 64 * 1024;
+
+/// One request line for a resident reader (`ID VERB JSON\n`).
+pub fn reader_request_line<T: Serialize>(id: u64, verb: &str, request: &T) -> Vec<u8> {
+    let mut line = format!("{id} {verb} ").into_bytes();
+    serde_json::to_writer(&mut line, request).expect("helper requests always encode");
+    line.push(b'\n');
+    line
+}
+
+/// A reader's line split into the caller's number, the verb or code, and
+/// the JSON; `None` when it is not of that shape.
+pub fn split_reader_line(line: &[u8]) -> Option<(u64, &str, &[u8])> {
+    let line = line.strip_suffix(b"\n").unwrap_or(line);
+    let mut parts = line.splitn(3, |&b| b == b' ');
+    let id = std::str::from_utf8(parts.next()?).ok()?.parse().ok()?;
+    let word = std::str::from_utf8(parts.next()?).ok()?;
+    Some((id, word, parts.next()?))
+}
+
 /// `sandkeep-task wait --stream`: one process watching many tasks for one
 /// host. It reads [`WatchCommand`] lines on stdin and writes a
 /// [`WatchEvent`] line whenever a watched task's state or log sizes change
@@ -643,6 +679,27 @@ pub fn encoded_request_len<T: Serialize>(request: &T) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A reader's request line splits back into its number, verb and JSON;
+    /// a line without a number or a verb is none.
+    #[test]
+    fn reader_lines_split_into_number_word_and_json() {
+        let line = reader_request_line(42, verb::STATUS, &serde_json::json!({"task_id": "a b"}));
+        assert_eq!(line, b"42 status {\"task_id\":\"a b\"}\n");
+        assert_eq!(
+            split_reader_line(&line),
+            Some((42, verb::STATUS, &br#"{"task_id":"a b"}"#[..]))
+        );
+        assert_eq!(split_reader_line(b"7 0 {}"), Some((7, "0", &b"{}"[..])));
+        for bad in [&b"status {}\n"[..], b"x 0 {}", b"7 0", b"", b"-1 0 {}"] {
+            assert_eq!(
+                split_reader_line(bad),
+                None,
+                "{:?}",
+                String::from_utf8_lossy(bad)
+            );
+        }
+    }
 
     #[test]
     fn pty_frames_round_trip_whole_or_in_pieces() {

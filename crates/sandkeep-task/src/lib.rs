@@ -7,8 +7,9 @@
 //!
 //! The helper is a short-lived command answering with exactly one JSON
 //! object on stdout (the verb's reply, or an error reply with exit code 1);
-//! `wait --stream` and `watch-dir` live as long as their stdin and answer
-//! with lines; `pty` relays a terminal for as long as its command runs.
+//! `wait --stream`, `watch-dir` and `serve` (the resident reader of
+//! `status` and `list`) live as long as their stdin and answer with lines;
+//! `pty` relays a terminal for as long as its command runs.
 //! The supervisor is the same executable re-run detached under a hidden
 //! verb. Nothing here knows about MCP or the host.
 
@@ -31,6 +32,7 @@ pub mod procfs;
 mod pty;
 mod redact;
 mod relay;
+mod serve;
 mod start;
 mod status;
 mod supervisor;
@@ -60,7 +62,7 @@ pub fn version_line() -> String {
     )
 }
 
-const USAGE: &str = "usage: sandkeep-task --version | start JSON | status JSON | wait JSON | wait --stream | cancel JSON | delete JSON | list [{}] | input JSON < DATA | resize JSON | changes JSON | export JSON | metadata JSON | watch-dir JSON | pty JSON";
+const USAGE: &str = "usage: sandkeep-task --version | start JSON | status JSON | wait JSON | wait --stream | cancel JSON | delete JSON | list [{}] | serve | input JSON < DATA | resize JSON | changes JSON | export JSON | metadata JSON | watch-dir JSON | pty JSON";
 
 /// Runs the helper with its command-line arguments (without argv\[0\]) and
 /// returns the process exit code.
@@ -103,6 +105,7 @@ pub fn main_with_args(args: Vec<String>) -> i32 {
         Some(verb::INPUT) => reply(parse(json).and_then(|req| interact::input(req, read_input()?))),
         Some(verb::RESIZE) => reply(parse(json).and_then(interact::resize)),
         Some(verb::LIST) => reply(no_arguments(json).and_then(|()| status::list())),
+        Some(verb::SERVE) if json.is_none() => serve::serve(),
         Some(verb::CHANGES) => reply(parse(json).and_then(changes::changes)),
         // A stream, not one JSON reply: only a failure is a reply (after
         // whatever was written; the host reads the exit code first).
@@ -198,8 +201,8 @@ fn no_arguments(json: Option<&str>) -> Result<(), HelperError> {
     }
 }
 
-/// Prints the one JSON object of the reply and gives the exit code.
-fn reply<T: Serialize>(result: Result<T, HelperError>) -> i32 {
+/// The one JSON object of the reply and the exit code that goes with it.
+fn encode<T: Serialize>(result: Result<T, HelperError>) -> (String, i32) {
     let (json, code) = match result {
         Ok(value) => (serde_json::to_string(&value), 0),
         Err(e) => (
@@ -207,7 +210,12 @@ fn reply<T: Serialize>(result: Result<T, HelperError>) -> i32 {
             1,
         ),
     };
-    let mut line = json.expect("replies always encode");
+    (json.expect("replies always encode"), code)
+}
+
+/// Prints the one JSON object of the reply and gives the exit code.
+fn reply<T: Serialize>(result: Result<T, HelperError>) -> i32 {
+    let (mut line, code) = encode(result);
     line.push('\n');
     let mut out = std::io::stdout().lock();
     // A caller that closed our stdout gets nothing; there is no one to tell.

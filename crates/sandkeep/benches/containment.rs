@@ -15,12 +15,11 @@
 
 mod common;
 
-use std::collections::HashMap;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Instant;
 
-use common::{EXE, bench_line, local_config, median, ms, state_dir};
+use common::{EXE, bench_line, keepers_pss_kib, local_config, median, ms, state_dir};
 use sandkeep::provider::local::{HostBounds, LocalProvider};
 use sandkeep::provider::{CreateSpec, Provider, SandboxId};
 
@@ -211,75 +210,4 @@ fn bwrap_argv() -> Vec<String> {
     }
     argv.extend(["--proc", "/proc", "--dev", "/dev", "/bin/sh", "-c", "true"].map(String::from));
     argv
-}
-
-/// The PSS (KiB) of each keeper serving `home`, summed over the keeper and
-/// all of its descendants.
-fn keepers_pss_kib(home: &Path) -> Vec<u64> {
-    let mut parent = HashMap::new();
-    let mut keepers = Vec::new();
-    let home = home.display().to_string();
-    for entry in std::fs::read_dir("/proc").expect("/proc") {
-        let Ok(pid) = entry
-            .expect("/proc entry")
-            .file_name()
-            .to_string_lossy()
-            .parse::<u32>()
-        else {
-            continue;
-        };
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-            continue;
-        };
-        // The parent is the second field after the parenthesised name.
-        let after = &stat[stat.rfind(')').expect("stat") + 2..];
-        let ppid: u32 = after
-            .split(' ')
-            .nth(1)
-            .expect("ppid")
-            .parse()
-            .expect("ppid");
-        parent.insert(pid, ppid);
-        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-        let cmdline = String::from_utf8_lossy(&cmdline);
-        // `sandkeep-keeper run HOME ID BUILD`, or `sandkeep __keeper run …`.
-        if cmdline.contains(&format!("\0run\0{home}\0")) {
-            keepers.push(pid);
-        }
-    }
-    // The keeper's forks (init, proxy) carry its command line too: the
-    // keeper is the one whose parent is not one of them.
-    let forks: Vec<u32> = keepers
-        .iter()
-        .copied()
-        .filter(|pid| keepers.contains(&parent[pid]))
-        .collect();
-    keepers.retain(|pid| !forks.contains(pid));
-    let keeper_of = |mut pid: u32| loop {
-        if keepers.contains(&pid) {
-            return Some(pid);
-        }
-        pid = *parent.get(&pid)?;
-        if pid <= 1 {
-            return None;
-        }
-    };
-    let mut pss: HashMap<u32, u64> = HashMap::new();
-    for &pid in parent.keys() {
-        if let Some(keeper) = keeper_of(pid) {
-            *pss.entry(keeper).or_default() += pss_kib(pid);
-        }
-    }
-    keepers.iter().map(|k| pss[k]).collect()
-}
-
-fn pss_kib(pid: u32) -> u64 {
-    let Ok(rollup) = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")) else {
-        return 0;
-    };
-    rollup
-        .lines()
-        .find_map(|l| l.strip_prefix("Pss:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap_or(0)
 }

@@ -348,15 +348,17 @@ impl Service {
 
     pub async fn get_task(&self, args: GetTaskArgs) -> Result<TaskResult, ToolError> {
         let (id, request) = status_request(&args)?;
-        let status: TaskStatus = helper::call(
-            self.provider.as_ref(),
-            &self.helpers,
-            &id,
-            wire::verb::STATUS,
-            &request,
-        )
-        .await
-        .map_err(|e| helper_error(e, &id, &request.task_id))?;
+        let status: TaskStatus = self
+            .readers
+            .read(
+                self.provider.as_ref(),
+                &self.helpers,
+                &id,
+                wire::verb::STATUS,
+                &request,
+            )
+            .await
+            .map_err(|e| helper_error(e, &id, &request.task_id))?;
         Ok(self.task_result(&id, status))
     }
 

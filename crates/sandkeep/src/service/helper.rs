@@ -1,6 +1,8 @@
 //! Calls to the in-sandbox task helper: `sandkeep-task VERB JSON` run
 //! through [`Provider::exec`], one JSON object read back from its stdout.
-//! This is the only place that knows the helper's exit-code convention.
+//! This is the only place that knows the helper's exit-code convention
+//! ([`decode`]); the resident reader (`super::reader`) answers in the same
+//! terms.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -209,21 +211,30 @@ async fn exec<Req: Serialize, Rep: DeserializeOwned>(
             timeout.as_secs()
         )));
     }
-    match out.exit_code {
-        Some(0) => {
-            serde_json::from_slice(&out.stdout).map_err(|e| unreadable(&out.stdout, &out.stderr, e))
-        }
-        Some(1) => match serde_json::from_slice::<ErrorReply>(&out.stdout) {
+    decode(out.exit_code, &out.stdout, &out.stderr)
+}
+
+/// The helper's answer by its exit code and output: the verb's reply, its
+/// refusal, or why neither could be read. Both transports (a process per
+/// call, the resident reader) answer in these terms.
+pub(super) fn decode<Rep: DeserializeOwned>(
+    exit_code: Option<i32>,
+    stdout: &[u8],
+    stderr: &[u8],
+) -> Result<Rep, HelperError> {
+    match exit_code {
+        Some(0) => serde_json::from_slice(stdout).map_err(|e| unreadable(stdout, stderr, e)),
+        Some(1) => match serde_json::from_slice::<ErrorReply>(stdout) {
             Ok(r) => Err(HelperError::Refused {
                 kind: r.error.kind,
                 message: r.error.message,
             }),
-            Err(e) => Err(unreadable(&out.stdout, &out.stderr, e)),
+            Err(e) => Err(unreadable(stdout, stderr, e)),
         },
         code => Err(HelperError::Unreadable(format!(
             "the helper exited with {}: {}",
             code.map_or("no status".to_owned(), |c| format!("status {c}")),
-            snippet(&out.stderr)
+            snippet(stderr)
         ))),
     }
 }

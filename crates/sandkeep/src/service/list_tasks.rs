@@ -7,7 +7,7 @@ use sandkeep_proto::wire::{self, ListReply};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::helper::{self, HelperError};
+use super::helper::HelperError;
 use super::{Service, ToolError, validate};
 
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
@@ -52,27 +52,29 @@ impl Service {
     pub async fn list_tasks(&self, args: ListTasksArgs) -> Result<ListTasksResult, ToolError> {
         let id = validate::sandbox_id(&args.sandbox_id)?;
         let no_arguments = serde_json::Map::new();
-        let reply: ListReply = helper::call(
-            self.provider.as_ref(),
-            &self.helpers,
-            &id,
-            wire::verb::LIST,
-            &no_arguments,
-        )
-        .await
-        .map_err(|e| match e {
-            HelperError::Provider(p) => ToolError::Provider(p),
-            HelperError::Refused { kind, message } => ToolError::Helper {
-                kind,
-                message: format!(
-                    "the task helper in sandbox {id} refused to list its tasks ({message})"
-                ),
-            },
-            HelperError::Unreadable(detail) => ToolError::BadHelperReply {
-                sandbox_id: id.to_string(),
-                detail,
-            },
-        })?;
+        let reply: ListReply = self
+            .readers
+            .read(
+                self.provider.as_ref(),
+                &self.helpers,
+                &id,
+                wire::verb::LIST,
+                &no_arguments,
+            )
+            .await
+            .map_err(|e| match e {
+                HelperError::Provider(p) => ToolError::Provider(p),
+                HelperError::Refused { kind, message } => ToolError::Helper {
+                    kind,
+                    message: format!(
+                        "the task helper in sandbox {id} refused to list its tasks ({message})"
+                    ),
+                },
+                HelperError::Unreadable(detail) => ToolError::BadHelperReply {
+                    sandbox_id: id.to_string(),
+                    detail,
+                },
+            })?;
         Ok(ListTasksResult {
             sandbox_id: id.to_string(),
             tasks: reply

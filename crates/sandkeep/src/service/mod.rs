@@ -40,6 +40,7 @@ mod json;
 mod list_tasks;
 mod mask;
 mod ports;
+mod reader;
 #[cfg(test)]
 mod reference;
 mod session;
@@ -76,6 +77,7 @@ pub struct Service {
     provider: Arc<dyn Provider>,
     masker: Masker,
     helpers: helper::HelperPaths,
+    readers: reader::Readers,
     waiters: waiters::Waiters,
     answers: wait_task::SharedReads,
     ceilings: Ceilings,
@@ -129,6 +131,7 @@ impl Service {
             provider,
             masker: Masker::new(secrets),
             helpers: helper::HelperPaths::default(),
+            readers: reader::Readers::default(),
             waiters: waiters::Waiters::default(),
             answers: wait_task::SharedReads::default(),
             ceilings: Ceilings::default(),

@@ -23,6 +23,7 @@ use serde::{Deserialize, Serialize};
 
 use super::handlers::helper_error;
 use super::helper;
+use super::reader::Readers;
 use super::waiters::Outcome;
 use super::{Service, TaskResult, ToolError, validate};
 use crate::provider::{Provider, SandboxId};
@@ -111,7 +112,13 @@ impl Service {
         let status: TaskStatus = match outcome {
             Outcome::Done => self
                 .answers
-                .read(self.provider.as_ref(), &self.helpers, &id, &request)
+                .read(
+                    self.provider.as_ref(),
+                    &self.helpers,
+                    &self.readers,
+                    &id,
+                    &request,
+                )
                 .await
                 .map_err(|e| helper_error(e, &id, &request.task_id))?,
             Outcome::NoWatcher(why) => {
@@ -187,6 +194,7 @@ impl SharedReads {
         &self,
         provider: &dyn Provider,
         paths: &helper::HelperPaths,
+        readers: &Readers,
         sandbox: &SandboxId,
         request: &WaitRequest,
     ) -> Result<TaskStatus, helper::HelperError> {
@@ -202,7 +210,7 @@ impl SharedReads {
         // A failed read is not shared: the next waiter in line reads itself.
         let result = flight
             .get_or_try_init(|| {
-                helper::call(
+                readers.read(
                     provider,
                     paths,
                     sandbox,

@@ -952,3 +952,84 @@ async fn an_exposed_port_is_e2bs_host_name_and_the_endpoint_routes_it() {
         Err(ProviderError::NoSuchSandbox(_))
     ));
 }
+
+/// Task reads on the e2b provider go to one long-lived `sandkeep-task
+/// serve` per sandbox (one envd `Start` stream), not a `Start` per read;
+/// killed inside the sandbox, it is replaced and the read still answers
+/// correctly within 2 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn task_reads_go_through_one_long_lived_reader_over_envd() {
+    use sandkeep::service::{GetTaskArgs, Service, Session, StartTaskArgs};
+
+    let endpoint = Endpoint::start();
+    let p = Arc::new(provider(&endpoint));
+    let service = Service::new(p.clone(), Vec::new());
+    let id = p.create(spec()).await.expect("create").sandbox_id;
+    let task = service
+        .start_task(
+            &Session::stateless(),
+            StartTaskArgs {
+                command: "printf hi; exec sleep 305".into(),
+                sandbox_id: Some(id.to_string()),
+                cwd: None,
+                timeout: None,
+            },
+        )
+        .await
+        .expect("start_task")
+        .task_id;
+    let get = || {
+        service.get_task(GetTaskArgs {
+            sandbox_id: id.to_string(),
+            task_id: task.clone(),
+            stdout_offset: None,
+            stderr_offset: None,
+            limit: None,
+        })
+    };
+    until(Duration::from_secs(10), "the task's output", || async {
+        get().await.expect("get_task").stdout == "hi"
+    })
+    .await;
+    let readers = || {
+        sh(
+            &p,
+            &id,
+            "ps -eo pid=,args= | grep 'sandkeep-tas[k] serve$' || true",
+        )
+    };
+    let first = readers().await;
+    assert_eq!(first.lines().count(), 1, "one reader: {first}");
+    for _ in 0..30 {
+        let r = get().await.expect("get_task");
+        assert_eq!(
+            (r.state.to_string(), r.stdout.as_str()),
+            ("running".into(), "hi")
+        );
+    }
+    assert_eq!(
+        readers().await,
+        first,
+        "the same reader answered every read"
+    );
+
+    let pid = first.split_whitespace().next().unwrap().to_owned();
+    sh(&p, &id, &format!("kill -9 {pid}")).await;
+    let started = Instant::now();
+    let r = get().await.expect("get_task after the reader was killed");
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(
+        (r.state.to_string(), r.stdout.as_str()),
+        ("running".into(), "hi")
+    );
+    let second = readers().await;
+    assert!(
+        second.lines().count() == 1 && second != first,
+        "a new reader took over: {first} then {second}"
+    );
+    assert!(p.kill(&id).await.unwrap());
+}

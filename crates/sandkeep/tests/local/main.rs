@@ -22,5 +22,6 @@ mod faults;
 mod lifecycle;
 mod net;
 mod ports;
+mod reader;
 mod trust;
 mod unprivileged;

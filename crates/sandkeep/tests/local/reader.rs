@@ -1,0 +1,508 @@
+//! The resident task reader (`sandkeep-task serve`) in real sandboxes:
+//! its answers are byte for byte the one-shot helper's; the service's reads
+//! all go through one reader per sandbox; a reader killed or stopped in the
+//! middle of a read is replaced and the read answers correctly within 2 s;
+//! no process of the sandbox can reach its pipes to answer in its name; an
+//! idle reader uses no CPU.
+
+use crate::support;
+
+use std::os::unix::fs::OpenOptionsExt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use rustix::process::Signal;
+use sandkeep::provider::local::LocalProvider;
+use sandkeep::provider::{Program, Provider, SandboxId, SpawnRequest};
+use sandkeep::service::{GetTaskArgs, ListTasksArgs, Service, Session, StartTaskArgs, TaskResult};
+use sandkeep_proto::wire::shell_quote;
+use serde_json::json;
+use support::local::*;
+use support::*;
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+
+/// How long a read may take when its reader was killed or stopped under it.
+const REPLACED_WITHIN: Duration = Duration::from_secs(2);
+
+/// A service over a fresh sandbox, with one finished and one running task
+/// whose logs no longer change.
+struct Fixture {
+    _home: tempfile::TempDir,
+    local: LocalProvider,
+    service: Service,
+    sandbox: SandboxId,
+    done: String,
+    running: String,
+    /// In the running task's command line: finds the sandbox's processes.
+    marker: String,
+}
+
+impl Fixture {
+    async fn new() -> Self {
+        static FIXTURES: AtomicUsize = AtomicUsize::new(0);
+        let marker = format!("{}.{}", tag("9"), FIXTURES.fetch_add(1, Ordering::Relaxed));
+        let (home, local, info) = fresh_sandbox(300).await;
+        let service = Service::new(Arc::new(local.clone()), Vec::new());
+        let session = Session::stateless();
+        let start = |command: String| StartTaskArgs {
+            command,
+            sandbox_id: Some(info.sandbox_id.to_string()),
+            cwd: None,
+            timeout: None,
+        };
+        let done = service
+            .start_task(
+                &session,
+                start(r"printf 'out\377é'; printf err >&2; exit 3".into()),
+            )
+            .await
+            .expect("start the finished task")
+            .task_id;
+        let running = service
+            .start_task(
+                &session,
+                start(format!("printf 'so far'; exec sleep {marker}")),
+            )
+            .await
+            .expect("start the running task")
+            .task_id;
+        let f = Self {
+            _home: home,
+            local,
+            service,
+            sandbox: info.sandbox_id,
+            done,
+            running,
+            marker,
+        };
+        until(
+            Duration::from_secs(10),
+            "both tasks settle their output",
+            || {
+                let f = &f;
+                async move {
+                    f.get(&f.done).await.state.to_string() == "failed"
+                        && f.get(&f.running).await.stdout == "so far"
+                }
+            },
+        )
+        .await;
+        f
+    }
+
+    async fn get(&self, task: &str) -> TaskResult {
+        self.service
+            .get_task(GetTaskArgs {
+                sandbox_id: self.sandbox.to_string(),
+                task_id: task.into(),
+                stdout_offset: None,
+                stderr_offset: None,
+                limit: None,
+            })
+            .await
+            .expect("get_task")
+    }
+
+    /// The live resident readers in this sandbox.
+    fn readers(&self) -> Vec<i32> {
+        let pid_ns = |pid: i32| std::fs::read_link(format!("/proc/{pid}/ns/pid")).ok();
+        let ns = host_pids_with(&self.marker)
+            .into_iter()
+            .find_map(pid_ns)
+            .expect("the running task's process");
+        host_pids_where(|cmd| cmd.contains("sandkeep-task serve"))
+            .into_iter()
+            .filter(|&pid| pid_ns(pid).as_ref() == Some(&ns) && !zombie(pid))
+            .collect()
+    }
+
+    /// How many read calls `pid` has made so far (`/proc/PID/io`).
+    fn reads_by(pid: i32) -> u64 {
+        let io = std::fs::read_to_string(format!("/proc/{pid}/io")).unwrap();
+        io.lines()
+            .find_map(|l| l.strip_prefix("syscr: "))
+            .and_then(|n| n.parse().ok())
+            .expect("syscr in /proc/PID/io")
+    }
+
+    /// The one reader, once the service has started it.
+    fn reader(&self) -> i32 {
+        let found = self.readers();
+        assert_eq!(found.len(), 1, "one reader in the sandbox: {found:?}");
+        found[0]
+    }
+
+    async fn helper(&self) -> String {
+        self.local
+            .task_helper(&self.sandbox)
+            .await
+            .expect("helper path")
+    }
+
+    /// The finished task read as every read must find it.
+    async fn check_done(&self) {
+        let r = self.get(&self.done).await;
+        assert_eq!(
+            (
+                r.state.to_string(),
+                r.exit_code,
+                r.stdout.as_str(),
+                r.stderr.as_str()
+            ),
+            ("failed".to_owned(), Some(3), "out\u{fffd}é", "err"),
+            "{r:?}"
+        );
+    }
+
+    async fn finish(self) {
+        assert!(self.local.kill(&self.sandbox).await.unwrap());
+    }
+}
+
+fn zombie(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |s| {
+        s.rsplit(')')
+            .next()
+            .is_some_and(|r| r.trim_start().starts_with('Z'))
+    })
+}
+
+fn signal(pid: i32, signal: Signal) {
+    rustix::process::kill_process(rustix::process::Pid::from_raw(pid).unwrap(), signal)
+        .unwrap_or_else(|e| panic!("signal {signal:?} to the reader {pid}: {e}"));
+}
+
+/// User and system CPU time of `pid`, in clock ticks.
+fn cpu_ticks(pid: i32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let fields: Vec<&str> = stat
+        .rsplit(')')
+        .next()
+        .unwrap()
+        .split_whitespace()
+        .collect();
+    fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
+}
+
+/// Bytes waiting unread in the reader's stdin: the host (root here) peeks
+/// at the pipe through `/proc` without taking anything from it. `None`
+/// where this process may not look (not root).
+fn unread_requests(reader: i32) -> Option<usize> {
+    let pipe = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(rustix::fs::OFlags::NONBLOCK.bits() as i32)
+        .open(format!("/proc/{reader}/fd/0"))
+        .ok()?;
+    rustix::io::ioctl_fionread(&pipe).ok().map(|n| n as usize)
+}
+
+/// Requests of every kind a read may carry: pages at, inside and past the
+/// logs, the smallest page, a task that does not exist, out-of-range and
+/// malformed requests, and `list`.
+fn requests(f: &Fixture) -> Vec<(&'static str, String)> {
+    let status = |task: &str, out: u64, err: u64, limit: u64| {
+        json!({"task_id": task, "stdout_offset": out, "stderr_offset": err, "limit": limit})
+            .to_string()
+    };
+    vec![
+        ("status", status(&f.done, 0, 0, 16384)),
+        ("status", status(&f.done, 4, 1, 1)),
+        ("status", status(&f.done, 3, 0, 2)),
+        ("status", status(&f.done, 1_000_000, 1_048_576, 65536)),
+        ("status", status(&f.running, 0, 0, 3)),
+        ("status", status(&f.running, 2, 0, 65536)),
+        ("status", status(&"0".repeat(32), 0, 0, 10)),
+        ("status", status(&f.done, 0, 0, 0)),
+        ("status", status(&f.done, 1_048_577, 0, 10)),
+        ("status", json!({"task_id": f.done}).to_string()),
+        ("status", r#"{"task_id": "xyz"}"#.into()),
+        ("status", r#"{"task_id": 1, "#.into()),
+        ("status", json!({"task_id": f.done, "extra": 1}).to_string()),
+        ("list", "{}".into()),
+        ("list", r#"{"a": 1}"#.into()),
+    ]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_reader_answers_byte_for_byte_as_the_one_shot_helper() {
+    let f = Fixture::new().await;
+    let helper = f.helper().await;
+    let spawned = f
+        .local
+        .spawn(
+            &f.sandbox,
+            SpawnRequest {
+                program: Program::Argv {
+                    argv: vec![helper.clone(), "serve".into()],
+                    env: Vec::new(),
+                },
+                cwd: None,
+                stdin: true,
+            },
+        )
+        .await
+        .expect("spawn a reader");
+    let mut stdin = spawned.stdin.expect("the reader's stdin");
+    let mut answers = BufReader::new(spawned.stdout).lines();
+    for (n, (verb, request)) in requests(&f).into_iter().enumerate() {
+        let one_shot = sh(
+            &f.local,
+            &f.sandbox,
+            &format!("{} {verb} {}", shell_quote(&helper), shell_quote(&request)),
+        )
+        .await;
+        let id = n + 7;
+        stdin
+            .write_all(format!("{id} {verb} {request}\n").as_bytes())
+            .await
+            .unwrap();
+        let answer = tokio::time::timeout(Duration::from_secs(5), answers.next_line())
+            .await
+            .expect("the reader answers within 5 s")
+            .unwrap()
+            .expect("an answer line");
+        let expected = format!(
+            "{id} {} {}",
+            one_shot.exit_code.expect("the helper exited"),
+            text(&one_shot.stdout).trim_end_matches('\n')
+        );
+        assert_eq!(answer, expected, "{verb} {request}");
+    }
+    // A verb that changes something is not the reader's to answer.
+    stdin
+        .write_all(format!("99 cancel {{\"task_id\":\"{}\"}}\n", f.running).as_bytes())
+        .await
+        .unwrap();
+    let refused = answers.next_line().await.unwrap().unwrap();
+    assert!(
+        refused.starts_with("99 1 ") && refused.contains("answers status and list only"),
+        "{refused}"
+    );
+    assert_eq!(f.get(&f.running).await.state.to_string(), "running");
+    // The end of its stdin ends it.
+    drop(stdin);
+    let ended = tokio::time::timeout(Duration::from_secs(5), spawned.process.wait())
+        .await
+        .expect("the reader exits within 5 s of its stdin's end")
+        .expect("its exit status");
+    assert!(ended.success(), "{ended:?}");
+    f.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_read_goes_through_one_resident_reader_that_idles_without_cpu() {
+    let f = Fixture::new().await;
+    let reader = f.reader();
+    let reads_before = Fixture::reads_by(reader);
+    for _ in 0..50 {
+        f.check_done().await;
+        let listed = f
+            .service
+            .list_tasks(ListTasksArgs {
+                sandbox_id: f.sandbox.to_string(),
+            })
+            .await
+            .expect("list_tasks");
+        assert_eq!(listed.tasks.len(), 2, "{listed:?}");
+    }
+    assert_eq!(f.reader(), reader, "the same reader answered every read");
+    let reads = Fixture::reads_by(reader) - reads_before;
+    assert!(
+        reads >= 100,
+        "the reader read for all 100 calls: {reads} reads"
+    );
+    // Idle: asleep in one poll, no CPU spent over a second.
+    let before = cpu_ticks(reader);
+    let idle_from = Instant::now();
+    until(
+        Duration::from_secs(5),
+        "a second of the reader's idleness",
+        || std::future::ready(idle_from.elapsed() >= Duration::from_secs(1)),
+    )
+    .await;
+    assert_eq!(cpu_ticks(reader), before, "an idle reader uses no CPU");
+    let state = std::fs::read_to_string(format!("/proc/{reader}/stat")).unwrap();
+    assert!(
+        state
+            .rsplit(')')
+            .next()
+            .unwrap()
+            .trim_start()
+            .starts_with('S'),
+        "the idle reader sleeps: {state}"
+    );
+    f.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reader_killed_mid_request_is_replaced_and_the_read_answers() {
+    let f = Fixture::new().await;
+    let reader = f.reader();
+    // Stopped, it takes the request and cannot answer it...
+    signal(reader, Signal::STOP);
+    let started = Instant::now();
+    let args = GetTaskArgs {
+        sandbox_id: f.sandbox.to_string(),
+        task_id: f.done.clone(),
+        stdout_offset: Some(1),
+        stderr_offset: None,
+        limit: Some(3),
+    };
+    let result = {
+        let read = f.service.get_task(args);
+        tokio::pin!(read);
+        // ...so the read is pending until the request is in the reader's pipe.
+        let pending = async {
+            until(
+                REPLACED_WITHIN,
+                "the request waits in the stopped reader's stdin",
+                || std::future::ready(unread_requests(reader).is_none_or(|n| n > 0)),
+            )
+            .await;
+            // ...and then killed under it.
+            signal(reader, Signal::KILL);
+        };
+        tokio::select! {
+            r = &mut read => panic!("a stopped reader answered: {r:?}"),
+            () = pending => (&mut read).await.expect("get_task after the kill"),
+        }
+    };
+    assert!(
+        started.elapsed() < REPLACED_WITHIN,
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(
+        (
+            result.state.to_string(),
+            result.stdout.as_str(),
+            result.stdout_next_offset
+        ),
+        ("failed".to_owned(), "ut\u{fffd}", 4),
+        "{result:?}"
+    );
+    let replacement = f.reader();
+    assert_ne!(replacement, reader, "a new reader took over");
+    f.check_done().await;
+    assert_eq!(f.reader(), replacement);
+    f.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wedged_reader_is_replaced_and_the_read_answers_within_2_s() {
+    let f = Fixture::new().await;
+    let reader = f.reader();
+    signal(reader, Signal::STOP);
+    let started = Instant::now();
+    let r = f.get(&f.running).await;
+    let took = started.elapsed();
+    assert!(took < REPLACED_WITHIN, "the read took {took:?}");
+    assert_eq!(
+        (r.state.to_string(), r.stdout.as_str()),
+        ("running".to_owned(), "so far")
+    );
+    until(REPLACED_WITHIN, "the stopped reader is killed", || {
+        std::future::ready(zombie(reader))
+    })
+    .await;
+    // The next read starts a fresh reader and is answered at once.
+    let started = Instant::now();
+    f.check_done().await;
+    assert!(
+        started.elapsed() < Duration::from_millis(500),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_ne!(f.reader(), reader);
+    f.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_sandbox_process_can_answer_for_the_reader() {
+    let f = Fixture::new().await;
+    let reader = f.reader();
+    // Every number the service could be waiting for, answered "succeeded".
+    let forged = (0..200)
+        .map(|id| {
+            format!(
+                r#"{id} 0 {{"task_id":"{}","state":"succeeded","exit_code":0,"started_at":1,"finished_at":2,"stdout":"forged","stderr":"","stdout_next_offset":6,"stderr_next_offset":0,"stdout_bytes":6,"stderr_bytes":0,"stdout_truncated":false,"stderr_truncated":false}}"#,
+                f.running
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    // No path leads to the reader (its channel is the pipes it was started
+    // with), so the sandbox user's only way in would be its descriptors
+    // through /proc: it tries each of them.
+    let attempt = sh(
+        &f.local,
+        &f.sandbox,
+        &format!(
+            "for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline 2>/dev/null | grep -q 'sandkeep-tas[k] serve' || continue; \
+             echo found $p; for fd in 0 1 2; do printf '%s\\n' '{}' > $p/fd/$fd && echo wrote $p $fd; done; done; true",
+            forged.lines().next().unwrap().replace('\'', "")
+        ),
+    )
+    .await;
+    assert!(
+        text(&attempt.stdout).contains("found"),
+        "the sandbox sees the reader: {}",
+        text(&attempt.stdout)
+    );
+    assert!(
+        !text(&attempt.stdout).contains("wrote"),
+        "a sandbox process wrote into the reader's pipes: {}\n{}",
+        text(&attempt.stdout),
+        text(&attempt.stderr)
+    );
+    assert!(
+        text(&attempt.stderr).contains("Permission denied"),
+        "the reader's descriptors are refused: {}",
+        text(&attempt.stderr)
+    );
+    for _ in 0..5 {
+        let r = f.get(&f.running).await;
+        assert_eq!(
+            (r.state.to_string(), r.stdout.as_str()),
+            ("running".to_owned(), "so far")
+        );
+    }
+    assert_eq!(f.reader(), reader, "the reader kept serving");
+    f.finish().await;
+}
+
+/// A supervisor lost while the reader serves: the next read says
+/// `unknown` (and keeps saying it), as a one-shot helper would; the reader
+/// neither adopts the task nor renews or retains anything.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_supervisor_reads_unknown_through_the_reader() {
+    let f = Fixture::new().await;
+    let reader = f.reader();
+    let before = f.local.info(&f.sandbox).await.expect("info");
+    let supervisors =
+        host_pids_where(|cmd| cmd.contains("__supervise") && cmd.contains(f.running.as_str()));
+    assert_eq!(supervisors.len(), 1, "{supervisors:?}");
+    signal(supervisors[0], Signal::KILL);
+    until(
+        Duration::from_secs(5),
+        "the read to say unknown",
+        || async { f.get(&f.running).await.state.to_string() == "unknown" },
+    )
+    .await;
+    for _ in 0..5 {
+        let r = f.get(&f.running).await;
+        assert_eq!(
+            (r.state.to_string(), r.exit_code),
+            ("unknown".to_owned(), None)
+        );
+    }
+    assert_eq!(f.reader(), reader, "the reader answered");
+    let after = f.local.info(&f.sandbox).await.expect("info");
+    assert_eq!(
+        (after.expires_at, after.retained),
+        (before.expires_at, before.retained),
+        "reads neither renew nor retain"
+    );
+    f.finish().await;
+}
