@@ -55,6 +55,7 @@ pub(super) fn provider_error(e: &ProviderError) -> Response {
         ProviderError::NoSuchSandbox(_) => StatusCode::NOT_FOUND,
         ProviderError::UnknownTemplate { .. } => StatusCode::BAD_REQUEST,
         ProviderError::Unsupported(_) => StatusCode::NOT_IMPLEMENTED,
+        ProviderError::AlreadyInState { .. } => StatusCode::CONFLICT,
         ProviderError::Unavailable(_)
         | ProviderError::Unconfirmed { .. }
         | ProviderError::NotAnswering { .. }
@@ -184,6 +185,7 @@ async fn create(e2b: &E2b, body: &[u8], default_timeout: u64) -> Response {
         allow_hosts: policy.allow_hosts,
         limits: Default::default(),
         shares: e2b.shares.clone(),
+        on_timeout: Default::default(),
     };
     let info = match e2b.provider.create(spec).await {
         Ok(info) => info,

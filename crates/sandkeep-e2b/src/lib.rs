@@ -264,6 +264,8 @@ impl E2bProvider {
                 disk_mib: d.disk_size_mb.filter(|&m| m > 0),
             },
             ports: Vec::new(),
+            state: Default::default(),
+            on_timeout: Default::default(),
         })
     }
 

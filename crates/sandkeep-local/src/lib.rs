@@ -43,6 +43,7 @@ mod init;
 mod keeper;
 mod landlock;
 mod netpolicy;
+mod pause;
 mod ports;
 mod presence;
 mod process;
@@ -80,8 +81,8 @@ use self::state::{Home, Meta, Spec};
 use self::wire::Request;
 use sandkeep_provider::{
     CreateSpec, ExecOutput, ExecRequest, FileEntry, Layers, Port, PortForward, Provider,
-    ProviderError, Release, Result, SandboxId, SandboxInfo, ShareMode, SpawnRequest, Spawned,
-    Usage,
+    ProviderError, Release, Result, SandboxId, SandboxInfo, SandboxState, ShareMode, SpawnRequest,
+    Spawned, Usage,
 };
 
 /// The first argument that makes the `sandkeep` binary a keeper.
@@ -507,6 +508,7 @@ impl Provider for LocalProvider {
             egress_trust: self.config.egress_trust.clone(),
             shares: spec.shares,
             shares_since_ns: now_ns(),
+            on_timeout: spec.on_timeout,
         };
         let (home, bounds, at) = (self.home.clone(), self.config.bounds, dir.clone());
         blocking(move || {
@@ -539,8 +541,8 @@ impl Provider for LocalProvider {
                 .and_then(|()| state::read_json::<Meta>(&dir.meta()))
             {
                 Ok(meta) => {
-                    let was_live = meta.keeper.is_alive()
-                        && meta.info.expires_at > sandkeep_provider::unix_now();
+                    let was_live =
+                        meta.keeper.is_alive() && meta.in_service(sandkeep_provider::unix_now());
                     terminate(&dir, &meta, Until::Removed)?;
                     Ok(was_live)
                 }
@@ -721,10 +723,23 @@ impl Provider for LocalProvider {
     }
 
     async fn renew(&self, id: &SandboxId) -> Result<SandboxInfo> {
+        // A paused sandbox has no deadline to move; its resume sets one.
         self.update(id, |m| {
-            m.info.expires_at = sandkeep_provider::unix_now() + m.info.timeout
+            if m.info.state == SandboxState::Running {
+                m.info.expires_at = sandkeep_provider::unix_now() + m.info.timeout
+            }
         })
         .await
+    }
+
+    async fn pause(&self, id: &SandboxId) -> Result<SandboxInfo> {
+        let dir = self.home.sandbox(id);
+        blocking(move || pause::pause(&dir)).await?
+    }
+
+    async fn resume(&self, id: &SandboxId, timeout: Option<u64>) -> Result<SandboxInfo> {
+        let dir = self.home.sandbox(id);
+        blocking(move || pause::resume(&dir, timeout)).await?
     }
 
     async fn spawn(&self, id: &SandboxId, request: SpawnRequest) -> Result<Spawned> {
@@ -761,11 +776,16 @@ impl Provider for LocalProvider {
     }
 
     async fn set_timeout(&self, id: &SandboxId, timeout: u64) -> Result<SandboxInfo> {
-        self.update(id, move |m| {
-            m.info.timeout = timeout;
-            m.info.expires_at = sandkeep_provider::unix_now() + timeout;
-        })
-        .await
+        let info = self
+            .update(id, move |m| {
+                m.info.timeout = timeout;
+                m.info.expires_at = sandkeep_provider::unix_now() + timeout;
+            })
+            .await?;
+        // A shorter deadline than the one the keeper sleeps to: told.
+        let keeper = self.live(id).await?.keeper;
+        blocking(move || pause::tell_keeper(&keeper)).await?;
+        Ok(info)
     }
 
     async fn retain(&self, id: &SandboxId) -> Result<()> {

@@ -69,7 +69,7 @@ pub fn inspect(dir: &SandboxDir) -> Presence {
     }
     match state::read_json::<Meta>(&dir.meta()) {
         Ok(meta) if meta.keeper.is_alive() => {
-            if meta.info.expires_at > sandkeep_provider::unix_now() {
+            if meta.in_service(sandkeep_provider::unix_now()) {
                 Presence::Live(Box::new(meta))
             } else {
                 Presence::Transient

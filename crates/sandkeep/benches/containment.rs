@@ -104,6 +104,7 @@ fn main() {
             allow_hosts: Vec::new(),
             limits: Default::default(),
             shares: Vec::new(),
+            on_timeout: Default::default(),
         };
         let creates = |n: usize| {
             let provider = &provider;

@@ -372,6 +372,31 @@ they are retained by a task.",
         output_schema: output::<ListSandboxesResult>,
     },
     ToolSpec {
+        name: "pause_sandbox",
+        title: "Pause a sandbox",
+        about: "Freeze every process of a sandbox (they use no CPU) and stop its deadline, keeping \
+its files, processes and tasks as they are. get_task, list_tasks and wait_task read it as usual (a \
+task stays running; its own timeout counts wall time, pauses included); run_command, the file tools \
+and start_task resume it first. A paused sandbox survives a server restart, not a host reboot. \
+Pausing a paused sandbox is an error.",
+        session_note: "",
+        sessionless_note: "",
+        annotations: annotations(false, false, false, false),
+        input_schema: input::<PauseSandboxArgs>,
+        output_schema: output::<PauseSandboxResult>,
+    },
+    ToolSpec {
+        name: "resume_sandbox",
+        title: "Resume a paused sandbox",
+        about: "Thaw a paused sandbox: its processes go on where they were, and its deadline is \
+now + timeout (default its own timeout). Resuming a running sandbox is an error.",
+        session_note: "",
+        sessionless_note: "",
+        annotations: annotations(false, false, false, false),
+        input_schema: input::<ResumeSandboxArgs>,
+        output_schema: output::<ResumeSandboxResult>,
+    },
+    ToolSpec {
         name: "run_command",
         title: "Run a command in a sandbox and wait",
         about: "Run a short shell command (bash -c) in a sandbox and wait for it; returns exit_code \

@@ -101,6 +101,8 @@ impl Service {
                 to_json(Box::pin(self.kill_sandbox(session, parse(tool, args)?)).await?)
             }
             "list_sandboxes" => to_json(Box::pin(self.list_sandboxes(parse(tool, args)?)).await?),
+            "pause_sandbox" => to_json(Box::pin(self.pause_sandbox(parse(tool, args)?)).await?),
+            "resume_sandbox" => to_json(Box::pin(self.resume_sandbox(parse(tool, args)?)).await?),
             "run_command" => {
                 to_json(Box::pin(self.run_command(session, parse(tool, args)?)).await?)
             }

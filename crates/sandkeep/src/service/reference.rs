@@ -277,7 +277,32 @@ fn helper(kind: ErrorKind) -> String {
 /// The failures particular to one tool, with their messages.
 fn own_errors(tool: &str) -> Vec<(String, String)> {
     let pair = |when: &str, message: String| (when.to_owned(), message);
+    let sandbox = || SandboxId::parse(SB).expect("an example id");
     match tool {
+        "pause_sandbox" => vec![
+            pair(
+                "The sandbox is paused already",
+                ProviderError::AlreadyInState {
+                    sandbox: sandbox(),
+                    state: crate::provider::SandboxState::Paused,
+                }
+                .to_string(),
+            ),
+            pair(
+                "The host cannot freeze the sandbox's processes (no cgroup freezer)",
+                "sandbox … cannot be paused: this host gave it no cgroup freezer …; run \
+                 `sandkeep doctor`"
+                    .into(),
+            ),
+        ],
+        "resume_sandbox" => vec![pair(
+            "The sandbox is running",
+            ProviderError::AlreadyInState {
+                sandbox: sandbox(),
+                state: crate::provider::SandboxState::Running,
+            }
+            .to_string(),
+        )],
         "create_sandbox" => vec![
             pair(
                 "The template does not exist",
@@ -422,7 +447,16 @@ fn example(tool: &str) -> Option<(Value, Value)> {
                 "limits": limits, "shares": [{"path": "/home/me/project", "mode": "cow"}],
                 "limits": limits,
                 "ports": [{"port": 3000, "url": "http://127.0.0.1:40123"}],
+                "state": "running", "on_timeout": "kill",
             }]}),
+        ),
+        "pause_sandbox" => (
+            json!({"sandbox_id": SB}),
+            json!({"sandbox_id": SB, "state": "paused"}),
+        ),
+        "resume_sandbox" => (
+            json!({"sandbox_id": SB, "timeout": 3600}),
+            json!({"sandbox_id": SB, "state": "running", "expires_at": 1_796_297_200}),
         ),
         "run_command" => (
             json!({"sandbox_id": SB, "command": "uname -sr", "timeout": 60}),
@@ -569,6 +603,8 @@ fn typed(tool: &str, args: &Value, result: &Value) -> (Value, Value) {
         "create_sandbox" => fits::<CreateSandboxArgs, CreateSandboxResult>(tool, args, result),
         "kill_sandbox" => fits::<KillSandboxArgs, KillSandboxResult>(tool, args, result),
         "list_sandboxes" => fits::<ListSandboxesArgs, ListSandboxesResult>(tool, args, result),
+        "pause_sandbox" => fits::<PauseSandboxArgs, PauseSandboxResult>(tool, args, result),
+        "resume_sandbox" => fits::<ResumeSandboxArgs, ResumeSandboxResult>(tool, args, result),
         "run_command" => fits::<RunCommandArgs, RunCommandResult>(tool, args, result),
         "read_file" => fits::<ReadFileArgs, ReadFileResult>(tool, args, result),
         "write_file" => fits::<WriteFileArgs, WriteFileResult>(tool, args, result),

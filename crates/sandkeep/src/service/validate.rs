@@ -6,7 +6,7 @@ use sandkeep_proto::limits::*;
 
 use super::Ceilings;
 use super::ToolError;
-use crate::provider::{Limits, Network, SandboxId};
+use crate::provider::{Limits, Network, OnTimeout, SandboxId};
 
 /// Longest accepted path or working directory, in bytes (Linux PATH_MAX).
 pub(super) const PATH_MAX_BYTES: usize = 4096;
@@ -32,6 +32,10 @@ pub(crate) fn allowed(tool: &str, param: &str) -> Option<String> {
             SANDBOX_TIMEOUT_MAX,
             " (seconds)",
             SANDBOX_TIMEOUT_DEFAULT,
+        ),
+        ("resume_sandbox", "timeout") => format!(
+            "an integer from {SANDBOX_TIMEOUT_MIN} to {SANDBOX_TIMEOUT_MAX} (seconds), default \
+             the sandbox's own timeout"
         ),
         ("run_command", "timeout") => integer_rule(
             RUN_TIMEOUT_MIN,
@@ -79,6 +83,7 @@ pub(crate) fn allowed(tool: &str, param: &str) -> Option<String> {
         ),
         (_, "encoding") => "\"utf8\" or \"base64\", default \"utf8\"".into(),
         (_, "network") => "\"internet\" or \"none\", default \"internet\"".into(),
+        (_, "on_timeout") => "\"kill\" or \"pause\", default \"kill\"".into(),
         (_, "allow_hosts") => format!(
             "an array of 1 to {ALLOW_HOSTS_MAX} host names or \"*.suffix\" patterns (no \
              scheme, port, path or IP address)"
@@ -350,6 +355,18 @@ pub(super) fn network(value: Option<&str>) -> Result<Option<Network>, ToolError>
         Some(other) => Err(ToolError::invalid(
             "network",
             &rule("", "network"),
+            format_args!("got {other:?}; nothing was created"),
+        )),
+    }
+}
+
+pub(super) fn on_timeout(value: Option<&str>) -> Result<OnTimeout, ToolError> {
+    match value {
+        None | Some("kill") => Ok(OnTimeout::Kill),
+        Some("pause") => Ok(OnTimeout::Pause),
+        Some(other) => Err(ToolError::invalid(
+            "on_timeout",
+            &rule("", "on_timeout"),
             format_args!("got {other:?}; nothing was created"),
         )),
     }

@@ -38,6 +38,7 @@ fn spec() -> CreateSpec {
         allow_hosts: Vec::new(),
         limits: Default::default(),
         shares: Vec::new(),
+        on_timeout: Default::default(),
     }
 }
 

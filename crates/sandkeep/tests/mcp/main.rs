@@ -14,6 +14,7 @@ mod http;
 mod interactive;
 mod interop;
 mod interop_ts;
+mod pause;
 mod ports;
 mod sessionless;
 mod shares;
