@@ -37,6 +37,7 @@
 mod connect;
 mod envd;
 mod files;
+mod lifecycle;
 mod metadata;
 mod metrics;
 mod network;
@@ -405,8 +406,8 @@ fn routes(e2b: Arc<E2b>) -> Router {
             "/sandboxes/{id}/network",
             axum::routing::put(rest::unsupported_on_sandbox),
         )
-        .route("/sandboxes/{id}/pause", post(rest::unsupported))
-        .route("/sandboxes/{id}/resume", post(rest::unsupported))
+        .route("/sandboxes/{id}/pause", post(lifecycle::pause))
+        .route("/sandboxes/{id}/resume", post(lifecycle::resume_v1))
         .route("/sandboxes/metrics", get(metrics::many))
         .route("/sandboxes/{id}/metrics", get(metrics::one))
         .route("/sandboxes/{id}/logs", get(rest::unsupported))
@@ -423,7 +424,11 @@ fn routes(e2b: Arc<E2b>) -> Router {
                 .layer(DefaultBodyLimit::disable()),
         )
         .route("/process.Process/{method}", post(process_rpc))
-        .route("/filesystem.Filesystem/{method}", post(filesystem_rpc));
+        .route("/filesystem.Filesystem/{method}", post(filesystem_rpc))
+        .route_layer(axum::middleware::from_fn_with_state(
+            Arc::clone(&e2b),
+            lifecycle::envd_gate,
+        ));
     api.merge(envd)
         .fallback(rest::not_found)
         .layer(axum::middleware::from_fn_with_state(

@@ -17,7 +17,8 @@ use serde_json::{Value, json};
 use super::network::NetworkConfig;
 use super::{E2b, ENVD_VERSION, Record, SmallBody, users};
 use sandkeep_provider::{
-    CreateSpec, ExecRequest, Network, ProviderError, SandboxId, SandboxInfo, rfc3339,
+    CreateSpec, ExecRequest, Network, OnTimeout, ProviderError, SandboxId, SandboxInfo,
+    SandboxState, rfc3339,
 };
 
 /// The longest timeout a sandbox may ask for (E2B's Pro plan's 24 h).
@@ -82,7 +83,7 @@ pub(super) fn sandbox_id(text: &str) -> Result<SandboxId, ApiError> {
 }
 
 /// The `Sandbox` object of create and connect.
-fn sandbox_json(info: &SandboxInfo, record: &Record) -> Value {
+pub(crate) fn sandbox_json(info: &SandboxInfo, record: &Record) -> Value {
     json!({
         "templateID": info.template,
         "sandboxID": info.sandbox_id.as_str(),
@@ -131,7 +132,7 @@ fn listed_json(info: &SandboxInfo, record: &Record) -> Value {
         "cpuCount": cpus,
         "memoryMB": info.limits.memory_mib.unwrap_or(0),
         "diskSizeMB": info.limits.disk_mib.unwrap_or(0),
-        "state": "running",
+        "state": info.state.to_string(),
         "envdVersion": ENVD_VERSION,
         "metadata": record.metadata,
     })
@@ -155,6 +156,10 @@ pub struct NewSandbox {
     /// Egress rules, mapped onto the sandbox's network or refused.
     #[serde(default)]
     network: Option<NetworkConfig>,
+    /// `true`: the deadline pauses the sandbox instead of killing it (the
+    /// SDKs' `lifecycle: {onTimeout: "pause"}`).
+    #[serde(default)]
+    auto_pause: Option<bool>,
 }
 
 async fn create(e2b: &E2b, body: &[u8], default_timeout: u64) -> Response {
@@ -185,7 +190,11 @@ async fn create(e2b: &E2b, body: &[u8], default_timeout: u64) -> Response {
         allow_hosts: policy.allow_hosts,
         limits: Default::default(),
         shares: e2b.shares.clone(),
-        on_timeout: Default::default(),
+        on_timeout: if request.auto_pause == Some(true) {
+            OnTimeout::Pause
+        } else {
+            OnTimeout::Kill
+        },
     };
     let info = match e2b.provider.create(spec).await {
         Ok(info) => info,
@@ -269,6 +278,10 @@ async fn connect(e2b: &E2b, id: &str, body: &[u8], require_timeout: bool) -> Res
         Ok(info) => info,
         Err(e) => return provider_error(&e),
     };
+    // A paused sandbox is resumed (201), as E2B's connect does.
+    if info.state == SandboxState::Paused {
+        return crate::lifecycle::resume(e2b, &id, request.timeout).await;
+    }
     if let Some(timeout) = request.timeout
         && sandkeep_provider::unix_now() + timeout > info.expires_at
     {
@@ -433,13 +446,12 @@ async fn listed(e2b: &E2b, query: &ListQuery) -> Result<Vec<Listed>, ApiError> {
         .unwrap_or_default();
     let after = time_filter("startedAfter", query.started_after.as_deref())?;
     let before = time_filter("startedBefore", query.started_before.as_deref())?;
-    let wants_running = query
-        .state
-        .as_deref()
-        .is_none_or(|s| s.split(',').any(|s| s.trim() == "running"));
-    if !wants_running {
-        return Ok(Vec::new());
-    }
+    let wants = |state: SandboxState| {
+        query
+            .state
+            .as_deref()
+            .is_none_or(|s| s.split(',').any(|s| s.trim() == state.to_string()))
+    };
     let all = e2b
         .provider
         .list()
@@ -456,6 +468,7 @@ async fn listed(e2b: &E2b, query: &ListQuery) -> Result<Vec<Listed>, ApiError> {
         let kept = filter
             .iter()
             .all(|(k, v)| record.metadata.get(k) == Some(v))
+            && wants(info.state)
             && query.template.as_ref().is_none_or(|t| *t == info.template)
             && after.is_none_or(|a| at >= a)
             && before.is_none_or(|b| at <= b);
@@ -545,7 +558,7 @@ pub async fn list_v2(
 pub async fn unsupported() -> Response {
     error(
         StatusCode::NOT_IMPLEMENTED,
-        "not implemented by sandkeep's E2B endpoint (pause, snapshots, fork, network updates, templates and logs are not supported)",
+        "not implemented by sandkeep's E2B endpoint (snapshots, fork, network updates, templates and logs are not supported)",
     )
 }
 

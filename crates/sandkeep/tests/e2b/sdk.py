@@ -15,7 +15,7 @@ import urllib.error
 import urllib.request
 from datetime import timedelta
 
-from e2b import FileType, Sandbox, SandboxNetworkOpts, SandboxQuery
+from e2b import FileType, Sandbox, SandboxNetworkOpts, SandboxQuery, SandboxState
 from e2b.exceptions import (
     NotFoundException,
     RateLimitException,
@@ -784,3 +784,59 @@ def _():
     # Gone with the sandbox.
     r = _through_endpoint(host, "/index.html")
     assert r.status_code == 502 and "was not found" in r.json()["message"], r.text
+
+
+def _count(sbx):
+    """The counter's last number (0 before it wrote one)."""
+    text = sbx.commands.run("cat /tmp/count 2>/dev/null || echo 0").stdout
+    return int(text.strip() or 0)
+
+
+def _until(what, cond, limit=20.0):
+    deadline = time.monotonic() + limit
+    while not cond():
+        assert time.monotonic() < deadline, "timed out waiting for " + what
+        time.sleep(0.05)
+
+
+@check("pause_resume")
+def _():
+    # pause: 204 then 409 (False); a paused sandbox's envd is E2B's 502
+    # (not running) and it lists as paused; connect resumes it (its
+    # processes go on where they were); autoPause pauses at the deadline.
+    sbx = make()
+    try:
+        sbx.commands.run(
+            "i=0; while :; do i=$((i+1)); echo $i > /tmp/n; mv -f /tmp/n /tmp/count; done",
+            background=True,
+            timeout=0,
+        )
+        _until("the counter", lambda: _count(sbx) > 0)
+        assert sbx.pause() is True
+        assert Sandbox.pause(sbx.sandbox_id) is False
+        assert not sbx.is_running()
+        paused = Sandbox.list(query=SandboxQuery(state=[SandboxState.PAUSED])).next_items()
+        assert [s.state for s in paused if s.sandbox_id == sbx.sandbox_id] == [
+            SandboxState.PAUSED
+        ], paused
+        running = Sandbox.list(query=SandboxQuery(state=[SandboxState.RUNNING])).next_items()
+        assert sbx.sandbox_id not in [s.sandbox_id for s in running], running
+        assert Sandbox.get_info(sbx.sandbox_id).state == SandboxState.PAUSED
+        resumed = Sandbox.connect(sbx.sandbox_id, timeout=120)
+        assert resumed.is_running()
+        at = _count(resumed)
+        _until("the counter going on", lambda: _count(resumed) > at)
+        assert Sandbox.get_info(sbx.sandbox_id).state == SandboxState.RUNNING
+    finally:
+        sbx.kill()
+    sbx = make(timeout=5, lifecycle={"on_timeout": "pause"})
+    try:
+        _until(
+            "the pause at the deadline",
+            lambda: Sandbox.get_info(sbx.sandbox_id).state == SandboxState.PAUSED,
+        )
+        assert not sbx.is_running()
+        resumed = Sandbox.connect(sbx.sandbox_id, timeout=60)
+        assert resumed.commands.run("echo up").stdout == "up\n"
+    finally:
+        sbx.kill()
