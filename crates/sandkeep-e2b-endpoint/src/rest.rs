@@ -56,7 +56,9 @@ pub(super) fn provider_error(e: &ProviderError) -> Response {
         ProviderError::NoSuchSandbox(_) => StatusCode::NOT_FOUND,
         ProviderError::UnknownTemplate { .. } => StatusCode::BAD_REQUEST,
         ProviderError::Unsupported(_) => StatusCode::NOT_IMPLEMENTED,
-        ProviderError::AlreadyInState { .. } => StatusCode::CONFLICT,
+        ProviderError::AlreadyInState { .. } | ProviderError::SnapshotExists(_) => {
+            StatusCode::CONFLICT
+        }
         ProviderError::Unavailable(_)
         | ProviderError::Unconfirmed { .. }
         | ProviderError::NotAnswering { .. }

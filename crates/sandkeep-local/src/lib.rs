@@ -52,6 +52,7 @@ mod rootfs;
 #[allow(unsafe_code)]
 mod seccomp;
 mod slots;
+mod snapshots;
 mod spawn;
 mod state;
 #[allow(unsafe_code)]
@@ -81,8 +82,8 @@ use self::state::{Home, Meta, Spec};
 use self::wire::Request;
 use sandkeep_provider::{
     CreateSpec, ExecOutput, ExecRequest, FileEntry, Layers, Port, PortForward, Provider,
-    ProviderError, Release, Result, SandboxId, SandboxInfo, SandboxState, ShareMode, SpawnRequest,
-    Spawned, Usage,
+    ProviderError, Release, Result, SandboxId, SandboxInfo, SandboxState, ShareMode, SnapshotInfo,
+    SpawnRequest, Spawned, Usage,
 };
 
 /// The first argument that makes the `sandkeep` binary a keeper.
@@ -248,6 +249,10 @@ impl LocalProvider {
         self.home.root()
     }
 
+    pub(crate) fn home(&self) -> &Home {
+        &self.home
+    }
+
     /// Probes what isolation this host gives (in a separate process: the
     /// probes fork and unshare).
     pub async fn doctor(&self) -> Result<DoctorReport> {
@@ -328,7 +333,7 @@ impl LocalProvider {
     }
 
     /// `base`, then every directory under `SANDKEEP_HOME/templates/` whose
-    /// name is a valid id (it is used in paths).
+    /// name is a valid id (it is used in paths), then every snapshot.
     pub fn templates(&self) -> Vec<String> {
         let mut names: Vec<String> = std::fs::read_dir(self.home.templates())
             .into_iter()
@@ -341,6 +346,7 @@ impl LocalProvider {
             .collect();
         names.sort();
         names.insert(0, BASE_TEMPLATE.to_owned());
+        names.extend(snapshots::ids(&self.home));
         names
     }
 
@@ -429,55 +435,13 @@ impl LocalProvider {
         file_reply::decode(outcome, path, size_limit)
     }
 
-    /// Read-modify-write of a live sandbox's record under its lock.
-    async fn update(
+    /// Creates a sandbox of `spec` on `template_dir` (`None`: the host's
+    /// own system, as `base`).
+    async fn create_from(
         &self,
-        id: &SandboxId,
-        f: impl FnOnce(&mut Meta) + Send + 'static,
+        spec: CreateSpec,
+        template_dir: Option<PathBuf>,
     ) -> Result<SandboxInfo> {
-        let dir = self.home.sandbox(id);
-        let id2 = id.clone();
-        blocking(move || {
-            let Some(_lock) = lock_sandbox(&dir)? else {
-                return Err(ProviderError::NoSuchSandbox(id2));
-            };
-            let Presence::Live(meta) = inspect(&dir) else {
-                return Err(ProviderError::NoSuchSandbox(id2));
-            };
-            let mut meta = *meta;
-            let before = meta.info.clone();
-            f(&mut meta);
-            // A renewal within the second of the last one (the one right
-            // after create, or before and after a short command) changes
-            // nothing: no write.
-            if meta.info != before {
-                state::write_json(&dir.meta(), &meta).map_err(io_err("update meta.json"))?;
-            }
-            Ok(meta.info)
-        })
-        .await?
-    }
-}
-
-#[async_trait]
-impl Provider for LocalProvider {
-    fn kind(&self) -> &'static str {
-        "local"
-    }
-
-    async fn create(&self, spec: CreateSpec) -> Result<SandboxInfo> {
-        let template_dir = if spec.template == BASE_TEMPLATE {
-            None
-        } else {
-            let available = self.templates();
-            if !available.contains(&spec.template) {
-                return Err(ProviderError::UnknownTemplate {
-                    name: spec.template,
-                    available,
-                });
-            }
-            Some(self.home.templates().join(&spec.template))
-        };
         refuse_shared_network(&spec, self.config.process_only)?;
         if self.config.process_only && !spec.shares.is_empty() {
             return Err(ProviderError::Unsupported(
@@ -532,6 +496,89 @@ impl Provider for LocalProvider {
             );
         }
         Ok(meta.info)
+    }
+
+    /// Read-modify-write of a live sandbox's record under its lock.
+    async fn update(
+        &self,
+        id: &SandboxId,
+        f: impl FnOnce(&mut Meta) + Send + 'static,
+    ) -> Result<SandboxInfo> {
+        let dir = self.home.sandbox(id);
+        let id2 = id.clone();
+        blocking(move || {
+            let Some(_lock) = lock_sandbox(&dir)? else {
+                return Err(ProviderError::NoSuchSandbox(id2));
+            };
+            let Presence::Live(meta) = inspect(&dir) else {
+                return Err(ProviderError::NoSuchSandbox(id2));
+            };
+            let mut meta = *meta;
+            let before = meta.info.clone();
+            f(&mut meta);
+            // A renewal within the second of the last one (the one right
+            // after create, or before and after a short command) changes
+            // nothing: no write.
+            if meta.info != before {
+                state::write_json(&dir.meta(), &meta).map_err(io_err("update meta.json"))?;
+            }
+            Ok(meta.info)
+        })
+        .await?
+    }
+}
+
+#[async_trait]
+impl Provider for LocalProvider {
+    fn kind(&self) -> &'static str {
+        "local"
+    }
+
+    async fn create(&self, spec: CreateSpec) -> Result<SandboxInfo> {
+        // A snapshot: `base` with the snapshot's files restored over it.
+        if let Some(archive) = snapshots::archive(&self.home, &spec.template) {
+            let info = self.create_from(spec, None).await?;
+            if let Err(e) = snapshots::restore(self, &info.sandbox_id, &archive).await {
+                let _ = self.kill(&info.sandbox_id).await;
+                return Err(e);
+            }
+            return Ok(info);
+        }
+        let template_dir = if spec.template == BASE_TEMPLATE {
+            None
+        } else {
+            let available = self.templates();
+            if !available.contains(&spec.template) {
+                return Err(ProviderError::UnknownTemplate {
+                    name: spec.template,
+                    available,
+                });
+            }
+            Some(self.home.templates().join(&spec.template))
+        };
+        self.create_from(spec, template_dir).await
+    }
+
+    async fn snapshot(&self, id: &SandboxId, name: Option<String>) -> Result<SnapshotInfo> {
+        self.live(id).await?;
+        let name = match name {
+            Some(name) => name,
+            None => format!(
+                "snap-{}",
+                Self::new_id()?.as_str().trim_start_matches("sb-")
+            ),
+        };
+        snapshots::take(self, id, name).await
+    }
+
+    async fn list_snapshots(&self) -> Result<Vec<SnapshotInfo>> {
+        let home = self.home.clone();
+        blocking(move || snapshots::list(&home)).await
+    }
+
+    async fn delete_snapshot(&self, snapshot_id: &str) -> Result<bool> {
+        let (home, id) = (self.home.clone(), snapshot_id.to_owned());
+        blocking(move || snapshots::delete(&home, &id)).await?
     }
 
     async fn kill(&self, id: &SandboxId) -> Result<bool> {

@@ -253,6 +253,19 @@ pub struct SandboxInfo {
     pub on_timeout: OnTimeout,
 }
 
+/// A saved copy of a sandbox's files (SPEC §17): usable as a template.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SnapshotInfo {
+    /// Its id, also the template name `create` takes.
+    pub snapshot_id: String,
+    /// The sandbox it was taken of.
+    pub sandbox_id: SandboxId,
+    /// What it holds on disk, in bytes.
+    pub size_bytes: u64,
+    /// Unix seconds.
+    pub created_at: u64,
+}
+
 /// A port of a sandbox: 1–65535 (zero is no port a server listens on).
 pub type Port = std::num::NonZeroU16;
 
@@ -498,6 +511,11 @@ pub enum ProviderError {
     /// A request this provider cannot enforce here; nothing was created.
     #[error("{0}")]
     Unsupported(String),
+    /// A snapshot of that name exists; nothing was saved.
+    #[error(
+        "a snapshot or template named {0:?} exists already; choose another name, or delete_snapshot it first"
+    )]
+    SnapshotExists(String),
     /// The sandbox is not in the state the call needs (pausing a paused
     /// sandbox, resuming a running one); nothing changed.
     #[error("sandbox {sandbox} is already {state}; nothing changed")]
@@ -630,6 +648,31 @@ pub trait Provider: Send + Sync {
         let _ = (id, timeout);
         Err(ProviderError::Unsupported(format!(
             "the {} provider cannot resume a sandbox",
+            self.kind()
+        )))
+    }
+
+    /// Saves the sandbox's files (not its processes, not its shares) as
+    /// snapshot `name` (a generated id when `None`), usable as a template.
+    /// A snapshot appears only complete.
+    async fn snapshot(&self, id: &SandboxId, name: Option<String>) -> Result<SnapshotInfo> {
+        let _ = (id, name);
+        Err(ProviderError::Unsupported(format!(
+            "the {} provider cannot snapshot a sandbox",
+            self.kind()
+        )))
+    }
+
+    /// Every snapshot, oldest first.
+    async fn list_snapshots(&self) -> Result<Vec<SnapshotInfo>> {
+        Ok(Vec::new())
+    }
+
+    /// Deletes a snapshot; `Ok(false)` when there was none of that id.
+    async fn delete_snapshot(&self, snapshot_id: &str) -> Result<bool> {
+        let _ = snapshot_id;
+        Err(ProviderError::Unsupported(format!(
+            "the {} provider has no snapshots",
             self.kind()
         )))
     }

@@ -1,6 +1,7 @@
 //! `sandkeep sandbox create|list|kill|pause|resume|expose`: the
 //! create_sandbox, list_sandboxes, kill_sandbox, pause_sandbox,
-//! resume_sandbox and expose_port tools from a shell.
+//! resume_sandbox and expose_port tools from a shell (`snapshot` and
+//! `fork` are cli::snapshot's).
 
 use std::collections::BTreeMap;
 
@@ -29,6 +30,8 @@ pub enum SandboxCommand {
     Kill(KillArgs),
     Pause(PauseArgs),
     Resume(ResumeArgs),
+    Snapshot(super::snapshot::TakeArgs),
+    Fork(super::snapshot::ForkArgs),
     Changes(super::shares::ChangesArgs),
     Apply(super::shares::ApplyArgs),
     Expose(ExposeArgs),
@@ -42,6 +45,8 @@ impl SandboxCommand {
             Self::Kill(a) => a.output.json,
             Self::Pause(a) => a.output.json,
             Self::Resume(a) => a.output.json,
+            Self::Snapshot(a) => a.output.json,
+            Self::Fork(a) => a.output.json,
             Self::Changes(a) => a.output.json,
             Self::Apply(a) => a.output.json,
             Self::Expose(a) => a.output.json,
@@ -185,6 +190,8 @@ pub async fn run(cmd: SandboxCommand) -> Outcome {
         SandboxCommand::Kill(args) => kill(args).await,
         SandboxCommand::Pause(args) => pause(args).await,
         SandboxCommand::Resume(args) => resume(args).await,
+        SandboxCommand::Snapshot(args) => super::snapshot::take(args).await,
+        SandboxCommand::Fork(args) => super::snapshot::fork(args).await,
         SandboxCommand::Changes(args) => super::shares::changes(args).await,
         SandboxCommand::Apply(args) => super::shares::apply(args).await,
         SandboxCommand::Expose(args) => expose(args).await,

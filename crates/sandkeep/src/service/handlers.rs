@@ -103,6 +103,16 @@ impl Service {
                 on_timeout,
             })
             .await?;
+        self.adopt_created(session, info).await
+    }
+
+    /// A new sandbox made this session's, shaped as create_sandbox's
+    /// result (create_sandbox, fork_sandbox).
+    pub(super) async fn adopt_created(
+        &self,
+        session: &Session,
+        info: SandboxInfo,
+    ) -> Result<CreateSandboxResult, ToolError> {
         if !session.adopt(info.sandbox_id.clone()) {
             // Its session ended while it was being created: destroyed
             // like the session's other sandboxes, not left to its deadline.

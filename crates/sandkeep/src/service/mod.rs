@@ -44,6 +44,7 @@ mod ports;
 mod reference;
 mod session;
 mod shares;
+mod snapshots;
 mod types;
 mod validate;
 mod wait_task;

@@ -295,6 +295,10 @@ fn own_errors(tool: &str) -> Vec<(String, String)> {
                     .into(),
             ),
         ],
+        "snapshot_sandbox" => vec![pair(
+            "`name` names a template or snapshot already",
+            ProviderError::SnapshotExists("deps-installed".into()).to_string(),
+        )],
         "resume_sandbox" => vec![pair(
             "The sandbox is running",
             ProviderError::AlreadyInState {
@@ -450,6 +454,29 @@ fn example(tool: &str) -> Option<(Value, Value)> {
                 "state": "running", "on_timeout": "kill",
             }]}),
         ),
+        "snapshot_sandbox" => (
+            json!({"sandbox_id": SB, "name": "deps-installed"}),
+            json!({"snapshot_id": "deps-installed", "template": "deps-installed",
+                   "sandbox_id": SB, "size_bytes": 104_857_600, "created_at": 1_796_291_000}),
+        ),
+        "list_snapshots" => (
+            json!({}),
+            json!({"snapshots": [{"snapshot_id": "deps-installed", "template": "deps-installed",
+                   "sandbox_id": SB, "size_bytes": 104_857_600, "created_at": 1_796_291_000}]}),
+        ),
+        "delete_snapshot" => (
+            json!({"snapshot_id": "deps-installed"}),
+            json!({"snapshot_id": "deps-installed", "deleted": true}),
+        ),
+        "fork_sandbox" => (
+            json!({"sandbox_id": SB, "timeout": 3600}),
+            json!({
+                "sandbox_id": "sb-5e2a9c0d71f3b864", "template": "snap-5e2a9c0d71f3b864",
+                "created_at": 1_796_291_000, "expires_at": 1_796_294_600,
+                "isolation": "userns-idmap", "network": "internet", "allow_hosts": [],
+                "limits": limits, "shares": [], "ports": [],
+            }),
+        ),
         "pause_sandbox" => (
             json!({"sandbox_id": SB}),
             json!({"sandbox_id": SB, "state": "paused"}),
@@ -604,6 +631,10 @@ fn typed(tool: &str, args: &Value, result: &Value) -> (Value, Value) {
         "kill_sandbox" => fits::<KillSandboxArgs, KillSandboxResult>(tool, args, result),
         "list_sandboxes" => fits::<ListSandboxesArgs, ListSandboxesResult>(tool, args, result),
         "pause_sandbox" => fits::<PauseSandboxArgs, PauseSandboxResult>(tool, args, result),
+        "snapshot_sandbox" => fits::<SnapshotSandboxArgs, SnapshotResult>(tool, args, result),
+        "list_snapshots" => fits::<ListSnapshotsArgs, ListSnapshotsResult>(tool, args, result),
+        "delete_snapshot" => fits::<DeleteSnapshotArgs, DeleteSnapshotResult>(tool, args, result),
+        "fork_sandbox" => fits::<ForkSandboxArgs, CreateSandboxResult>(tool, args, result),
         "resume_sandbox" => fits::<ResumeSandboxArgs, ResumeSandboxResult>(tool, args, result),
         "run_command" => fits::<RunCommandArgs, RunCommandResult>(tool, args, result),
         "read_file" => fits::<ReadFileArgs, ReadFileResult>(tool, args, result),

@@ -149,6 +149,68 @@ pub struct ListSandboxesArgs {}
 
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+pub struct SnapshotSandboxArgs {
+    /// The sandbox whose files to save.
+    pub sandbox_id: String,
+    /// The snapshot's id (1-64 characters a-z, 0-9 and '-'); it must not
+    /// name a template or snapshot already. Default: a new "snap-…" id.
+    #[serde(default)]
+    pub name: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct SnapshotResult {
+    /// The snapshot's id.
+    pub snapshot_id: String,
+    /// Pass it as create_sandbox's template for a sandbox with these files.
+    pub template: String,
+    /// The sandbox it was taken of.
+    pub sandbox_id: String,
+    /// What it holds on disk, in bytes.
+    pub size_bytes: u64,
+    /// Unix seconds.
+    pub created_at: u64,
+}
+
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ListSnapshotsArgs {}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct ListSnapshotsResult {
+    /// Every snapshot, oldest first.
+    pub snapshots: Vec<SnapshotResult>,
+}
+
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DeleteSnapshotArgs {
+    /// The snapshot to delete.
+    pub snapshot_id: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct DeleteSnapshotResult {
+    /// The snapshot asked for.
+    pub snapshot_id: String,
+    /// False when there was no such snapshot.
+    pub deleted: bool,
+}
+
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ForkSandboxArgs {
+    /// The sandbox to copy.
+    pub sandbox_id: String,
+    /// Seconds (1 to 86400) until the new sandbox's deadline. Default: the
+    /// copied sandbox's own timeout.
+    #[serde(default)]
+    #[schemars(range(min = SANDBOX_TIMEOUT_MIN, max = SANDBOX_TIMEOUT_MAX))]
+    pub timeout: Option<u64>,
+}
+
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct PauseSandboxArgs {
     /// The sandbox to pause.
     pub sandbox_id: String,

@@ -59,6 +59,13 @@ pub(crate) fn allowed(tool: &str, param: &str) -> Option<String> {
         (_, "template") => "a non-empty string naming a template, default \"base\"".into(),
         (_, "envs") => "an object mapping variable names (no '=' or NUL) to string values".into(),
         (_, "sandbox_id") => "a sandbox id string of 1-64 characters a-z, 0-9 and '-'".into(),
+        (_, "snapshot_id" | "name") => {
+            "a string of 1-64 characters a-z, 0-9 and '-', not starting with '-'".into()
+        }
+        ("fork_sandbox", "timeout") => format!(
+            "an integer from {SANDBOX_TIMEOUT_MIN} to {SANDBOX_TIMEOUT_MAX} (seconds), default \
+             the sandbox's own timeout"
+        ),
         (_, "task_id") => "a string of 32 lowercase hexadecimal characters (^[0-9a-f]{32}$)".into(),
         (_, "stdout_offset" | "stderr_offset") => integer_rule(0, OFFSET_MAX, " (bytes)", 0),
         (_, "limit") => integer_rule(
@@ -268,6 +275,21 @@ pub(super) fn port(v: u64) -> Result<crate::provider::Port, ToolError> {
                 format_args!("got {v}; nothing was exposed"),
             )
         })
+}
+
+/// A snapshot id or name: the rule of a sandbox id (it names a directory
+/// and a template).
+pub(super) fn snapshot_id(field: &str, v: &str) -> Result<String, ToolError> {
+    SandboxId::parse(v).map(String::from).map_err(|_| {
+        ToolError::invalid(
+            field,
+            &rule("", field),
+            format_args!(
+                "got {:?}; call list_snapshots for the ids there are",
+                v.chars().take(80).collect::<String>()
+            ),
+        )
+    })
 }
 
 pub(super) fn sandbox_id(v: &str) -> Result<SandboxId, ToolError> {

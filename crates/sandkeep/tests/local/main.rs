@@ -22,5 +22,6 @@ mod faults;
 mod lifecycle;
 mod net;
 mod ports;
+mod snapshot;
 mod trust;
 mod unprivileged;

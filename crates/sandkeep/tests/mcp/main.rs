@@ -18,6 +18,7 @@ mod pause;
 mod ports;
 mod sessionless;
 mod shares;
+mod snapshots;
 mod stdio;
 mod tasks_ext;
 mod unconfirmed;
