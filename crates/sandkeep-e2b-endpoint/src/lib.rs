@@ -45,6 +45,7 @@ mod ports;
 mod process;
 mod rest;
 mod signature;
+mod snapshots;
 mod users;
 
 use std::collections::BTreeMap;
@@ -401,7 +402,10 @@ fn routes(e2b: Arc<E2b>) -> Router {
         .route("/sandboxes/{id}/connect", post(rest::connect_v1))
         .route("/v2/sandboxes/{id}/connect", post(rest::connect_v2))
         .route("/sandboxes/{id}/timeout", post(rest::set_timeout))
-        .route("/sandboxes/{id}/fork", post(rest::unsupported_on_sandbox))
+        .route("/sandboxes/{id}/fork", post(snapshots::fork))
+        .route("/sandboxes/{id}/snapshots", post(snapshots::create))
+        .route("/snapshots", get(snapshots::list))
+        .route("/templates/{id}", axum::routing::delete(snapshots::delete))
         .route(
             "/sandboxes/{id}/network",
             axum::routing::put(rest::unsupported_on_sandbox),

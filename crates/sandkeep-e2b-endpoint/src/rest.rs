@@ -71,7 +71,7 @@ pub(super) fn provider_error(e: &ProviderError) -> Response {
 }
 
 /// An error answer not yet rendered (small, unlike a `Response`).
-pub struct ApiError(StatusCode, String);
+pub struct ApiError(pub(crate) StatusCode, pub(crate) String);
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
@@ -202,13 +202,27 @@ async fn create(e2b: &E2b, body: &[u8], default_timeout: u64) -> Response {
         Ok(info) => info,
         Err(e) => return provider_error(&e),
     };
-    let mut record = Record::new(request.metadata.unwrap_or_default(), Some(unix_now_ms()));
+    match created(e2b, &info, request.metadata.unwrap_or_default()).await {
+        Ok(sandbox) => (StatusCode::CREATED, Json(sandbox)).into_response(),
+        Err(r) => r.into_response(),
+    }
+}
+
+/// A new sandbox's record (its metadata, E2B's user account, its access
+/// token) saved; its `Sandbox` object. Killed when the record cannot be
+/// saved.
+pub(crate) async fn created(
+    e2b: &E2b,
+    info: &SandboxInfo,
+    metadata: BTreeMap<String, String>,
+) -> Result<Value, ApiError> {
+    let mut record = Record::new(metadata, Some(unix_now_ms()));
     record.account = add_default_user(e2b, &info.sandbox_id).await;
     if let Err(e) = e2b.records.save(&info.sandbox_id, &record) {
         let _ = e2b.provider.kill(&info.sandbox_id).await;
-        return error(StatusCode::INTERNAL_SERVER_ERROR, e);
+        return Err(ApiError(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()));
     }
-    (StatusCode::CREATED, Json(sandbox_json(&info, &record))).into_response()
+    Ok(sandbox_json(info, &record))
 }
 
 /// E2B's `user` account in a new sandbox, where it can have one (see
@@ -560,7 +574,7 @@ pub async fn list_v2(
 pub async fn unsupported() -> Response {
     error(
         StatusCode::NOT_IMPLEMENTED,
-        "not implemented by sandkeep's E2B endpoint (snapshots, fork, network updates, templates and logs are not supported)",
+        "not implemented by sandkeep's E2B endpoint (network updates, template builds and logs are not supported)",
     )
 }
 

@@ -79,7 +79,7 @@ pub fn ids(home: &Home) -> Vec<String> {
         .flatten()
         .flatten()
         .filter_map(|e| e.file_name().into_string().ok())
-        .filter(|n| SandboxId::parse(n).is_ok())
+        .filter(|n| sandkeep_provider::snapshot_id_ok(n))
         .collect();
     ids.sort();
     ids
@@ -87,7 +87,9 @@ pub fn ids(home: &Home) -> Vec<String> {
 
 /// The archive of snapshot `id`, if it exists.
 pub fn archive(home: &Home, id: &str) -> Option<PathBuf> {
-    SandboxId::parse(id).ok()?;
+    if !sandkeep_provider::snapshot_id_ok(id) {
+        return None;
+    }
     let path = root(home).join(id).join(ARCHIVE);
     path.is_file().then_some(path)
 }
@@ -112,7 +114,7 @@ pub fn list(home: &Home) -> Vec<SnapshotInfo> {
 
 /// Deletes snapshot `id`: renamed aside, then removed.
 pub fn delete(home: &Home, id: &str) -> Result<bool> {
-    if SandboxId::parse(id).is_err() {
+    if !sandkeep_provider::snapshot_id_ok(id) {
         return Ok(false);
     }
     let dir = root(home).join(id);
@@ -136,6 +138,11 @@ fn suffix() -> Result<String> {
 
 /// Takes snapshot `name` of sandbox `id` (see the module doc).
 pub async fn take(p: &LocalProvider, id: &SandboxId, name: String) -> Result<SnapshotInfo> {
+    if !sandkeep_provider::snapshot_id_ok(&name) {
+        return Err(ProviderError::Internal(format!(
+            "snapshot id {name:?} reached the provider unchecked"
+        )));
+    }
     let home = p.home();
     if p.templates().contains(&name) {
         return Err(ProviderError::SnapshotExists(name));

@@ -253,6 +253,17 @@ pub struct SandboxInfo {
     pub on_timeout: OnTimeout,
 }
 
+/// Whether `name` may be a snapshot's id: 1–64 characters of
+/// `[A-Za-z0-9_.-]`, starting with a letter or digit (it names a directory
+/// and a template; E2B's SDK tests name theirs `snap-test_…`).
+pub fn snapshot_id_ok(name: &str) -> bool {
+    (1..=64).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'))
+        && name.as_bytes()[0].is_ascii_alphanumeric()
+}
+
 /// A saved copy of a sandbox's files (SPEC §17): usable as a template.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SnapshotInfo {

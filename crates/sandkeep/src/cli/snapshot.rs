@@ -24,7 +24,8 @@ pub struct TakeArgs {
     /// The sandbox.
     #[arg(value_name = "SANDBOX")]
     pub sandbox_id: String,
-    /// The snapshot's id (a-z, 0-9, '-') [default: a new snap-… id].
+    /// The snapshot's id (A-Z, a-z, 0-9, '_', '.', '-') [default: a new
+    /// snap-… id].
     #[arg(long, value_name = "NAME")]
     pub name: Option<String>,
     #[command(flatten)]

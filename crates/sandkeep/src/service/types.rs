@@ -152,8 +152,8 @@ pub struct ListSandboxesArgs {}
 pub struct SnapshotSandboxArgs {
     /// The sandbox whose files to save.
     pub sandbox_id: String,
-    /// The snapshot's id (1-64 characters a-z, 0-9 and '-'); it must not
-    /// name a template or snapshot already. Default: a new "snap-…" id.
+    /// The snapshot's id; it must not name a template or snapshot already.
+    /// Default: a new "snap-…" id.
     #[serde(default)]
     pub name: Option<String>,
 }

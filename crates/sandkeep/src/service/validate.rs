@@ -60,7 +60,9 @@ pub(crate) fn allowed(tool: &str, param: &str) -> Option<String> {
         (_, "envs") => "an object mapping variable names (no '=' or NUL) to string values".into(),
         (_, "sandbox_id") => "a sandbox id string of 1-64 characters a-z, 0-9 and '-'".into(),
         (_, "snapshot_id" | "name") => {
-            "a string of 1-64 characters a-z, 0-9 and '-', not starting with '-'".into()
+            "a string of 1-64 characters A-Z, a-z, 0-9, '_', '.' and '-', starting with a letter \
+             or digit"
+                .into()
         }
         ("fork_sandbox", "timeout") => format!(
             "an integer from {SANDBOX_TIMEOUT_MIN} to {SANDBOX_TIMEOUT_MAX} (seconds), default \
@@ -277,19 +279,19 @@ pub(super) fn port(v: u64) -> Result<crate::provider::Port, ToolError> {
         })
 }
 
-/// A snapshot id or name: the rule of a sandbox id (it names a directory
-/// and a template).
+/// A snapshot id or name (it names a directory and a template).
 pub(super) fn snapshot_id(field: &str, v: &str) -> Result<String, ToolError> {
-    SandboxId::parse(v).map(String::from).map_err(|_| {
-        ToolError::invalid(
-            field,
-            &rule("", field),
-            format_args!(
-                "got {:?}; call list_snapshots for the ids there are",
-                v.chars().take(80).collect::<String>()
-            ),
-        )
-    })
+    if crate::provider::snapshot_id_ok(v) {
+        return Ok(v.to_owned());
+    }
+    Err(ToolError::invalid(
+        field,
+        &rule("", field),
+        format_args!(
+            "got {:?}; call list_snapshots for the ids there are",
+            v.chars().take(80).collect::<String>()
+        ),
+    ))
 }
 
 pub(super) fn sandbox_id(v: &str) -> Result<SandboxId, ToolError> {

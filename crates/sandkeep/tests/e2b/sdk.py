@@ -439,19 +439,12 @@ def _():
     assert len(Sandbox.list().next_items()) == before
 
 
-@check("fork_unsupported")
+@check("network_update_unsupported")
 def _():
-    # fork and network updates are not implemented: a running sandbox gets
-    # E2B's answer to an unsupported call (not a 404 the SDK reads as "not found"); a killed
-    # one is not found.
+    # Network updates are not implemented: a running sandbox gets E2B's
+    # answer to an unsupported call (not a 404 the SDK reads as "not
+    # found").
     sbx = make()
-    try:
-        sbx.fork()
-        raise AssertionError("fork succeeded")
-    except NotFoundException as e:
-        raise AssertionError(f"fork of a running sandbox said not found: {e}")
-    except SandboxException as e:
-        assert "501" in str(e), e
     try:
         sbx.update_network({"deny_out": ["0.0.0.0/0"]})
         raise AssertionError("a network update was accepted")
@@ -461,11 +454,6 @@ def _():
         assert "501" in str(e), e
     assert sbx.is_running()
     sbx.kill()
-    try:
-        sbx.fork()
-        raise AssertionError("fork of a killed sandbox succeeded")
-    except NotFoundException:
-        pass
 
 
 @check("exit_codes_and_signals")
@@ -840,3 +828,50 @@ def _():
         assert resumed.commands.run("echo up").stdout == "up\n"
     finally:
         sbx.kill()
+
+
+@check("snapshots_and_fork")
+def _():
+    # A snapshot holds the files, a sandbox made from it sees them and is
+    # independent; snapshots list (by sandbox and name) and delete; a fork
+    # has the files but not the processes; a killed sandbox's fork is
+    # "not found".
+    sbx = make()
+    try:
+        sbx.files.write("/home/user/state.txt", "before")
+        sbx.commands.run("sleep 1000", background=True, timeout=0)
+        name = "snap-" + uuid.uuid4().hex[:12]
+        snap = sbx.create_snapshot(name=name)
+        assert snap.snapshot_id == name, snap
+        listed = Sandbox.list_snapshots(sandbox_id=sbx.sandbox_id).next_items()
+        assert [s.snapshot_id for s in listed] == [name], listed
+        assert Sandbox.list_snapshots(name=name + "-none").next_items() == []
+        copy = Sandbox.create(snap.snapshot_id, timeout=60)
+        try:
+            assert copy.files.read("/home/user/state.txt") == "before"
+            copy.files.write("/home/user/state.txt", "changed")
+            assert sbx.files.read("/home/user/state.txt") == "before"
+            r = copy.commands.run("pgrep -x sleep || echo none")
+            assert r.stdout == "none\n", r
+        finally:
+            copy.kill()
+        Sandbox.delete_snapshot(snap.snapshot_id)
+        assert Sandbox.list_snapshots(sandbox_id=sbx.sandbox_id).next_items() == []
+        forks = sbx.fork(count=2, timeout=60)
+        assert len(forks) == 2, forks
+        try:
+            for fork in forks:
+                assert fork.sandbox_id != sbx.sandbox_id
+                assert fork.is_running()
+                assert fork.files.read("/home/user/state.txt") == "before"
+        finally:
+            for fork in forks:
+                fork.kill()
+        assert sbx.is_running()
+    finally:
+        sbx.kill()
+    try:
+        sbx.fork()
+        raise AssertionError("fork of a killed sandbox succeeded")
+    except NotFoundException:
+        pass
