@@ -34,9 +34,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use sandkeep_envd_wire::filesystem::{ListDirRequest, MoveRequest, PathRequest};
 use sandkeep_provider::{
-    CreateSpec, ExecOutput, ExecRequest, FileEntry, FileKind, Limits, Network, Port, PortForward,
-    Provider, ProviderError, Release, Result, SandboxId, SandboxInfo, SandboxState, SpawnRequest,
-    Spawned,
+    CreateSpec, ExecOutput, ExecRequest, FileEntry, FileKind, Limits, Network, OnTimeout, Port,
+    PortForward, Provider, ProviderError, Release, Result, SandboxId, SandboxInfo, SandboxState,
+    SpawnRequest, Spawned,
 };
 use serde::de::IgnoredAny;
 use serde_json::Value;
@@ -508,6 +508,7 @@ impl Provider for E2bProvider {
                 env_vars: &spec.envs,
                 secure: true,
                 allow_internet_access: network == Network::Internet,
+                auto_pause: spec.on_timeout == OnTimeout::Pause,
             })
             .await
             .map_err(|e| match e {

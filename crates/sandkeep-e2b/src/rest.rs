@@ -40,6 +40,9 @@ pub struct NewSandbox<'a> {
     /// The envd of a secure sandbox wants its access token on every call.
     pub secure: bool,
     pub allow_internet_access: bool,
+    /// The deadline pauses instead of killing (`on_timeout: pause`).
+    #[serde(rename = "autoPause")]
+    pub auto_pause: bool,
 }
 
 /// The create answer (`Sandbox`).
