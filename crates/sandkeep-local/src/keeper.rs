@@ -963,7 +963,7 @@ fn destroy(dir: &SandboxDir, mut sandbox: Running) {
     // namespace outlives them in `mounts`, released just below.
     let _ = rustix::process::pidfd_send_signal(&sandbox.init_pidfd, Signal::KILL);
     // A paused sandbox's processes die only once thawed (cgroup v1).
-    pause::thaw_for_destruction(&dir.path);
+    pause::thaw_for_destruction(&sandbox.cgroup_dirs);
     let _ = sys::wait_for(sandbox.meta.init.pid as i32);
     // Its files are memory charged to its cgroups: gone before those.
     drop(sandbox.mounts.take());

@@ -89,10 +89,19 @@ impl Work {
     }
 }
 
-/// Thaws a sandbox's processes whatever its record says: before they are
-/// killed (a v1 frozen process does not die until thawed).
-pub fn thaw_for_destruction(sandbox_dir: &Path) {
-    if let Some(work) = Work::of(sandbox_dir) {
+/// Thaws a sandbox's processes whatever its record says, given its
+/// cgroup directories (the keeper's own list: the sandbox's directory,
+/// with the record, may be gone by then): before they are killed, since a
+/// v1 frozen process does not die until thawed.
+pub fn thaw_for_destruction(cgroup_dirs: &[PathBuf]) {
+    for dir in cgroup_dirs
+        .iter()
+        .filter(|d| d.file_name() == Some(WORK.as_ref()))
+    {
+        let work = Work {
+            v2: dir.join("cgroup.freeze").exists(),
+            dir: dir.clone(),
+        };
         let _ = work.thaw();
     }
 }
