@@ -106,6 +106,14 @@ pub fn thaw_for_destruction(cgroup_dirs: &[PathBuf]) {
     }
 }
 
+/// [`thaw_for_destruction`] by the cgroups recorded in a sandbox's
+/// directory: for whoever cleans up after a dead keeper.
+pub fn thaw_recorded(sandbox_dir: &Path) {
+    if let Some(work) = Work::of(sandbox_dir) {
+        let _ = work.thaw();
+    }
+}
+
 /// Pauses the sandbox of `dir`: [`ProviderError::AlreadyInState`] when it
 /// is paused, [`ProviderError::Unsupported`] where it cannot freeze.
 pub fn pause(dir: &SandboxDir) -> Result<SandboxInfo> {

@@ -118,8 +118,11 @@ pub fn clean_stale(dir: &SandboxDir, meta: Option<&Meta>) {
         && meta.init.is_alive()
     {
         let _ = rustix::process::pidfd_send_signal(&fd, Signal::KILL);
+        // A paused sandbox's processes die only once thawed (cgroup v1).
+        crate::pause::thaw_recorded(&dir.path);
         wait_exit(&fd, KILL_TIMEOUT);
     }
+    crate::pause::thaw_recorded(&dir.path);
     crate::cgroup::remove_recorded(&dir.path);
     let _ = state::remove_tree(&dir.path);
     crate::slots::release_slot(&dir.path, None);

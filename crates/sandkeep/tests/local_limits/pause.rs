@@ -221,3 +221,35 @@ async fn on_timeout_pause_pauses_at_the_deadline_and_a_paused_sandbox_can_be_kil
     )
     .await;
 }
+
+/// A paused sandbox whose keeper was SIGKILLed is cleaned up by the next
+/// look at it, frozen processes included (v1 ones die only once thawed).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_sandbox_of_a_dead_keeper_is_cleaned_up_with_its_processes() {
+    if !require(root(), "cgroup freezing is set up as root") {
+        return;
+    }
+    let (home, p, info) = fresh_sandbox(120).await;
+    let id = &info.sandbox_id;
+    let name = tag("orphan-");
+    start_counter(&p, id, &name).await;
+    p.pause(id).await.expect("pause");
+    let keeper = recorded_pid(home.path(), id, "keeper");
+    rustix::process::kill_process(
+        rustix::process::Pid::from_raw(keeper).unwrap(),
+        rustix::process::Signal::KILL,
+    )
+    .unwrap();
+    until(
+        Duration::from_secs(10) * patience(),
+        "the dead keeper's sandbox gone from the list",
+        || async { p.list().await.unwrap().iter().all(|s| &s.sandbox_id != id) },
+    )
+    .await;
+    until(
+        Duration::from_secs(10) * patience(),
+        "no process of the sandbox left",
+        || async { host_pids_with(&name).is_empty() },
+    )
+    .await;
+}
