@@ -21,6 +21,8 @@ use super::{E2b, SmallBody};
 
 /// The longest timeout a sandbox may ask for (E2B's Pro plan's 24 h).
 const MAX_TIMEOUT: u64 = 86_400;
+/// A resume's timeout when none is given (E2B's default).
+const RESUME_TIMEOUT: u64 = 300;
 
 pub async fn pause(State(e2b): State<Arc<E2b>>, Path(id): Path<String>) -> Response {
     let id = match sandbox_id(&id) {
@@ -60,16 +62,19 @@ pub async fn resume_v1(
     resume(&e2b, &id, request.timeout).await
 }
 
-/// Resumes `id` with a deadline `timeout` seconds away (its own timeout
-/// when `None`): 201 with its `Sandbox` object.
+/// Resumes `id` with a deadline `timeout` seconds away (E2B's default of
+/// 300 s when `None`: the sandbox's own may be the 0 of a
+/// `set_timeout(0)` that forced its auto-pause): 201 with its `Sandbox`
+/// object.
 pub async fn resume(e2b: &E2b, id: &SandboxId, timeout: Option<u64>) -> Response {
-    if timeout.is_some_and(|t| t == 0 || t > MAX_TIMEOUT) {
+    let timeout = timeout.unwrap_or(RESUME_TIMEOUT);
+    if timeout == 0 || timeout > MAX_TIMEOUT {
         return error(
             StatusCode::BAD_REQUEST,
             format!("timeout must be 1-{MAX_TIMEOUT} seconds"),
         );
     }
-    let info = match e2b.provider.resume(id, timeout).await {
+    let info = match e2b.provider.resume(id, Some(timeout)).await {
         Ok(info) => info,
         Err(e) => return provider_error(&e),
     };
