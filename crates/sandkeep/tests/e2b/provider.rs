@@ -923,8 +923,9 @@ async fn pause_and_resume_map_onto_e2bs_pause_and_connect() {
         .await
         .expect("create")
         .sandbox_id;
+    // Generous: a loaded host (an emulated VM beside) once took over 20 s.
     until(
-        Duration::from_secs(20),
+        Duration::from_secs(60),
         "the sandbox paused at its deadline",
         || async {
             p.info(&id).await.expect("info").state == sandkeep::provider::SandboxState::Paused
