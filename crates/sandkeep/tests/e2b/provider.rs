@@ -913,24 +913,4 @@ async fn pause_and_resume_map_onto_e2bs_pause_and_connect() {
     }
     assert_eq!(sh(&p, &id, "echo up").await, "up\n");
     p.kill(&id).await.expect("kill");
-    // on_timeout: pause is E2B's autoPause.
-    let id = p
-        .create(CreateSpec {
-            timeout: 4,
-            on_timeout: sandkeep::provider::OnTimeout::Pause,
-            ..spec()
-        })
-        .await
-        .expect("create")
-        .sandbox_id;
-    // Generous: a loaded host (an emulated VM beside) once took over 20 s.
-    until(
-        Duration::from_secs(60),
-        "the sandbox paused at its deadline",
-        || async {
-            p.info(&id).await.expect("info").state == sandkeep::provider::SandboxState::Paused
-        },
-    )
-    .await;
-    p.kill(&id).await.expect("kill");
 }
