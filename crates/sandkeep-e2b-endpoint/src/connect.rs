@@ -64,6 +64,7 @@ impl From<sandkeep_provider::ProviderError> for RpcError {
             P::UnknownTemplate { .. } | P::FileTooLarge { .. } => Code::InvalidArgument,
             P::Unsupported(_) => Code::Unimplemented,
             P::LimitReached(_) => Code::ResourceExhausted,
+            P::AlreadyInState { .. } | P::SnapshotExists(_) => Code::FailedPrecondition,
             P::Unavailable(_)
             | P::Unconfirmed { .. }
             | P::NotAnswering { .. }

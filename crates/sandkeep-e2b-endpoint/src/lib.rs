@@ -38,6 +38,7 @@
 mod connect;
 mod envd;
 mod files;
+mod lifecycle;
 mod metadata;
 mod metrics;
 mod network;
@@ -45,6 +46,7 @@ mod ports;
 mod process;
 mod rest;
 mod signature;
+mod snapshots;
 mod users;
 mod watch;
 
@@ -403,13 +405,16 @@ fn routes(e2b: Arc<E2b>) -> Router {
         .route("/sandboxes/{id}/connect", post(rest::connect_v1))
         .route("/v2/sandboxes/{id}/connect", post(rest::connect_v2))
         .route("/sandboxes/{id}/timeout", post(rest::set_timeout))
-        .route("/sandboxes/{id}/fork", post(rest::unsupported_on_sandbox))
+        .route("/sandboxes/{id}/fork", post(snapshots::fork))
+        .route("/sandboxes/{id}/snapshots", post(snapshots::create))
+        .route("/snapshots", get(snapshots::list))
+        .route("/templates/{id}", axum::routing::delete(snapshots::delete))
         .route(
             "/sandboxes/{id}/network",
             axum::routing::put(rest::unsupported_on_sandbox),
         )
-        .route("/sandboxes/{id}/pause", post(rest::unsupported))
-        .route("/sandboxes/{id}/resume", post(rest::unsupported))
+        .route("/sandboxes/{id}/pause", post(lifecycle::pause))
+        .route("/sandboxes/{id}/resume", post(lifecycle::resume_v1))
         .route("/sandboxes/metrics", get(metrics::many))
         .route("/sandboxes/{id}/metrics", get(metrics::one))
         .route("/sandboxes/{id}/logs", get(rest::unsupported))
@@ -426,7 +431,11 @@ fn routes(e2b: Arc<E2b>) -> Router {
                 .layer(DefaultBodyLimit::disable()),
         )
         .route("/process.Process/{method}", post(process_rpc))
-        .route("/filesystem.Filesystem/{method}", post(filesystem_rpc));
+        .route("/filesystem.Filesystem/{method}", post(filesystem_rpc))
+        .route_layer(axum::middleware::from_fn_with_state(
+            Arc::clone(&e2b),
+            lifecycle::envd_gate,
+        ));
     api.merge(envd)
         .fallback(rest::not_found)
         .layer(axum::middleware::from_fn_with_state(

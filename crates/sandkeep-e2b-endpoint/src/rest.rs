@@ -17,7 +17,8 @@ use serde_json::{Value, json};
 use super::network::NetworkConfig;
 use super::{E2b, ENVD_VERSION, Record, SmallBody, users};
 use sandkeep_provider::{
-    CreateSpec, ExecRequest, Network, ProviderError, SandboxId, SandboxInfo, rfc3339,
+    CreateSpec, ExecRequest, Network, OnTimeout, ProviderError, SandboxId, SandboxInfo,
+    SandboxState, rfc3339,
 };
 
 /// The longest timeout a sandbox may ask for (E2B's Pro plan's 24 h).
@@ -55,6 +56,9 @@ pub(super) fn provider_error(e: &ProviderError) -> Response {
         ProviderError::NoSuchSandbox(_) => StatusCode::NOT_FOUND,
         ProviderError::UnknownTemplate { .. } => StatusCode::BAD_REQUEST,
         ProviderError::Unsupported(_) => StatusCode::NOT_IMPLEMENTED,
+        ProviderError::AlreadyInState { .. } | ProviderError::SnapshotExists(_) => {
+            StatusCode::CONFLICT
+        }
         ProviderError::Unavailable(_)
         | ProviderError::Unconfirmed { .. }
         | ProviderError::NotAnswering { .. }
@@ -67,7 +71,7 @@ pub(super) fn provider_error(e: &ProviderError) -> Response {
 }
 
 /// An error answer not yet rendered (small, unlike a `Response`).
-pub struct ApiError(StatusCode, String);
+pub struct ApiError(pub(crate) StatusCode, pub(crate) String);
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
@@ -81,7 +85,7 @@ pub(super) fn sandbox_id(text: &str) -> Result<SandboxId, ApiError> {
 }
 
 /// The `Sandbox` object of create and connect.
-fn sandbox_json(info: &SandboxInfo, record: &Record) -> Value {
+pub(crate) fn sandbox_json(info: &SandboxInfo, record: &Record) -> Value {
     json!({
         "templateID": info.template,
         "sandboxID": info.sandbox_id.as_str(),
@@ -130,7 +134,7 @@ fn listed_json(info: &SandboxInfo, record: &Record) -> Value {
         "cpuCount": cpus,
         "memoryMB": info.limits.memory_mib.unwrap_or(0),
         "diskSizeMB": info.limits.disk_mib.unwrap_or(0),
-        "state": "running",
+        "state": info.state.to_string(),
         "envdVersion": ENVD_VERSION,
         "metadata": record.metadata,
     })
@@ -154,6 +158,10 @@ pub struct NewSandbox {
     /// Egress rules, mapped onto the sandbox's network or refused.
     #[serde(default)]
     network: Option<NetworkConfig>,
+    /// `true`: the deadline pauses the sandbox instead of killing it (the
+    /// SDKs' `lifecycle: {onTimeout: "pause"}`).
+    #[serde(default)]
+    auto_pause: Option<bool>,
 }
 
 async fn create(e2b: &E2b, body: &[u8], default_timeout: u64) -> Response {
@@ -184,18 +192,37 @@ async fn create(e2b: &E2b, body: &[u8], default_timeout: u64) -> Response {
         allow_hosts: policy.allow_hosts,
         limits: Default::default(),
         shares: e2b.shares.clone(),
+        on_timeout: if request.auto_pause == Some(true) {
+            OnTimeout::Pause
+        } else {
+            OnTimeout::Kill
+        },
     };
     let info = match e2b.provider.create(spec).await {
         Ok(info) => info,
         Err(e) => return provider_error(&e),
     };
-    let mut record = Record::new(request.metadata.unwrap_or_default(), Some(unix_now_ms()));
+    match created(e2b, &info, request.metadata.unwrap_or_default()).await {
+        Ok(sandbox) => (StatusCode::CREATED, Json(sandbox)).into_response(),
+        Err(r) => r.into_response(),
+    }
+}
+
+/// A new sandbox's record (its metadata, E2B's user account, its access
+/// token) saved; its `Sandbox` object. Killed when the record cannot be
+/// saved.
+pub(crate) async fn created(
+    e2b: &E2b,
+    info: &SandboxInfo,
+    metadata: BTreeMap<String, String>,
+) -> Result<Value, ApiError> {
+    let mut record = Record::new(metadata, Some(unix_now_ms()));
     record.account = add_default_user(e2b, &info.sandbox_id).await;
     if let Err(e) = e2b.records.save(&info.sandbox_id, &record) {
         let _ = e2b.provider.kill(&info.sandbox_id).await;
-        return error(StatusCode::INTERNAL_SERVER_ERROR, e);
+        return Err(ApiError(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()));
     }
-    (StatusCode::CREATED, Json(sandbox_json(&info, &record))).into_response()
+    Ok(sandbox_json(info, &record))
 }
 
 /// E2B's `user` account in a new sandbox, where it can have one (see
@@ -267,6 +294,10 @@ async fn connect(e2b: &E2b, id: &str, body: &[u8], require_timeout: bool) -> Res
         Ok(info) => info,
         Err(e) => return provider_error(&e),
     };
+    // A paused sandbox is resumed (201), as E2B's connect does.
+    if info.state == SandboxState::Paused {
+        return crate::lifecycle::resume(e2b, &id, request.timeout).await;
+    }
     if let Some(timeout) = request.timeout
         && sandkeep_provider::unix_now() + timeout > info.expires_at
     {
@@ -432,13 +463,12 @@ async fn listed(e2b: &E2b, query: &ListQuery) -> Result<Vec<Listed>, ApiError> {
         .unwrap_or_default();
     let after = time_filter("startedAfter", query.started_after.as_deref())?;
     let before = time_filter("startedBefore", query.started_before.as_deref())?;
-    let wants_running = query
-        .state
-        .as_deref()
-        .is_none_or(|s| s.split(',').any(|s| s.trim() == "running"));
-    if !wants_running {
-        return Ok(Vec::new());
-    }
+    let wants = |state: SandboxState| {
+        query
+            .state
+            .as_deref()
+            .is_none_or(|s| s.split(',').any(|s| s.trim() == state.to_string()))
+    };
     let all = e2b
         .provider
         .list()
@@ -455,6 +485,7 @@ async fn listed(e2b: &E2b, query: &ListQuery) -> Result<Vec<Listed>, ApiError> {
         let kept = filter
             .iter()
             .all(|(k, v)| record.metadata.get(k) == Some(v))
+            && wants(info.state)
             && query.template.as_ref().is_none_or(|t| *t == info.template)
             && after.is_none_or(|a| at >= a)
             && before.is_none_or(|b| at <= b);
@@ -544,7 +575,7 @@ pub async fn list_v2(
 pub async fn unsupported() -> Response {
     error(
         StatusCode::NOT_IMPLEMENTED,
-        "not implemented by sandkeep's E2B endpoint (pause, snapshots, fork, network updates, templates and logs are not supported)",
+        "not implemented by sandkeep's E2B endpoint (network updates, template builds and logs are not supported)",
     )
 }
 

@@ -35,9 +35,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use sandkeep_envd_wire::filesystem::{ListDirRequest, MoveRequest, PathRequest};
 use sandkeep_provider::{
-    CreateSpec, ExecOutput, ExecRequest, FileEntry, FileKind, Layers, Limits, Network, Port,
-    PortForward, Provider, ProviderError, Release, Result, SandboxId, SandboxInfo, Share,
-    SpawnRequest, Spawned,
+    CreateSpec, ExecOutput, ExecRequest, FileEntry, FileKind, Layers, Limits, Network, OnTimeout,
+    Port, PortForward, Provider, ProviderError, Release, Result, SandboxId, SandboxInfo,
+    SandboxState, Share, SpawnRequest, Spawned,
 };
 use serde::de::IgnoredAny;
 use serde_json::Value;
@@ -272,6 +272,12 @@ impl E2bProvider {
                 disk_mib: d.disk_size_mb.filter(|&m| m > 0),
             },
             ports: Vec::new(),
+            state: if d.state.as_deref() == Some("paused") {
+                SandboxState::Paused
+            } else {
+                SandboxState::Running
+            },
+            on_timeout: Default::default(),
         })
     }
 
@@ -582,6 +588,7 @@ impl Provider for E2bProvider {
                 env_vars: &spec.envs,
                 secure: true,
                 allow_internet_access: network == Network::Internet,
+                auto_pause: spec.on_timeout == OnTimeout::Pause,
             })
             .await
             .map_err(|e| match e {
@@ -718,6 +725,42 @@ impl Provider for E2bProvider {
         spawned::spawn(envd, request)
             .await
             .map_err(|e| self.envd_error(e, id, false))
+    }
+
+    async fn pause(&self, id: &SandboxId) -> Result<SandboxInfo> {
+        let paused = self
+            .rest
+            .pause(id.as_str())
+            .await
+            .map_err(|e| api_error(e, Some(id)))?;
+        if !paused {
+            return Err(ProviderError::AlreadyInState {
+                sandbox: id.clone(),
+                state: SandboxState::Paused,
+            });
+        }
+        self.info(id).await
+    }
+
+    /// E2B's connect resumes a paused sandbox; a running one is refused
+    /// first, as the local provider refuses it.
+    async fn resume(&self, id: &SandboxId, timeout: Option<u64>) -> Result<SandboxInfo> {
+        let info = self.refresh(id).await?.info;
+        if info.state == SandboxState::Running {
+            return Err(ProviderError::AlreadyInState {
+                sandbox: id.clone(),
+                state: SandboxState::Running,
+            });
+        }
+        let timeout = timeout.unwrap_or(info.timeout);
+        self.rest
+            .connect(id.as_str(), timeout)
+            .await
+            .map_err(|e| api_error(e, Some(id)))?;
+        let mut known = self.refresh(id).await?;
+        known.info.timeout = timeout;
+        self.lock().insert(id.clone(), known.clone());
+        Ok(known.info)
     }
 
     async fn set_timeout(&self, id: &SandboxId, timeout: u64) -> Result<SandboxInfo> {

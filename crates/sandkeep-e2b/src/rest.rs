@@ -40,6 +40,9 @@ pub struct NewSandbox<'a> {
     /// The envd of a secure sandbox wants its access token on every call.
     pub secure: bool,
     pub allow_internet_access: bool,
+    /// The deadline pauses instead of killing (`on_timeout: pause`).
+    #[serde(rename = "autoPause")]
+    pub auto_pause: bool,
 }
 
 /// The create answer (`Sandbox`).
@@ -83,6 +86,9 @@ pub struct Detail {
     pub domain: Option<String>,
     #[serde(default)]
     pub allow_internet_access: Option<bool>,
+    /// `running` or `paused`.
+    #[serde(default)]
+    pub state: Option<String>,
 }
 
 pub struct Rest {
@@ -228,8 +234,39 @@ impl Rest {
         }
     }
 
-    /// The running sandboxes whose metadata has every pair of `filter`,
-    /// all pages.
+    /// Pauses the sandbox: `Ok(false)` when it was paused already (409).
+    pub async fn pause(&self, id: &str) -> Result<bool, RestError> {
+        let (status, _, bytes) = self
+            .call(Method::POST, &format!("/sandboxes/{id}/pause"), None, false)
+            .await?;
+        match status {
+            s if s.is_success() => Ok(true),
+            StatusCode::CONFLICT => Ok(false),
+            s => Err(Self::failed(s, &bytes)),
+        }
+    }
+
+    /// Connects to the sandbox, resuming it when paused, with a deadline
+    /// now + `timeout` seconds.
+    pub async fn connect(&self, id: &str, timeout: u64) -> Result<(), RestError> {
+        let body = serde_json::json!({ "timeout": timeout });
+        let (status, _, bytes) = self
+            .call(
+                Method::POST,
+                &format!("/v2/sandboxes/{id}/connect"),
+                Some(&body),
+                false,
+            )
+            .await?;
+        if status.is_success() {
+            Ok(())
+        } else {
+            Err(Self::failed(status, &bytes))
+        }
+    }
+
+    /// The running and paused sandboxes whose metadata has every pair of
+    /// `filter`, all pages.
     pub async fn list(&self, filter: &BTreeMap<String, String>) -> Result<Vec<Detail>, RestError> {
         // E2B's filter is `k=v&k2=v2`, each part encoded, sent as one
         // (encoded again) parameter.
@@ -243,7 +280,7 @@ impl Rest {
                 let mut query = form_urlencoded::Serializer::new(String::new());
                 query
                     .append_pair("metadata", &metadata)
-                    .append_pair("state", "running")
+                    .append_pair("state", "running,paused")
                     .append_pair("limit", "100");
                 if let Some(token) = &next {
                     query.append_pair("nextToken", token);

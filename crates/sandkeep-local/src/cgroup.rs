@@ -11,6 +11,12 @@
 //! hierarchy that carries a needed controller. The created directories are
 //! recorded in the sandbox's directory (`cgroups`), so that whoever cleans
 //! up a dead sandbox removes them too. It never signals a process.
+//!
+//! Freezing (pause, SPEC §17): the leaf that can freeze (the v2 leaf when
+//! the sandbox has one, else a v1 `freezer` leaf, else a v2 leaf of its
+//! own) has a child, `w` ([`WORK`]), where every command of the sandbox
+//! runs; the init, its fork server, stays in the leaf and is never frozen,
+//! so the task tools still read a paused sandbox (see [`WorkDoor`]).
 
 use std::fs;
 use std::io::{self, Write};
@@ -25,6 +31,8 @@ const CPU_PERIOD_US: u64 = 100_000;
 const PARENT: &str = "sandkeep";
 /// The record of created cgroup directories, in the sandbox's directory.
 pub const RECORD: &str = "cgroups";
+/// The child of the freezing leaf where the sandbox's commands run.
+pub const WORK: &str = "w";
 
 /// The resource limits of one sandbox: what is asked (`None` = the
 /// provider's default) or what is enforced (`None` = not enforced).
@@ -117,7 +125,11 @@ pub fn parse_mounts(text: &str) -> Mounts {
             "cgroup" => {
                 let controllers = f[3]
                     .split(',')
-                    .filter(|o| Controller::ALL.iter().any(|c| c.name() == *o) || *o == "cpuacct")
+                    .filter(|o| {
+                        Controller::ALL.iter().any(|c| c.name() == *o)
+                            || *o == "cpuacct"
+                            || *o == FREEZER
+                    })
                     .map(str::to_owned)
                     .collect::<Vec<_>>();
                 if !controllers.is_empty() {
@@ -164,18 +176,7 @@ pub fn detect() -> [Place; 3] {
     let mounts = fs::read_to_string("/proc/self/mounts")
         .map(|t| parse_mounts(&t))
         .unwrap_or_default();
-    let root = rustix::process::geteuid().is_root();
-    let v2_base = mounts.v2.as_ref().and_then(|mount| {
-        if root {
-            return Some(mount.clone());
-        }
-        // An ordinary user: a delegated subtree, the parent of our own
-        // cgroup, where we may create cgroups and move processes.
-        let own = own_v2_path(&fs::read_to_string("/proc/self/cgroup").ok()?)?;
-        let parent = Path::new(own.trim_start_matches('/')).parent()?;
-        let base = mount.join(parent);
-        (writable(&base) && writable(&base.join("cgroup.procs"))).then_some(base)
-    });
+    let v2_base = v2_base(&mounts);
     let read = |base: &PathBuf, file: &str| {
         fs::read_to_string(base.join(file))
             .map(|t| parse_controllers(&t))
@@ -198,6 +199,20 @@ pub fn detect() -> [Place; 3] {
         v2_busy,
         writable,
     )
+}
+
+/// The v2 directory sandboxes go below: the mount as root, else a
+/// delegated subtree, the parent of this process's own cgroup, where an
+/// ordinary user may create cgroups and move processes.
+fn v2_base(mounts: &Mounts) -> Option<PathBuf> {
+    let mount = mounts.v2.as_ref()?;
+    if rustix::process::geteuid().is_root() {
+        return Some(mount.clone());
+    }
+    let own = own_v2_path(&fs::read_to_string("/proc/self/cgroup").ok()?)?;
+    let parent = Path::new(own.trim_start_matches('/')).parent()?;
+    let base = mount.join(parent);
+    (writable(&base) && writable(&base.join("cgroup.procs"))).then_some(base)
 }
 
 /// Whether the v2 cgroup `dir` holds processes itself while not being the
@@ -309,13 +324,97 @@ pub fn refuse_unenforceable(asked: &Limits, process_only: bool) -> Result<(), St
     ))
 }
 
+/// The v1 controller that freezes.
+const FREEZER: &str = "freezer";
+
 /// A sandbox's created cgroups.
 #[derive(Debug, Default)]
 pub struct Cgroups {
-    /// Every created leaf directory.
+    /// Every created directory, children before their parents.
     pub dirs: Vec<PathBuf>,
     /// The doors of the leaves, opened for the init to enter by.
     pub doors: Doors,
+    /// Where the init's fork server puts the sandbox's commands; `None`
+    /// where this host cannot freeze (pause is then refused).
+    pub work: Option<WorkDoor>,
+}
+
+/// The init's way into the work cgroup [`WORK`], for each process it
+/// forks: born there (v2, `clone3`), or moving its one thread there (v1
+/// `tasks`) before it runs anything; and whether the cgroup is frozen,
+/// when a process it forks stays in the init's own (unfrozen) leaf
+/// instead: only sandkeep's task helper is asked to run on a paused
+/// sandbox (every other request resumes it first). The descriptors are
+/// the init's alone: the sandbox cannot read its `/proc/1/fd`.
+#[derive(Debug)]
+pub struct WorkDoor {
+    /// v2: the directory, to fork into.
+    dir: Option<OwnedFd>,
+    /// v1 `tasks`, or v2 `cgroup.procs` where `clone3` is refused.
+    enter: OwnedFd,
+    /// v1 `freezer.state`, v2 `cgroup.freeze`.
+    state: OwnedFd,
+}
+
+impl WorkDoor {
+    fn open(work: &Path, v2: bool) -> io::Result<Self> {
+        let open = |name: &str, write: bool| {
+            fs::OpenOptions::new()
+                .read(!write)
+                .write(write)
+                .open(work.join(name))
+                .map(OwnedFd::from)
+        };
+        Ok(if v2 {
+            Self {
+                dir: Some(fs::File::open(work)?.into()),
+                enter: open("cgroup.procs", true)?,
+                state: open("cgroup.freeze", false)?,
+            }
+        } else {
+            Self {
+                dir: None,
+                enter: open("tasks", true)?,
+                state: open("freezer.state", false)?,
+            }
+        })
+    }
+
+    /// Its descriptors, for the init to keep open.
+    pub fn raw_fds(&self) -> Vec<std::os::fd::RawFd> {
+        use std::os::fd::AsRawFd;
+        let mut fds = vec![self.enter.as_raw_fd(), self.state.as_raw_fd()];
+        fds.extend(self.dir.as_ref().map(AsRawFd::as_raw_fd));
+        fds
+    }
+
+    /// Whether the work cgroup is frozen or freezing.
+    pub fn frozen(&self) -> bool {
+        let mut buf = [0u8; 32];
+        match rustix::io::pread(&self.state, &mut buf, 0) {
+            Ok(n) => {
+                let text = &buf[..n];
+                text.starts_with(b"1") || text.starts_with(b"FR")
+            }
+            Err(_) => false,
+        }
+    }
+
+    /// Forks a process into the work cgroup (see [`WorkDoor`]); one that
+    /// cannot get there exits with 127 before running anything.
+    pub fn fork(&self) -> io::Result<crate::sys::Forked> {
+        use crate::sys;
+        if let Some(dir) = &self.dir
+            && let Ok(forked) = sys::fork_into(std::os::fd::AsFd::as_fd(dir))
+        {
+            return Ok(forked);
+        }
+        let forked = sys::fork()?;
+        if matches!(forked, sys::Forked::Child) && rustix::io::write(&self.enter, b"0").is_err() {
+            sys::exit_now(127);
+        }
+        Ok(forked)
+    }
 }
 
 /// How the init gets into its cgroups without waiting on the kernel.
@@ -481,9 +580,25 @@ pub fn create(
             None => leaves.push((leaf, v2, vec![c])),
         }
     }
+    // The leaf that freezes (see the module's doc).
+    let freezing = match leaves.iter().position(|(_, v2, _)| *v2) {
+        Some(i) => Some(i),
+        None => freezer_place(id).map(|(leaf, v2)| {
+            leaves.push((leaf, v2, Vec::new()));
+            leaves.len() - 1
+        }),
+    };
     let listed: String = leaves
         .iter()
-        .map(|(l, _, _)| format!("{}\n", l.display()))
+        .enumerate()
+        .map(|(i, (l, _, _))| {
+            let work = if Some(i) == freezing {
+                format!("{}\n", l.join(WORK).display())
+            } else {
+                String::new()
+            };
+            format!("{work}{}\n", l.display())
+        })
         .collect();
     if let Err(e) = fs::write(record, listed) {
         for (_, _, cs) in leaves {
@@ -494,7 +609,7 @@ pub fn create(
         }
         return (cg, enforced, failed);
     }
-    for (leaf, v2, cs) in leaves {
+    for (i, (leaf, v2, cs)) in leaves.into_iter().enumerate() {
         let made = make_leaf(&leaf, v2, &cs, want);
         let door = made.and_then(|ok| open_door(&leaf, v2).map(|door| (ok, door)));
         let (ok, door) = match door {
@@ -515,6 +630,14 @@ pub fn create(
                 Err(e) => failed.push((*c, e.to_string())),
             }
         }
+        if Some(i) == freezing {
+            let work = leaf.join(WORK);
+            // Without it the sandbox runs as before and cannot pause.
+            if let Ok(door) = mkdir(&work).and_then(|()| WorkDoor::open(&work, v2)) {
+                cg.work = Some(door);
+            }
+            cg.dirs.push(work);
+        }
         cg.dirs.push(leaf);
         match door {
             Door::Tasks(fd) => cg.doors.tasks.push(fd),
@@ -522,6 +645,25 @@ pub fn create(
         }
     }
     (cg, enforced, failed)
+}
+
+/// Where a sandbox without a v2 leaf gets one that freezes: a v1
+/// `freezer` leaf where that hierarchy is mounted and writable, else a v2
+/// leaf without controllers (`cgroup.freeze` needs none), else nowhere.
+fn freezer_place(id: &SandboxId) -> Option<(PathBuf, bool)> {
+    let mounts = fs::read_to_string("/proc/self/mounts")
+        .map(|t| parse_mounts(&t))
+        .unwrap_or_default();
+    if let Some((mount, _)) = mounts
+        .v1
+        .iter()
+        .find(|(m, cs)| cs.iter().any(|c| c == FREEZER) && writable(m))
+    {
+        return Some((mount.join(PARENT).join(id.as_str()), false));
+    }
+    // Before Linux 5.2 it has no `cgroup.freeze`: opening the work
+    // cgroup's door then fails, and the sandbox cannot pause.
+    Some((v2_base(&mounts)?.join(PARENT).join(id.as_str()), true))
 }
 
 /// Makes `leaf` (and its parent), enabling `cs` on the way for v2; the
@@ -606,8 +748,13 @@ pub fn remove_recorded(sandbox_dir: &Path) {
         .lines()
         .map(PathBuf::from)
         .filter(|p| {
-            p.file_name() == Some(id)
-                && p.parent().and_then(Path::file_name) == Some(PARENT.as_ref())
+            let leaf = if p.file_name() == Some(WORK.as_ref()) {
+                p.parent().unwrap_or(p)
+            } else {
+                p
+            };
+            leaf.file_name() == Some(id)
+                && leaf.parent().and_then(Path::file_name) == Some(PARENT.as_ref())
         })
         .collect();
     remove(&dirs);

@@ -100,6 +100,9 @@ pub struct InitContext {
     /// The doors of the cgroups the init enters itself, first thing
     /// (see [`cgroup::Doors`]); it was born in the others.
     pub cgroups: Vec<OwnedFd>,
+    /// Where the fork server puts the sandbox's commands (see
+    /// [`cgroup::WorkDoor`]); `None` where the host cannot freeze.
+    pub work: Option<cgroup::WorkDoor>,
     /// A seqpacket socket: one JSON [`InitReport`], with the sandbox's
     /// network namespace attached when it has one of its own (the keeper
     /// relays port forwards from inside it) and then the proxy's listening
@@ -148,6 +151,7 @@ pub fn run(ctx: InitContext) -> ! {
         share_idmaps,
         listener,
         cgroups,
+        work,
         report,
     } = ctx;
     let entered = cgroup::enter(&cgroups);
@@ -209,7 +213,7 @@ pub fn run(ctx: InitContext) -> ! {
     }
     let proxy_port = proxy.map(|(_, port)| port);
     let env = environment(&spec, &home, proxy_port);
-    fork_server::serve(listener, &env, &home)
+    fork_server::serve(listener, &env, &home, work.as_ref())
 }
 
 fn setup(

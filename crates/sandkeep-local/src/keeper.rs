@@ -7,7 +7,9 @@
 //! refuses them, as a subreaper on the host), reports readiness on its
 //! stdout, and then waits for one of: the deadline in `meta.json` (re-read
 //! whenever it fires, so renewals need no signal), SIGTERM (kill_sandbox),
-//! or the init's death. Then it kills the init (the kernel ends every
+//! or the init's death. A paused sandbox has no deadline (SPEC §17): its
+//! record is read again on SIGUSR1 (a resume) or once a minute; the
+//! deadline of an `on_timeout: pause` sandbox pauses it instead. Then it kills the init (the kernel ends every
 //! process of the pid namespace; without namespaces the keeper kills the
 //! whole process tree itself), releases the sandbox's mount namespace (held
 //! so that the teardown of its mounts is not part of the init's exit),
@@ -34,9 +36,11 @@ use super::init::{self, InitContext, InitReport, Mode, NetPlan};
 use super::proxy::{Policy as ProxyPolicy, Proxy};
 use super::rootfs::Owner;
 use super::state::{self, Home, Meta, SandboxDir, Spec};
-use super::{etc_snapshot, slots, sys, wire};
+use super::{etc_snapshot, pause, slots, sys, wire};
 use sandkeep_proto::record::ProcessIdentity;
-use sandkeep_provider::{Limits, Network, SandboxId, SandboxInfo};
+use sandkeep_provider::{
+    Limits, Network, OnTimeout, ProviderError, SandboxId, SandboxInfo, SandboxState,
+};
 
 use self::userns::UsernsChild;
 
@@ -149,6 +153,10 @@ pub const BUILD: &str = env!("SANDKEEP_LOCAL_SOURCE");
 /// The exit code of a keeper that refuses its arguments (another build's,
 /// or none it knows) before doing anything.
 pub const REFUSED: i32 = 2;
+
+/// The signal that tells a keeper its sandbox's record has a new deadline
+/// (a resume); every other signal it waits for ends the sandbox.
+pub const RECORD_CHANGED: libc::c_int = libc::SIGUSR1;
 
 /// Started ahead of its sandbox (see `spawn::Standby`): reads `HOME<TAB>ID`
 /// from stdin up to its end (HOME as the bytes of the path, whatever they
@@ -385,6 +393,7 @@ fn start(home: &Home, dir: &SandboxDir) -> Result<Running, SetupError> {
     let mut info = sandbox_info(&spec, enforced, process_only, net)?;
     let memory_cgroup = memory_cgroup(&cgroup_dirs, enforced);
     let cgroup::Doors { mut tasks, v2 } = cgroups.doors;
+    let work = cgroups.work;
     let init_pid = match fork_into(v2, &mut tasks).map_err(SetupError::keeper("fork the init"))? {
         sys::Forked::Child => init::run(InitContext {
             spec,
@@ -396,6 +405,7 @@ fn start(home: &Home, dir: &SandboxDir) -> Result<Running, SetupError> {
             share_idmaps,
             listener,
             cgroups: tasks,
+            work,
             report: report_w,
         }),
         sys::Forked::Parent(pid) => pid,
@@ -404,6 +414,7 @@ fn start(home: &Home, dir: &SandboxDir) -> Result<Running, SetupError> {
     // the snapshotter has a core to itself (see `etc_snapshot`).
     drop(snapshot_go);
     drop(tasks);
+    drop(work);
     drop(report_w);
     drop(etc_snapshot);
     drop(listener);
@@ -434,7 +445,7 @@ fn start(home: &Home, dir: &SandboxDir) -> Result<Running, SetupError> {
     } else {
         mount_namespace(init_pid)
     };
-    let signals = sys::signalfd(&[libc::SIGTERM, libc::SIGINT, libc::SIGHUP])
+    let signals = sys::signalfd(&[libc::SIGTERM, libc::SIGINT, libc::SIGHUP, RECORD_CHANGED])
         .map_err(SetupError::keeper("signalfd"))?;
     let meta = Meta {
         info,
@@ -626,6 +637,8 @@ fn sandbox_info(
         shares: spec.shares.clone(),
         shares_since_ns: spec.shares_since_ns,
         ports: Vec::new(),
+        state: SandboxState::Running,
+        on_timeout: spec.on_timeout,
     };
     record_network(&mut info, spec, net)?;
     Ok(info)
@@ -834,20 +847,53 @@ fn namespaces(base: Option<u32>, userns_child: Option<UsernsChild>) -> Result<Mo
 }
 
 /// Waits until the deadline, a kill request or the init's death, relaying
-/// the port forwards meanwhile.
+/// the port forwards meanwhile. A paused sandbox has no deadline; one
+/// created with `on_timeout: pause` is paused at its deadline.
 fn watch(dir: &SandboxDir, sandbox: &mut Running) {
     let mut expires_at = sandbox.meta.info.expires_at;
+    let mut paused = sandbox.meta.info.state == SandboxState::Paused;
+    let mut reread = false;
     loop {
-        let deadline = UNIX_EPOCH + Duration::from_secs(expires_at);
-        let left = deadline
-            .duration_since(SystemTime::now())
-            .unwrap_or(Duration::ZERO);
-        if left.is_zero() {
-            // Renewals move the deadline in meta.json; re-read it before
-            // acting on the old one.
+        if reread {
+            reread = false;
             match state::read_json::<Meta>(&dir.meta()) {
+                Ok(m) => {
+                    expires_at = m.info.expires_at;
+                    paused = m.info.state == SandboxState::Paused;
+                }
+                Err(_) => return,
+            }
+        }
+        let deadline = UNIX_EPOCH + Duration::from_secs(expires_at);
+        let left = if paused {
+            Duration::MAX
+        } else {
+            deadline
+                .duration_since(SystemTime::now())
+                .unwrap_or(Duration::ZERO)
+        };
+        if left.is_zero() {
+            // Renewals move the deadline in meta.json, a pause removes
+            // it; re-read it before acting on the old one.
+            match state::read_json::<Meta>(&dir.meta()) {
+                Ok(m) if m.info.state == SandboxState::Paused => {
+                    paused = true;
+                    continue;
+                }
                 Ok(m) if m.info.expires_at > expires_at => {
                     expires_at = m.info.expires_at;
+                    continue;
+                }
+                Ok(m) if m.info.on_timeout == OnTimeout::Pause => {
+                    match pause::pause(dir) {
+                        Ok(_) | Err(ProviderError::AlreadyInState { .. }) => paused = true,
+                        Err(e) => {
+                            eprintln!(
+                                "sandkeep keeper: the deadline's pause failed ({e}); ending the sandbox"
+                            );
+                            return;
+                        }
+                    }
                     continue;
                 }
                 _ => return,
@@ -876,10 +922,12 @@ fn watch(dir: &SandboxDir, sandbox: &mut Running) {
                     if !fds[0].revents().is_empty() {
                         return;
                     }
-                    if !fds[1].revents().is_empty()
-                        && !sys::drain_signalfd(sandbox.signals.as_fd()).is_empty()
-                    {
-                        return;
+                    if !fds[1].revents().is_empty() {
+                        let signals = sys::drain_signalfd(sandbox.signals.as_fd());
+                        if signals.iter().any(|&s| s != RECORD_CHANGED as u32) {
+                            return;
+                        }
+                        reread = !signals.is_empty();
                     }
                     fds.get(2).is_some_and(|f| !f.revents().is_empty())
                 }
@@ -892,12 +940,10 @@ fn watch(dir: &SandboxDir, sandbox: &mut Running) {
             continue;
         }
         if left > wait {
+            reread |= paused;
             continue;
         }
-        match state::read_json::<Meta>(&dir.meta()) {
-            Ok(m) => expires_at = m.info.expires_at,
-            Err(_) => return,
-        }
+        reread = true;
     }
 }
 
@@ -916,6 +962,8 @@ fn destroy(dir: &SandboxDir, mut sandbox: Running) {
     // including those that called setsid or double-forked. Its mount
     // namespace outlives them in `mounts`, released just below.
     let _ = rustix::process::pidfd_send_signal(&sandbox.init_pidfd, Signal::KILL);
+    // A paused sandbox's processes die only once thawed (cgroup v1).
+    pause::thaw_for_destruction(&sandbox.cgroup_dirs);
     let _ = sys::wait_for(sandbox.meta.init.pid as i32);
     // Its files are memory charged to its cgroups: gone before those.
     drop(sandbox.mounts.take());

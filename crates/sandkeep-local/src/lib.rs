@@ -43,6 +43,7 @@ mod init;
 mod keeper;
 mod landlock;
 mod netpolicy;
+mod pause;
 mod ports;
 mod presence;
 mod process;
@@ -51,6 +52,7 @@ mod rootfs;
 #[allow(unsafe_code)]
 mod seccomp;
 mod slots;
+mod snapshots;
 mod spawn;
 mod state;
 #[allow(unsafe_code)]
@@ -80,8 +82,8 @@ use self::state::{Home, Meta, Spec};
 use self::wire::Request;
 use sandkeep_provider::{
     CreateSpec, ExecOutput, ExecRequest, FileEntry, Layers, Port, PortForward, Provider,
-    ProviderError, Release, Result, SandboxId, SandboxInfo, ShareMode, SpawnRequest, Spawned,
-    Usage,
+    ProviderError, Release, Result, SandboxId, SandboxInfo, SandboxState, ShareMode, SnapshotInfo,
+    SpawnRequest, Spawned, Usage,
 };
 
 /// The first argument that makes the `sandkeep` binary a keeper.
@@ -241,6 +243,10 @@ impl LocalProvider {
         self.home.root()
     }
 
+    pub(crate) fn home(&self) -> &Home {
+        &self.home
+    }
+
     /// Probes what isolation this host gives (in a separate process: the
     /// probes fork and unshare).
     pub async fn doctor(&self) -> Result<DoctorReport> {
@@ -321,7 +327,7 @@ impl LocalProvider {
     }
 
     /// `base`, then every directory under `SANDKEEP_HOME/templates/` whose
-    /// name is a valid id (it is used in paths).
+    /// name is a valid id (it is used in paths), then every snapshot.
     pub fn templates(&self) -> Vec<String> {
         let mut names: Vec<String> = std::fs::read_dir(self.home.templates())
             .into_iter()
@@ -334,6 +340,7 @@ impl LocalProvider {
             .collect();
         names.sort();
         names.insert(0, BASE_TEMPLATE.to_owned());
+        names.extend(snapshots::ids(&self.home));
         names
     }
 
@@ -422,6 +429,69 @@ impl LocalProvider {
         file_reply::decode(outcome, path, size_limit)
     }
 
+    /// Creates a sandbox of `spec` on `template_dir` (`None`: the host's
+    /// own system, as `base`).
+    async fn create_from(
+        &self,
+        spec: CreateSpec,
+        template_dir: Option<PathBuf>,
+    ) -> Result<SandboxInfo> {
+        refuse_shared_network(&spec, self.config.process_only)?;
+        if self.config.process_only && !spec.shares.is_empty() {
+            return Err(ProviderError::Unsupported(
+                "host shares need namespaced sandboxes; this server runs process-only ones (run `sandkeep doctor`)".into(),
+            ));
+        }
+        cgroup::refuse_unenforceable(&spec.limits, self.config.process_only)
+            .map_err(ProviderError::Unsupported)?;
+        let id = Self::new_id()?;
+        let dir = self.home.sandbox(&id);
+        let memory_mib = spec
+            .limits
+            .memory_mib
+            .unwrap_or(sandkeep_proto::limits::MEMORY_MIB_DEFAULT);
+        let record = Spec {
+            sandbox_id: id.clone(),
+            template: spec.template,
+            timeout: spec.timeout,
+            envs: spec.envs,
+            created_at: sandkeep_provider::unix_now(),
+            exe: self.config.exe.clone(),
+            home: self.home.root().to_path_buf(),
+            process_only: self.config.process_only,
+            template_dir,
+            network: spec.network,
+            allow_hosts: spec.allow_hosts,
+            limits: spec.limits,
+            egress_trust: self.config.egress_trust.clone(),
+            shares: spec.shares,
+            shares_since_ns: sandkeep_provider::unix_now_ns(),
+            on_timeout: spec.on_timeout,
+        };
+        let (home, bounds, at) = (self.home.clone(), self.config.bounds, dir.clone());
+        blocking(move || {
+            let _room = bounds::reserve(&home, bounds, memory_mib)?;
+            // 0700 from the start: a umask can only take bits away.
+            std::fs::DirBuilder::new()
+                .mode(0o700)
+                .create(&at.path)
+                .map_err(io_err(format!("create {}", at.path.display())))?;
+            state::write_json(&at.spec(), &record).map_err(io_err("write spec.json"))
+        })
+        .await??;
+        let warnings = self.keepers.start(&self.home, &dir, &id).await?;
+        let meta: Meta = state::read_json(&dir.meta()).map_err(io_err("read meta.json"))?;
+        if meta.info.isolation != FULL_ISOLATION || !warnings.is_empty() {
+            tracing::warn!(
+                sandbox = %id,
+                isolation = %meta.info.isolation,
+                ?warnings,
+                "sandbox isolation is weaker than full ({FULL_ISOLATION}); run `sandkeep doctor` for why"
+            );
+        }
+        Ok(meta.info)
+    }
+
     /// Read-modify-write of a live sandbox's record under its lock.
     async fn update(
         &self,
@@ -459,6 +529,15 @@ impl Provider for LocalProvider {
     }
 
     async fn create(&self, spec: CreateSpec) -> Result<SandboxInfo> {
+        // A snapshot: `base` with the snapshot's files restored over it.
+        if let Some(archive) = snapshots::archive(&self.home, &spec.template) {
+            let info = self.create_from(spec, None).await?;
+            if let Err(e) = snapshots::restore(self, &info.sandbox_id, &archive).await {
+                let _ = self.kill(&info.sandbox_id).await;
+                return Err(e);
+            }
+            return Ok(info);
+        }
         let template_dir = if spec.template == BASE_TEMPLATE {
             None
         } else {
@@ -471,59 +550,29 @@ impl Provider for LocalProvider {
             }
             Some(self.home.templates().join(&spec.template))
         };
-        refuse_shared_network(&spec, self.config.process_only)?;
-        if self.config.process_only && !spec.shares.is_empty() {
-            return Err(ProviderError::Unsupported(
-                "host shares need namespaced sandboxes; this server runs process-only ones (run `sandkeep doctor`)".into(),
-            ));
-        }
-        cgroup::refuse_unenforceable(&spec.limits, self.config.process_only)
-            .map_err(ProviderError::Unsupported)?;
-        let id = Self::new_id()?;
-        let dir = self.home.sandbox(&id);
-        let memory_mib = spec
-            .limits
-            .memory_mib
-            .unwrap_or(sandkeep_proto::limits::MEMORY_MIB_DEFAULT);
-        let record = Spec {
-            sandbox_id: id.clone(),
-            template: spec.template,
-            timeout: spec.timeout,
-            envs: spec.envs,
-            created_at: sandkeep_provider::unix_now(),
-            exe: self.config.exe.clone(),
-            home: self.home.root().to_path_buf(),
-            process_only: self.config.process_only,
-            template_dir,
-            network: spec.network,
-            allow_hosts: spec.allow_hosts,
-            limits: spec.limits,
-            egress_trust: self.config.egress_trust.clone(),
-            shares: spec.shares,
-            shares_since_ns: sandkeep_provider::unix_now_ns(),
+        self.create_from(spec, template_dir).await
+    }
+
+    async fn snapshot(&self, id: &SandboxId, name: Option<String>) -> Result<SnapshotInfo> {
+        self.live(id).await?;
+        let name = match name {
+            Some(name) => name,
+            None => format!(
+                "snap-{}",
+                Self::new_id()?.as_str().trim_start_matches("sb-")
+            ),
         };
-        let (home, bounds, at) = (self.home.clone(), self.config.bounds, dir.clone());
-        blocking(move || {
-            let _room = bounds::reserve(&home, bounds, memory_mib)?;
-            // 0700 from the start: a umask can only take bits away.
-            std::fs::DirBuilder::new()
-                .mode(0o700)
-                .create(&at.path)
-                .map_err(io_err(format!("create {}", at.path.display())))?;
-            state::write_json(&at.spec(), &record).map_err(io_err("write spec.json"))
-        })
-        .await??;
-        let warnings = self.keepers.start(&self.home, &dir, &id).await?;
-        let meta: Meta = state::read_json(&dir.meta()).map_err(io_err("read meta.json"))?;
-        if meta.info.isolation != FULL_ISOLATION || !warnings.is_empty() {
-            tracing::warn!(
-                sandbox = %id,
-                isolation = %meta.info.isolation,
-                ?warnings,
-                "sandbox isolation is weaker than full ({FULL_ISOLATION}); run `sandkeep doctor` for why"
-            );
-        }
-        Ok(meta.info)
+        snapshots::take(self, id, name).await
+    }
+
+    async fn list_snapshots(&self) -> Result<Vec<SnapshotInfo>> {
+        let home = self.home.clone();
+        blocking(move || snapshots::list(&home)).await
+    }
+
+    async fn delete_snapshot(&self, snapshot_id: &str) -> Result<bool> {
+        let (home, id) = (self.home.clone(), snapshot_id.to_owned());
+        blocking(move || snapshots::delete(&home, &id)).await?
     }
 
     async fn kill(&self, id: &SandboxId) -> Result<bool> {
@@ -533,8 +582,8 @@ impl Provider for LocalProvider {
                 .and_then(|()| state::read_json::<Meta>(&dir.meta()))
             {
                 Ok(meta) => {
-                    let was_live = meta.keeper.is_alive()
-                        && meta.info.expires_at > sandkeep_provider::unix_now();
+                    let was_live =
+                        meta.keeper.is_alive() && meta.in_service(sandkeep_provider::unix_now());
                     terminate(&dir, &meta, Until::Removed)?;
                     Ok(was_live)
                 }
@@ -718,10 +767,23 @@ impl Provider for LocalProvider {
     }
 
     async fn renew(&self, id: &SandboxId) -> Result<SandboxInfo> {
+        // A paused sandbox has no deadline to move; its resume sets one.
         self.update(id, |m| {
-            m.info.expires_at = sandkeep_provider::unix_now() + m.info.timeout
+            if m.info.state == SandboxState::Running {
+                m.info.expires_at = sandkeep_provider::unix_now() + m.info.timeout
+            }
         })
         .await
+    }
+
+    async fn pause(&self, id: &SandboxId) -> Result<SandboxInfo> {
+        let dir = self.home.sandbox(id);
+        blocking(move || pause::pause(&dir)).await?
+    }
+
+    async fn resume(&self, id: &SandboxId, timeout: Option<u64>) -> Result<SandboxInfo> {
+        let dir = self.home.sandbox(id);
+        blocking(move || pause::resume(&dir, timeout)).await?
     }
 
     async fn spawn(&self, id: &SandboxId, request: SpawnRequest) -> Result<Spawned> {
@@ -758,11 +820,16 @@ impl Provider for LocalProvider {
     }
 
     async fn set_timeout(&self, id: &SandboxId, timeout: u64) -> Result<SandboxInfo> {
-        self.update(id, move |m| {
-            m.info.timeout = timeout;
-            m.info.expires_at = sandkeep_provider::unix_now() + timeout;
-        })
-        .await
+        let info = self
+            .update(id, move |m| {
+                m.info.timeout = timeout;
+                m.info.expires_at = sandkeep_provider::unix_now() + timeout;
+            })
+            .await?;
+        // A shorter deadline than the one the keeper sleeps to: told.
+        let keeper = self.live(id).await?.keeper;
+        blocking(move || pause::tell_keeper(&keeper)).await?;
+        Ok(info)
     }
 
     async fn retain(&self, id: &SandboxId) -> Result<()> {

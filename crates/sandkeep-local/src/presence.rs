@@ -69,7 +69,7 @@ pub fn inspect(dir: &SandboxDir) -> Presence {
     }
     match state::read_json::<Meta>(&dir.meta()) {
         Ok(meta) if meta.keeper.is_alive() => {
-            if meta.info.expires_at > sandkeep_provider::unix_now() {
+            if meta.in_service(sandkeep_provider::unix_now()) {
                 Presence::Live(Box::new(meta))
             } else {
                 Presence::Transient
@@ -118,8 +118,11 @@ pub fn clean_stale(dir: &SandboxDir, meta: Option<&Meta>) {
         && meta.init.is_alive()
     {
         let _ = rustix::process::pidfd_send_signal(&fd, Signal::KILL);
+        // A paused sandbox's processes die only once thawed (cgroup v1).
+        crate::pause::thaw_recorded(&dir.path);
         wait_exit(&fd, KILL_TIMEOUT);
     }
+    crate::pause::thaw_recorded(&dir.path);
     crate::cgroup::remove_recorded(&dir.path);
     let _ = state::remove_tree(&dir.path);
     crate::slots::release_slot(&dir.path, None);

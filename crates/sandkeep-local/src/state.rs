@@ -15,7 +15,9 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use sandkeep_proto::record::ProcessIdentity;
-use sandkeep_provider::{LayerKind, Layers, Limits, Network, SandboxId, SandboxInfo, Share};
+use sandkeep_provider::{
+    LayerKind, Layers, Limits, Network, OnTimeout, SandboxId, SandboxInfo, SandboxState, Share,
+};
 
 use crate::netpolicy::EgressTrust;
 
@@ -330,6 +332,9 @@ pub struct Spec {
     /// When the shares were looked at, nanoseconds since the epoch.
     #[serde(default)]
     pub shares_since_ns: u64,
+    /// What the deadline does to the sandbox.
+    #[serde(default)]
+    pub on_timeout: OnTimeout,
 }
 
 /// What a live sandbox's record holds.
@@ -344,6 +349,17 @@ pub struct Meta {
     /// No namespaces: destruction must kill the init's whole tree.
     #[serde(default)]
     pub process_only: bool,
+}
+
+impl Meta {
+    /// Whether the sandbox is still to be used at `now` (its keeper aside):
+    /// before its deadline, paused (no deadline then), or about to be
+    /// paused by its keeper rather than destroyed (`on_timeout: pause`).
+    pub fn in_service(&self, now: u64) -> bool {
+        self.info.expires_at > now
+            || self.info.state == SandboxState::Paused
+            || self.info.on_timeout == OnTimeout::Pause
+    }
 }
 
 fn namespaced_helper() -> String {

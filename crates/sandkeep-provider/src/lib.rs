@@ -122,6 +122,47 @@ pub struct CreateSpec {
     /// Host directories to mount, among the operator's (SPEC §13); paths
     /// resolved and checked by the caller.
     pub shares: Vec<Share>,
+    /// What its deadline does to it.
+    pub on_timeout: OnTimeout,
+}
+
+/// Whether a sandbox's processes run or are frozen (SPEC §17).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SandboxState {
+    #[default]
+    Running,
+    /// Every process frozen, no deadline until it is resumed.
+    Paused,
+}
+
+impl fmt::Display for SandboxState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Running => "running",
+            Self::Paused => "paused",
+        })
+    }
+}
+
+/// What a sandbox's deadline does to it (SPEC §17).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnTimeout {
+    /// It is destroyed.
+    #[default]
+    Kill,
+    /// It is paused, to be resumed later (E2B's auto-pause).
+    Pause,
+}
+
+impl fmt::Display for OnTimeout {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Kill => "kill",
+            Self::Pause => "pause",
+        })
+    }
 }
 
 /// Unix seconds now: the clock of [`SandboxInfo`]'s times (the task
@@ -203,6 +244,37 @@ pub struct SandboxInfo {
     /// The ports exposed with [`Provider::expose_port`], by port.
     #[serde(default)]
     pub ports: Vec<PortForward>,
+    /// Running, or paused (its deadline then stopped: `expires_at` is
+    /// when it was paused).
+    #[serde(default)]
+    pub state: SandboxState,
+    /// What its deadline does to it.
+    #[serde(default)]
+    pub on_timeout: OnTimeout,
+}
+
+/// Whether `name` may be a snapshot's id: 1–64 characters of
+/// `[A-Za-z0-9_.-]`, starting with a letter or digit (it names a directory
+/// and a template; E2B's SDK tests name theirs `snap-test_…`).
+pub fn snapshot_id_ok(name: &str) -> bool {
+    (1..=64).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'))
+        && name.as_bytes()[0].is_ascii_alphanumeric()
+}
+
+/// A saved copy of a sandbox's files (SPEC §17): usable as a template.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SnapshotInfo {
+    /// Its id, also the template name `create` takes.
+    pub snapshot_id: String,
+    /// The sandbox it was taken of.
+    pub sandbox_id: SandboxId,
+    /// What it holds on disk, in bytes.
+    pub size_bytes: u64,
+    /// Unix seconds.
+    pub created_at: u64,
 }
 
 /// A port of a sandbox: 1–65535 (zero is no port a server listens on).
@@ -450,6 +522,18 @@ pub enum ProviderError {
     /// A request this provider cannot enforce here; nothing was created.
     #[error("{0}")]
     Unsupported(String),
+    /// A snapshot of that name exists; nothing was saved.
+    #[error(
+        "a snapshot or template named {0:?} exists already; choose another name, or delete_snapshot it first"
+    )]
+    SnapshotExists(String),
+    /// The sandbox is not in the state the call needs (pausing a paused
+    /// sandbox, resuming a running one); nothing changed.
+    #[error("sandbox {sandbox} is already {state}; nothing changed")]
+    AlreadyInState {
+        sandbox: SandboxId,
+        state: SandboxState,
+    },
     #[error("{context}: {source}")]
     Io {
         context: String,
@@ -554,6 +638,52 @@ pub trait Provider: Send + Sync {
         let _ = info;
         Err(ProviderError::Unsupported(format!(
             "copy-on-write shares need the local provider; the {} provider has none",
+            self.kind()
+        )))
+    }
+
+    /// Freezes every process of the sandbox and stops its deadline
+    /// (SPEC §17); [`ProviderError::AlreadyInState`] when it is paused.
+    async fn pause(&self, id: &SandboxId) -> Result<SandboxInfo> {
+        let _ = id;
+        Err(ProviderError::Unsupported(format!(
+            "the {} provider cannot pause a sandbox",
+            self.kind()
+        )))
+    }
+
+    /// Thaws a paused sandbox and sets its deadline to now + `timeout`
+    /// seconds (its own timeout when `None`);
+    /// [`ProviderError::AlreadyInState`] when it runs.
+    async fn resume(&self, id: &SandboxId, timeout: Option<u64>) -> Result<SandboxInfo> {
+        let _ = (id, timeout);
+        Err(ProviderError::Unsupported(format!(
+            "the {} provider cannot resume a sandbox",
+            self.kind()
+        )))
+    }
+
+    /// Saves the sandbox's files (not its processes, not its shares) as
+    /// snapshot `name` (a generated id when `None`), usable as a template.
+    /// A snapshot appears only complete.
+    async fn snapshot(&self, id: &SandboxId, name: Option<String>) -> Result<SnapshotInfo> {
+        let _ = (id, name);
+        Err(ProviderError::Unsupported(format!(
+            "the {} provider cannot snapshot a sandbox",
+            self.kind()
+        )))
+    }
+
+    /// Every snapshot, oldest first.
+    async fn list_snapshots(&self) -> Result<Vec<SnapshotInfo>> {
+        Ok(Vec::new())
+    }
+
+    /// Deletes a snapshot; `Ok(false)` when there was none of that id.
+    async fn delete_snapshot(&self, snapshot_id: &str) -> Result<bool> {
+        let _ = snapshot_id;
+        Err(ProviderError::Unsupported(format!(
+            "the {} provider has no snapshots",
             self.kind()
         )))
     }

@@ -103,6 +103,7 @@ fn main() {
             allow_hosts: Vec::new(),
             limits: Default::default(),
             shares: Vec::new(),
+            on_timeout: Default::default(),
         };
         let creates = |n: usize| {
             let provider = &provider;

@@ -58,6 +58,7 @@ fn main() {
         allow_hosts: Vec::new(),
         limits: Default::default(),
         shares: Vec::new(),
+        on_timeout: Default::default(),
     };
     let (create, kill, exec, isolation) = rt.block_on(async {
         let mut creates = Vec::new();

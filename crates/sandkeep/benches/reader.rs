@@ -434,6 +434,7 @@ async fn memory_part() {
                 allow_hosts: Vec::new(),
                 limits: Default::default(),
                 shares: Vec::new(),
+                on_timeout: Default::default(),
             })
             .await
             .expect("create an idle sandbox");

@@ -7,6 +7,9 @@
 
 mod support;
 
+#[path = "local_limits/pause.rs"]
+mod pause;
+
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -467,9 +470,14 @@ async fn assert_confined_from_the_start(
     let command = host_pids_with(&format!("1000.{marker}"))[0];
     let init = recorded_pid(home, id, "init");
     let leaf = format!("/sandkeep/{}", id.as_str());
+    // Commands run in the freezing leaf's child `w` (pause, SPEC §17).
+    let work = format!("{leaf}/w");
     for (who, pid) in [("the init", init), ("a command", command)] {
         let lines = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap();
-        let inside = lines.lines().filter(|l| l.ends_with(&leaf)).count();
+        let inside = lines
+            .lines()
+            .filter(|l| l.ends_with(&leaf) || (pid == command && l.ends_with(&work)))
+            .count();
         assert_eq!(
             inside, leaves,
             "{who} is in {inside} of the sandbox's {leaves} cgroups:\n{lines}"
@@ -544,9 +552,13 @@ async fn a_sandbox_root_cannot_leave_its_cgroups() {
         "{attempts}"
     );
     // The sandbox's cgroup namespace is rooted at its cgroups: still `/`
-    // in every hierarchy means still in them.
+    // in every hierarchy (`/w` in the one that freezes its commands, see
+    // pause) means still in them.
     assert!(
-        !after.is_empty() && after.lines().all(|l| l.ends_with(":/")),
+        !after.is_empty()
+            && after
+                .lines()
+                .all(|l| l.ends_with(":/") || l.ends_with(":/w")),
         "after the attempts:\n{after}"
     );
     p.kill(id).await.unwrap();

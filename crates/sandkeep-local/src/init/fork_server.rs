@@ -4,7 +4,9 @@
 //! shell, an argv, or a file operation), with the caller's pipes as its
 //! stdio and nothing else of the init's descriptors, and reports its exit
 //! code; it reaps every orphan besides. It changes no namespace, identity
-//! or mount: it runs wholly inside what the setup made.
+//! or mount: it runs wholly inside what the setup made. Each child goes to
+//! the sandbox's work cgroup, the one a pause freezes, unless that is
+//! frozen (see `cgroup::WorkDoor`).
 
 use std::ffi::CString;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
@@ -13,6 +15,7 @@ use rustix::event::{PollFd, PollFlags};
 use sandkeep_proto::shell::SHELLS;
 use sandkeep_provider::ExitStatus;
 
+use crate::cgroup::WorkDoor;
 use crate::fileops;
 use crate::sys;
 use crate::wire::{self, Control, Reply, Request};
@@ -23,12 +26,20 @@ struct Conn {
     child: Option<i32>,
 }
 
-pub fn serve(listener: OwnedFd, env: &[CString], home: &std::path::Path) -> ! {
+pub fn serve(
+    listener: OwnedFd,
+    env: &[CString],
+    home: &std::path::Path,
+    work: Option<&WorkDoor>,
+) -> ! {
     let Ok(sigchld) = sys::signalfd(&[libc::SIGCHLD]) else {
         sys::exit_now(1)
     };
-    // A descriptor leaked into sandbox commands could reach the host.
-    if sys::close_fds_except(&[listener.as_raw_fd(), sigchld.as_raw_fd()]).is_err() {
+    // A descriptor leaked into sandbox commands could reach the host (the
+    // work cgroup's are closed in each child).
+    let mut keep = vec![listener.as_raw_fd(), sigchld.as_raw_fd()];
+    keep.extend(work.map(WorkDoor::raw_fds).into_iter().flatten());
+    if sys::close_fds_except(&keep).is_err() {
         sys::exit_now(1)
     }
     let _ = rustix::io::ioctl_fionbio(&listener, true);
@@ -64,7 +75,7 @@ pub fn serve(listener: OwnedFd, env: &[CString], home: &std::path::Path) -> ! {
         let (accept, reap, conn_ready) = ready;
         for (i, is_ready) in conn_ready {
             if is_ready {
-                on_message(&mut conns[i], &mut buf, env, home);
+                on_message(&mut conns[i], &mut buf, env, home, work);
             }
         }
         if reap {
@@ -98,7 +109,13 @@ pub fn serve(listener: OwnedFd, env: &[CString], home: &std::path::Path) -> ! {
     }
 }
 
-fn on_message(conn: &mut Conn, buf: &mut [u8], env: &[CString], home: &std::path::Path) {
+fn on_message(
+    conn: &mut Conn,
+    buf: &mut [u8],
+    env: &[CString],
+    home: &std::path::Path,
+    work: Option<&WorkDoor>,
+) {
     let Some(fd) = conn.fd.as_ref() else { return };
     let received = wire::recv(fd, buf);
     if let Some(pid) = conn.child {
@@ -150,7 +167,11 @@ fn on_message(conn: &mut Conn, buf: &mut [u8], env: &[CString], home: &std::path
     let Ok([stdin, stdout, stderr]) = <[OwnedFd; 3]>::try_from(fds) else {
         return fail(conn, "a request needs exactly three descriptors".into());
     };
-    match sys::fork() {
+    let forked = match work {
+        Some(work) if !work.frozen() => work.fork(),
+        _ => sys::fork(),
+    };
+    match forked {
         Ok(sys::Forked::Child) => child(request, [stdin, stdout, stderr], env, home),
         Ok(sys::Forked::Parent(pid)) => conn.child = Some(pid),
         Err(e) => fail(conn, format!("fork: {e}")),

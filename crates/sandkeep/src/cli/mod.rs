@@ -20,6 +20,7 @@ mod sandbox;
 mod secret_file;
 pub(crate) mod serve;
 mod shares;
+mod snapshot;
 mod status_line;
 mod task;
 
@@ -66,6 +67,8 @@ pub enum Command {
     Exec(exec::ExecArgs),
     #[command(subcommand)]
     Task(task::TaskCommand),
+    #[command(subcommand)]
+    Snapshot(snapshot::SnapshotCommand),
     Doctor(doctor::DoctorArgs),
     /// Serve MCP over stdio (default) or Streamable HTTP.
     Serve(serve::ServeArgs),
@@ -103,6 +106,7 @@ pub fn main() -> i32 {
         Command::Sandbox(cmd) => context::block_on(cmd.json(), sandbox::run(cmd)),
         Command::Exec(args) => context::block_on(args.output.json, exec::run(args)),
         Command::Task(cmd) => context::block_on(cmd.json(), task::run(cmd)),
+        Command::Snapshot(cmd) => context::block_on(cmd.json(), snapshot::run(cmd)),
     };
     i32::from(code)
 }

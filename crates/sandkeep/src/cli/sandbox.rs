@@ -1,11 +1,16 @@
-//! `sandkeep sandbox create|list|kill|expose`: the create_sandbox,
-//! list_sandboxes, kill_sandbox and expose_port tools from a shell.
+//! `sandkeep sandbox create|list|kill|pause|resume|expose`: the
+//! create_sandbox, list_sandboxes, kill_sandbox, pause_sandbox,
+//! resume_sandbox and expose_port tools from a shell (`snapshot` and
+//! `fork` are cli::snapshot's).
 
 use std::collections::BTreeMap;
 
 use clap::{Args, Subcommand};
 
-use crate::service::{CreateSandboxArgs, ExposePortArgs, KillSandboxArgs, ListSandboxesArgs};
+use crate::service::{
+    CreateSandboxArgs, ExposePortArgs, KillSandboxArgs, ListSandboxesArgs, PauseSandboxArgs,
+    ResumeSandboxArgs,
+};
 
 use super::Outcome;
 use super::context::{SessionKind, with_context, with_shares};
@@ -23,6 +28,10 @@ pub enum SandboxCommand {
     Create(CreateArgs),
     List(ListArgs),
     Kill(KillArgs),
+    Pause(PauseArgs),
+    Resume(ResumeArgs),
+    Snapshot(super::snapshot::TakeArgs),
+    Fork(super::snapshot::ForkArgs),
     Changes(super::shares::ChangesArgs),
     Apply(super::shares::ApplyArgs),
     Expose(ExposeArgs),
@@ -34,6 +43,10 @@ impl SandboxCommand {
             Self::Create(a) => a.output.json,
             Self::List(a) => a.output.json,
             Self::Kill(a) => a.output.json,
+            Self::Pause(a) => a.output.json,
+            Self::Resume(a) => a.output.json,
+            Self::Snapshot(a) => a.output.json,
+            Self::Fork(a) => a.output.json,
             Self::Changes(a) => a.output.json,
             Self::Apply(a) => a.output.json,
             Self::Expose(a) => a.output.json,
@@ -83,6 +96,10 @@ pub struct CreateArgs {
     /// Most MiB the sandbox may write [default: 4096].
     #[arg(long, value_name = "MIB")]
     pub disk_mib: Option<u64>,
+    /// What the deadline does: `kill` destroys the sandbox, `pause`
+    /// freezes it for `sandkeep sandbox resume` [default: kill].
+    #[arg(long, value_name = "ACTION")]
+    pub on_timeout: Option<String>,
     #[command(flatten)]
     pub shares: super::shares::ShareArgs,
     #[command(flatten)]
@@ -106,6 +123,35 @@ pub struct KillArgs {
     /// The sandbox to kill.
     #[arg(value_name = "SANDBOX")]
     pub sandbox_id: String,
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+/// Pause a sandbox: freeze every process in it and stop its deadline.
+#[derive(Debug, Args)]
+#[command(
+    long_about = "Pause a sandbox: every process in it is frozen (no CPU used) and its deadline \
+        stops; files, processes and tasks stay as they are. `task` commands read it as usual; \
+        `exec` and `sandbox resume` resume it. It stays paused across server restarts, not across \
+        a reboot of this host."
+)]
+pub struct PauseArgs {
+    /// The sandbox to pause.
+    #[arg(value_name = "SANDBOX")]
+    pub sandbox_id: String,
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+/// Resume a paused sandbox, with a new deadline.
+#[derive(Debug, Args)]
+pub struct ResumeArgs {
+    /// The sandbox to resume.
+    #[arg(value_name = "SANDBOX")]
+    pub sandbox_id: String,
+    /// Seconds until its new deadline [default: its own timeout].
+    #[arg(long, value_name = "S")]
+    pub timeout: Option<u64>,
     #[command(flatten)]
     pub output: OutputArgs,
 }
@@ -142,6 +188,10 @@ pub async fn run(cmd: SandboxCommand) -> Outcome {
         SandboxCommand::Create(args) => create(args).await,
         SandboxCommand::List(args) => list(args).await,
         SandboxCommand::Kill(args) => kill(args).await,
+        SandboxCommand::Pause(args) => pause(args).await,
+        SandboxCommand::Resume(args) => resume(args).await,
+        SandboxCommand::Snapshot(args) => super::snapshot::take(args).await,
+        SandboxCommand::Fork(args) => super::snapshot::fork(args).await,
         SandboxCommand::Changes(args) => super::shares::changes(args).await,
         SandboxCommand::Apply(args) => super::shares::apply(args).await,
         SandboxCommand::Expose(args) => expose(args).await,
@@ -162,6 +212,7 @@ async fn create(args: CreateArgs) -> Outcome {
         cpus: args.cpus,
         pids: args.pids,
         disk_mib: args.disk_mib,
+        on_timeout: args.on_timeout,
     };
     // Stateless: the sandbox must not be destroyed when this process ends.
     with_shares(SessionKind::Stateless, shares, async |ctx| {
@@ -203,6 +254,7 @@ async fn list(args: ListArgs) -> Outcome {
             "TEMPLATE",
             "ISOLATION",
             "RETAINED",
+            "STATE",
             "CREATED",
             "EXPIRES",
             "PORTS",
@@ -213,8 +265,13 @@ async fn list(args: ListArgs) -> Outcome {
                 s.template.clone(),
                 s.isolation.clone(),
                 output::yes_no(s.retained),
+                s.state.clone(),
                 output::relative(s.created_at, now),
-                output::relative(s.expires_at, now),
+                if s.state == "paused" {
+                    "-".to_owned()
+                } else {
+                    output::relative(s.expires_at, now)
+                },
                 ports_cell(&s.ports),
             ]);
         }
@@ -236,6 +293,48 @@ async fn kill(args: KillArgs) -> Outcome {
             outln!("killed sandbox {}", killed.sandbox_id);
         } else {
             outln!("sandbox {} was already gone", killed.sandbox_id);
+        }
+        Ok(exit::OK)
+    })
+    .await
+}
+
+async fn pause(args: PauseArgs) -> Outcome {
+    with_context(SessionKind::Ordinary, async |ctx| {
+        let request = PauseSandboxArgs {
+            sandbox_id: args.sandbox_id.clone(),
+        };
+        let paused = ctx.service.pause_sandbox(request).await?;
+        if args.output.json {
+            output::print_json(&paused);
+        } else {
+            outln!(
+                "paused sandbox {}; `sandkeep sandbox resume {}` goes on",
+                paused.sandbox_id,
+                paused.sandbox_id
+            );
+        }
+        Ok(exit::OK)
+    })
+    .await
+}
+
+async fn resume(args: ResumeArgs) -> Outcome {
+    with_context(SessionKind::Ordinary, async |ctx| {
+        let request = ResumeSandboxArgs {
+            sandbox_id: args.sandbox_id.clone(),
+            timeout: args.timeout,
+        };
+        let resumed = ctx.service.resume_sandbox(request).await?;
+        if args.output.json {
+            output::print_json(&resumed);
+        } else {
+            let now = crate::provider::unix_now();
+            outln!(
+                "resumed sandbox {}; its deadline is {}",
+                resumed.sandbox_id,
+                output::relative(resumed.expires_at, now)
+            );
         }
         Ok(exit::OK)
     })

@@ -372,6 +372,78 @@ they are retained by a task.",
         output_schema: output::<ListSandboxesResult>,
     },
     ToolSpec {
+        name: "pause_sandbox",
+        title: "Pause a sandbox",
+        about: "Freeze every process of a sandbox (they use no CPU) and stop its deadline, keeping \
+its files, processes and tasks as they are. get_task, list_tasks and wait_task read it as usual (a \
+task stays running; its own timeout counts wall time, pauses included); run_command, the file tools \
+and start_task resume it first. A paused sandbox survives a server restart, not a host reboot. \
+Pausing a paused sandbox is an error.",
+        session_note: "",
+        sessionless_note: "",
+        annotations: annotations(false, false, false, false),
+        input_schema: input::<PauseSandboxArgs>,
+        output_schema: output::<PauseSandboxResult>,
+    },
+    ToolSpec {
+        name: "resume_sandbox",
+        title: "Resume a paused sandbox",
+        about: "Thaw a paused sandbox: its processes go on where they were, and its deadline is \
+now + timeout (default its own timeout). Resuming a running sandbox is an error.",
+        session_note: "",
+        sessionless_note: "",
+        annotations: annotations(false, false, false, false),
+        input_schema: input::<ResumeSandboxArgs>,
+        output_schema: output::<ResumeSandboxResult>,
+    },
+    ToolSpec {
+        name: "snapshot_sandbox",
+        title: "Save a sandbox's files as a template",
+        about: "Save the files a sandbox wrote (its home, /etc, /tmp, /var/tmp and its own \
+top-level directories; not its processes, not its shares) as a snapshot under the server's state \
+directory. Pass the returned template to create_sandbox for a new sandbox with those files. \
+Snapshots survive server restarts and host reboots; list_snapshots, delete_snapshot.",
+        session_note: "",
+        sessionless_note: "",
+        annotations: annotations(false, false, false, false),
+        input_schema: input::<SnapshotSandboxArgs>,
+        output_schema: output::<SnapshotResult>,
+    },
+    ToolSpec {
+        name: "list_snapshots",
+        title: "List sandbox snapshots",
+        about: "List the snapshots of this state directory (saved sandbox files usable as \
+create_sandbox templates), oldest first, with their sizes and the sandbox each was taken of.",
+        session_note: "",
+        sessionless_note: "",
+        annotations: READS,
+        input_schema: input::<ListSnapshotsArgs>,
+        output_schema: output::<ListSnapshotsResult>,
+    },
+    ToolSpec {
+        name: "delete_snapshot",
+        title: "Delete a sandbox snapshot",
+        about: "Delete a snapshot; sandboxes made from it keep their files. deleted is false when \
+there was no such snapshot.",
+        session_note: "",
+        sessionless_note: "",
+        annotations: annotations(false, true, true, false),
+        input_schema: input::<DeleteSnapshotArgs>,
+        output_schema: output::<DeleteSnapshotResult>,
+    },
+    ToolSpec {
+        name: "fork_sandbox",
+        title: "Copy a sandbox",
+        about: "Create a new sandbox from a snapshot of a running one, in one call: the new \
+sandbox has the files the given one wrote (not its processes, tasks or envs) and its network, \
+limits and shares. Returns what create_sandbox returns.",
+        session_note: "It becomes this session's default sandbox.",
+        sessionless_note: "Pass the returned sandbox_id to every call.",
+        annotations: annotations(false, false, false, false),
+        input_schema: input::<ForkSandboxArgs>,
+        output_schema: output::<CreateSandboxResult>,
+    },
+    ToolSpec {
         name: "run_command",
         title: "Run a command in a sandbox and wait",
         about: "Run a short shell command (bash -c) in a sandbox and wait for it; returns exit_code \

@@ -12,7 +12,9 @@ use sandkeep_proto::{TaskId, TaskState};
 
 use super::helper::{self, HelperError};
 use super::*;
-use crate::provider::{CreateSpec, ExecRequest, FileKind, ProviderError, SandboxInfo};
+use crate::provider::{
+    CreateSpec, ExecRequest, FileKind, ProviderError, SandboxInfo, SandboxState,
+};
 
 /// read_file refuses files larger than this (docs/tools.md).
 pub const READ_FILE_MAX_BYTES: u64 = 1_048_576;
@@ -30,14 +32,27 @@ impl Service {
     }
 
     /// Renewal doubles as the existence check, so a vanished sandbox is
-    /// reported before any work is attempted.
+    /// reported before any work is attempted. A paused sandbox is resumed
+    /// instead (SPEC §17: the tools that renew use the sandbox), which
+    /// gives it a deadline as a renewal would.
     async fn renew(&self, session: &Session, id: &SandboxId) -> Result<SandboxInfo, ToolError> {
         match self.provider.renew(id).await {
+            Ok(info) if info.state == SandboxState::Paused => self.wake(id).await,
             Ok(info) => Ok(info),
             Err(e @ ProviderError::NoSuchSandbox(_)) => {
                 session.forget(id);
                 Err(e.into())
             }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Resumes sandbox `id` if it is paused (another caller may just have
+    /// resumed it: fine too); its record either way.
+    async fn wake(&self, id: &SandboxId) -> Result<SandboxInfo, ToolError> {
+        match self.provider.resume(id, None).await {
+            Ok(info) => Ok(info),
+            Err(ProviderError::AlreadyInState { .. }) => Ok(self.provider.info(id).await?),
             Err(e) => Err(e.into()),
         }
     }
@@ -74,6 +89,7 @@ impl Service {
             args.disk_mib,
         )?;
         let shares = self.chosen_shares(args.shares)?;
+        let on_timeout = validate::on_timeout(args.on_timeout.as_deref())?;
         let info = self
             .provider
             .create(CreateSpec {
@@ -84,8 +100,19 @@ impl Service {
                 allow_hosts,
                 limits,
                 shares,
+                on_timeout,
             })
             .await?;
+        self.adopt_created(session, info).await
+    }
+
+    /// A new sandbox made this session's, shaped as create_sandbox's
+    /// result (create_sandbox, fork_sandbox).
+    pub(super) async fn adopt_created(
+        &self,
+        session: &Session,
+        info: SandboxInfo,
+    ) -> Result<CreateSandboxResult, ToolError> {
         if !session.adopt(info.sandbox_id.clone()) {
             // Its session ended while it was being created: destroyed
             // like the session's other sandboxes, not left to its deadline.
@@ -145,9 +172,40 @@ impl Service {
                 allow_hosts: i.allow_hosts,
                 limits: LimitsResult::from(i.limits),
                 ports: i.ports.into_iter().map(PortEntry::from).collect(),
+                state: i.state.to_string(),
+                on_timeout: i.on_timeout.to_string(),
             })
             .collect();
         Ok(ListSandboxesResult { sandboxes })
+    }
+
+    pub async fn pause_sandbox(
+        &self,
+        args: PauseSandboxArgs,
+    ) -> Result<PauseSandboxResult, ToolError> {
+        let id = validate::sandbox_id(&args.sandbox_id)?;
+        let info = self.provider.pause(&id).await?;
+        Ok(PauseSandboxResult {
+            sandbox_id: id.to_string(),
+            state: info.state.to_string(),
+        })
+    }
+
+    pub async fn resume_sandbox(
+        &self,
+        args: ResumeSandboxArgs,
+    ) -> Result<ResumeSandboxResult, ToolError> {
+        let id = validate::sandbox_id(&args.sandbox_id)?;
+        let timeout = match args.timeout {
+            Some(t) => Some(validate::sandbox_timeout(Some(t))?),
+            None => None,
+        };
+        let info = self.provider.resume(&id, timeout).await?;
+        Ok(ResumeSandboxResult {
+            sandbox_id: id.to_string(),
+            state: info.state.to_string(),
+            expires_at: info.expires_at,
+        })
     }
 
     pub async fn run_command(
@@ -299,8 +357,15 @@ impl Service {
         if let Some(e) = too_large(&request) {
             return Err(e);
         }
+        let info = self.provider.info(&id).await?;
+        // A task started on a paused sandbox would never run: resumed
+        // first (SPEC §17).
+        let info = match info.state {
+            SandboxState::Paused => self.wake(&id).await?,
+            SandboxState::Running => info,
+        };
         if request.cwd.is_none() {
-            request.cwd = Self::default_cwd(&self.provider.info(&id).await?);
+            request.cwd = Self::default_cwd(&info);
             if let Some(e) = too_large(&request) {
                 return Err(e);
             }

@@ -101,6 +101,16 @@ impl Service {
                 to_json(Box::pin(self.kill_sandbox(session, parse(tool, args)?)).await?)
             }
             "list_sandboxes" => to_json(Box::pin(self.list_sandboxes(parse(tool, args)?)).await?),
+            "snapshot_sandbox" => {
+                to_json(Box::pin(self.snapshot_sandbox(parse(tool, args)?)).await?)
+            }
+            "list_snapshots" => to_json(Box::pin(self.list_snapshots(parse(tool, args)?)).await?),
+            "delete_snapshot" => to_json(Box::pin(self.delete_snapshot(parse(tool, args)?)).await?),
+            "fork_sandbox" => {
+                to_json(Box::pin(self.fork_sandbox(session, parse(tool, args)?)).await?)
+            }
+            "pause_sandbox" => to_json(Box::pin(self.pause_sandbox(parse(tool, args)?)).await?),
+            "resume_sandbox" => to_json(Box::pin(self.resume_sandbox(parse(tool, args)?)).await?),
             "run_command" => {
                 to_json(Box::pin(self.run_command(session, parse(tool, args)?)).await?)
             }

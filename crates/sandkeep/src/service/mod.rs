@@ -45,6 +45,7 @@ mod reader;
 mod reference;
 mod session;
 mod shares;
+mod snapshots;
 mod types;
 mod validate;
 mod wait_task;

@@ -277,7 +277,36 @@ fn helper(kind: ErrorKind) -> String {
 /// The failures particular to one tool, with their messages.
 fn own_errors(tool: &str) -> Vec<(String, String)> {
     let pair = |when: &str, message: String| (when.to_owned(), message);
+    let sandbox = || SandboxId::parse(SB).expect("an example id");
     match tool {
+        "pause_sandbox" => vec![
+            pair(
+                "The sandbox is paused already",
+                ProviderError::AlreadyInState {
+                    sandbox: sandbox(),
+                    state: crate::provider::SandboxState::Paused,
+                }
+                .to_string(),
+            ),
+            pair(
+                "The host cannot freeze the sandbox's processes (no cgroup freezer)",
+                "sandbox … cannot be paused: this host gave it no cgroup freezer …; run \
+                 `sandkeep doctor`"
+                    .into(),
+            ),
+        ],
+        "snapshot_sandbox" => vec![pair(
+            "`name` names a template or snapshot already",
+            ProviderError::SnapshotExists("deps-installed".into()).to_string(),
+        )],
+        "resume_sandbox" => vec![pair(
+            "The sandbox is running",
+            ProviderError::AlreadyInState {
+                sandbox: sandbox(),
+                state: crate::provider::SandboxState::Running,
+            }
+            .to_string(),
+        )],
         "create_sandbox" => vec![
             pair(
                 "The template does not exist",
@@ -422,7 +451,39 @@ fn example(tool: &str) -> Option<(Value, Value)> {
                 "limits": limits, "shares": [{"path": "/home/me/project", "mode": "cow"}],
                 "limits": limits,
                 "ports": [{"port": 3000, "url": "http://127.0.0.1:40123"}],
+                "state": "running", "on_timeout": "kill",
             }]}),
+        ),
+        "snapshot_sandbox" => (
+            json!({"sandbox_id": SB, "name": "deps-installed"}),
+            json!({"snapshot_id": "deps-installed", "template": "deps-installed",
+                   "sandbox_id": SB, "size_bytes": 104_857_600, "created_at": 1_796_291_000}),
+        ),
+        "list_snapshots" => (
+            json!({}),
+            json!({"snapshots": [{"snapshot_id": "deps-installed", "template": "deps-installed",
+                   "sandbox_id": SB, "size_bytes": 104_857_600, "created_at": 1_796_291_000}]}),
+        ),
+        "delete_snapshot" => (
+            json!({"snapshot_id": "deps-installed"}),
+            json!({"snapshot_id": "deps-installed", "deleted": true}),
+        ),
+        "fork_sandbox" => (
+            json!({"sandbox_id": SB, "timeout": 3600}),
+            json!({
+                "sandbox_id": "sb-5e2a9c0d71f3b864", "template": "snap-5e2a9c0d71f3b864",
+                "created_at": 1_796_291_000, "expires_at": 1_796_294_600,
+                "isolation": "userns-idmap", "network": "internet", "allow_hosts": [],
+                "limits": limits, "shares": [], "ports": [],
+            }),
+        ),
+        "pause_sandbox" => (
+            json!({"sandbox_id": SB}),
+            json!({"sandbox_id": SB, "state": "paused"}),
+        ),
+        "resume_sandbox" => (
+            json!({"sandbox_id": SB, "timeout": 3600}),
+            json!({"sandbox_id": SB, "state": "running", "expires_at": 1_796_297_200}),
         ),
         "run_command" => (
             json!({"sandbox_id": SB, "command": "uname -sr", "timeout": 60}),
@@ -569,6 +630,12 @@ fn typed(tool: &str, args: &Value, result: &Value) -> (Value, Value) {
         "create_sandbox" => fits::<CreateSandboxArgs, CreateSandboxResult>(tool, args, result),
         "kill_sandbox" => fits::<KillSandboxArgs, KillSandboxResult>(tool, args, result),
         "list_sandboxes" => fits::<ListSandboxesArgs, ListSandboxesResult>(tool, args, result),
+        "pause_sandbox" => fits::<PauseSandboxArgs, PauseSandboxResult>(tool, args, result),
+        "snapshot_sandbox" => fits::<SnapshotSandboxArgs, SnapshotResult>(tool, args, result),
+        "list_snapshots" => fits::<ListSnapshotsArgs, ListSnapshotsResult>(tool, args, result),
+        "delete_snapshot" => fits::<DeleteSnapshotArgs, DeleteSnapshotResult>(tool, args, result),
+        "fork_sandbox" => fits::<ForkSandboxArgs, CreateSandboxResult>(tool, args, result),
+        "resume_sandbox" => fits::<ResumeSandboxArgs, ResumeSandboxResult>(tool, args, result),
         "run_command" => fits::<RunCommandArgs, RunCommandResult>(tool, args, result),
         "read_file" => fits::<ReadFileArgs, ReadFileResult>(tool, args, result),
         "write_file" => fits::<WriteFileArgs, WriteFileResult>(tool, args, result),

@@ -66,6 +66,11 @@ pub struct CreateSandboxArgs {
     #[serde(default)]
     #[schemars(range(min = DISK_MIB_MIN))]
     pub disk_mib: Option<u64>,
+    /// What the deadline does: "kill" destroys the sandbox, "pause"
+    /// freezes it for resume_sandbox (its files and processes kept).
+    #[serde(default)]
+    #[schemars(extend("enum" = ["kill", "pause"], "default" = "kill"))]
+    pub on_timeout: Option<String>,
 }
 
 /// The limits in force; null where the host cannot enforce one.
@@ -142,6 +147,105 @@ pub struct KillSandboxResult {
 #[serde(deny_unknown_fields)]
 pub struct ListSandboxesArgs {}
 
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SnapshotSandboxArgs {
+    /// The sandbox whose files to save.
+    pub sandbox_id: String,
+    /// The snapshot's id; it must not name a template or snapshot already.
+    /// Default: a new "snap-…" id.
+    #[serde(default)]
+    pub name: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct SnapshotResult {
+    /// The snapshot's id.
+    pub snapshot_id: String,
+    /// Pass it as create_sandbox's template for a sandbox with these files.
+    pub template: String,
+    /// The sandbox it was taken of.
+    pub sandbox_id: String,
+    /// What it holds on disk, in bytes.
+    pub size_bytes: u64,
+    /// Unix seconds.
+    pub created_at: u64,
+}
+
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ListSnapshotsArgs {}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct ListSnapshotsResult {
+    /// Every snapshot, oldest first.
+    pub snapshots: Vec<SnapshotResult>,
+}
+
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DeleteSnapshotArgs {
+    /// The snapshot to delete.
+    pub snapshot_id: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct DeleteSnapshotResult {
+    /// The snapshot asked for.
+    pub snapshot_id: String,
+    /// False when there was no such snapshot.
+    pub deleted: bool,
+}
+
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ForkSandboxArgs {
+    /// The sandbox to copy.
+    pub sandbox_id: String,
+    /// Seconds (1 to 86400) until the new sandbox's deadline. Default: the
+    /// copied sandbox's own timeout.
+    #[serde(default)]
+    #[schemars(range(min = SANDBOX_TIMEOUT_MIN, max = SANDBOX_TIMEOUT_MAX))]
+    pub timeout: Option<u64>,
+}
+
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PauseSandboxArgs {
+    /// The sandbox to pause.
+    pub sandbox_id: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct PauseSandboxResult {
+    /// The sandbox paused.
+    pub sandbox_id: String,
+    /// "paused".
+    pub state: String,
+}
+
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ResumeSandboxArgs {
+    /// The paused sandbox to resume.
+    pub sandbox_id: String,
+    /// Seconds (1 to 86400) until its new deadline, also its timeout
+    /// from now on. Default: the sandbox's own timeout.
+    #[serde(default)]
+    #[schemars(range(min = SANDBOX_TIMEOUT_MIN, max = SANDBOX_TIMEOUT_MAX))]
+    pub timeout: Option<u64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct ResumeSandboxResult {
+    /// The sandbox resumed.
+    pub sandbox_id: String,
+    /// "running".
+    pub state: String,
+    /// Unix seconds: its new deadline.
+    pub expires_at: u64,
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct SandboxEntry {
     /// The sandbox's id.
@@ -169,6 +273,11 @@ pub struct SandboxEntry {
     pub shares: Vec<super::ShareResult>,
     /// The ports exposed with expose_port, and where each is reached.
     pub ports: Vec<super::PortEntry>,
+    /// "running", or "paused" (every process frozen, no deadline until
+    /// resume_sandbox).
+    pub state: String,
+    /// What its deadline does: "kill" or "pause".
+    pub on_timeout: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]

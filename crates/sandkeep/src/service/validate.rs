@@ -6,7 +6,7 @@ use sandkeep_proto::limits::*;
 
 use super::Ceilings;
 use super::ToolError;
-use crate::provider::{Limits, Network, SandboxId};
+use crate::provider::{Limits, Network, OnTimeout, SandboxId};
 
 /// Longest accepted path or working directory, in bytes (Linux PATH_MAX).
 pub(super) const PATH_MAX_BYTES: usize = 4096;
@@ -33,6 +33,10 @@ pub(crate) fn allowed(tool: &str, param: &str) -> Option<String> {
             " (seconds)",
             SANDBOX_TIMEOUT_DEFAULT,
         ),
+        ("resume_sandbox", "timeout") => format!(
+            "an integer from {SANDBOX_TIMEOUT_MIN} to {SANDBOX_TIMEOUT_MAX} (seconds), default \
+             the sandbox's own timeout"
+        ),
         ("run_command", "timeout") => integer_rule(
             RUN_TIMEOUT_MIN,
             RUN_TIMEOUT_MAX,
@@ -55,6 +59,15 @@ pub(crate) fn allowed(tool: &str, param: &str) -> Option<String> {
         (_, "template") => "a non-empty string naming a template, default \"base\"".into(),
         (_, "envs") => "an object mapping variable names (no '=' or NUL) to string values".into(),
         (_, "sandbox_id") => "a sandbox id string of 1-64 characters a-z, 0-9 and '-'".into(),
+        (_, "snapshot_id" | "name") => {
+            "a string of 1-64 characters A-Z, a-z, 0-9, '_', '.' and '-', starting with a letter \
+             or digit"
+                .into()
+        }
+        ("fork_sandbox", "timeout") => format!(
+            "an integer from {SANDBOX_TIMEOUT_MIN} to {SANDBOX_TIMEOUT_MAX} (seconds), default \
+             the sandbox's own timeout"
+        ),
         (_, "task_id") => "a string of 32 lowercase hexadecimal characters (^[0-9a-f]{32}$)".into(),
         (_, "stdout_offset" | "stderr_offset") => integer_rule(0, OFFSET_MAX, " (bytes)", 0),
         (_, "limit") => integer_rule(
@@ -79,6 +92,7 @@ pub(crate) fn allowed(tool: &str, param: &str) -> Option<String> {
         ),
         (_, "encoding") => "\"utf8\" or \"base64\", default \"utf8\"".into(),
         (_, "network") => "\"internet\" or \"none\", default \"internet\"".into(),
+        (_, "on_timeout") => "\"kill\" or \"pause\", default \"kill\"".into(),
         (_, "allow_hosts") => format!(
             "an array of 1 to {ALLOW_HOSTS_MAX} host names or \"*.suffix\" patterns (no \
              scheme, port, path or IP address)"
@@ -265,6 +279,21 @@ pub(super) fn port(v: u64) -> Result<crate::provider::Port, ToolError> {
         })
 }
 
+/// A snapshot id or name (it names a directory and a template).
+pub(super) fn snapshot_id(field: &str, v: &str) -> Result<String, ToolError> {
+    if crate::provider::snapshot_id_ok(v) {
+        return Ok(v.to_owned());
+    }
+    Err(ToolError::invalid(
+        field,
+        &rule("", field),
+        format_args!(
+            "got {:?}; call list_snapshots for the ids there are",
+            v.chars().take(80).collect::<String>()
+        ),
+    ))
+}
+
 pub(super) fn sandbox_id(v: &str) -> Result<SandboxId, ToolError> {
     SandboxId::parse(v).map_err(|_| {
         ToolError::invalid(
@@ -350,6 +379,18 @@ pub(super) fn network(value: Option<&str>) -> Result<Option<Network>, ToolError>
         Some(other) => Err(ToolError::invalid(
             "network",
             &rule("", "network"),
+            format_args!("got {other:?}; nothing was created"),
+        )),
+    }
+}
+
+pub(super) fn on_timeout(value: Option<&str>) -> Result<OnTimeout, ToolError> {
+    match value {
+        None | Some("kill") => Ok(OnTimeout::Kill),
+        Some("pause") => Ok(OnTimeout::Pause),
+        Some(other) => Err(ToolError::invalid(
+            "on_timeout",
+            &rule("", "on_timeout"),
             format_args!("got {other:?}; nothing was created"),
         )),
     }

@@ -38,6 +38,7 @@ fn spec() -> CreateSpec {
         allow_hosts: Vec::new(),
         limits: Default::default(),
         shares: Vec::new(),
+        on_timeout: Default::default(),
     }
 }
 
@@ -1032,4 +1033,37 @@ async fn task_reads_go_through_one_long_lived_reader_over_envd() {
         "a new reader took over: {first} then {second}"
     );
     assert!(p.kill(&id).await.unwrap());
+}
+
+/// pause and resume mapped onto E2B's pause and connect (SPEC §17): the
+/// state reads back, the wrong transitions are refused as on the local
+/// provider, a paused sandbox is listed, and a resumed one runs commands.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pause_and_resume_map_onto_e2bs_pause_and_connect() {
+    if !require(
+        rustix::process::geteuid().is_root(),
+        "the endpoint's local sandboxes freeze as root",
+    ) {
+        return;
+    }
+    let endpoint = Endpoint::start();
+    let p = provider(&endpoint);
+    let id = p.create(spec()).await.expect("create").sandbox_id;
+    let paused = p.pause(&id).await.expect("pause");
+    assert_eq!(paused.state, sandkeep::provider::SandboxState::Paused);
+    match p.pause(&id).await {
+        Err(ProviderError::AlreadyInState { .. }) => {}
+        other => panic!("a second pause: {other:?}"),
+    }
+    let listed = p.list().await.expect("list");
+    let entry = listed.iter().find(|s| s.sandbox_id == id).expect("listed");
+    assert_eq!(entry.state, sandkeep::provider::SandboxState::Paused);
+    let resumed = p.resume(&id, Some(120)).await.expect("resume");
+    assert_eq!(resumed.state, sandkeep::provider::SandboxState::Running);
+    match p.resume(&id, None).await {
+        Err(ProviderError::AlreadyInState { .. }) => {}
+        other => panic!("a resume of a running sandbox: {other:?}"),
+    }
+    assert_eq!(sh(&p, &id, "echo up").await, "up\n");
+    p.kill(&id).await.expect("kill");
 }

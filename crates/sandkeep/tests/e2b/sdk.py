@@ -15,7 +15,7 @@ import urllib.error
 import urllib.request
 from datetime import timedelta
 
-from e2b import FileType, Sandbox, SandboxNetworkOpts, SandboxQuery
+from e2b import FileType, Sandbox, SandboxNetworkOpts, SandboxQuery, SandboxState
 from e2b.exceptions import (
     NotFoundException,
     RateLimitException,
@@ -439,19 +439,12 @@ def _():
     assert len(Sandbox.list().next_items()) == before
 
 
-@check("fork_unsupported")
+@check("network_update_unsupported")
 def _():
-    # fork and network updates are not implemented: a running sandbox gets
-    # E2B's answer to an unsupported call (not a 404 the SDK reads as "not found"); a killed
-    # one is not found.
+    # Network updates are not implemented: a running sandbox gets E2B's
+    # answer to an unsupported call (not a 404 the SDK reads as "not
+    # found").
     sbx = make()
-    try:
-        sbx.fork()
-        raise AssertionError("fork succeeded")
-    except NotFoundException as e:
-        raise AssertionError(f"fork of a running sandbox said not found: {e}")
-    except SandboxException as e:
-        assert "501" in str(e), e
     try:
         sbx.update_network({"deny_out": ["0.0.0.0/0"]})
         raise AssertionError("a network update was accepted")
@@ -461,11 +454,6 @@ def _():
         assert "501" in str(e), e
     assert sbx.is_running()
     sbx.kill()
-    try:
-        sbx.fork()
-        raise AssertionError("fork of a killed sandbox succeeded")
-    except NotFoundException:
-        pass
 
 
 @check("exit_codes_and_signals")
@@ -1021,3 +1009,106 @@ def _():
         sbx.commands.kill(h.pid)
     finally:
         sbx.kill()
+
+
+def _count(sbx):
+    """The counter's last number (0 before it wrote one)."""
+    text = sbx.commands.run("cat /tmp/count 2>/dev/null || echo 0").stdout
+    return int(text.strip() or 0)
+
+
+def _until(what, cond, limit=20.0):
+    deadline = time.monotonic() + limit
+    while not cond():
+        assert time.monotonic() < deadline, "timed out waiting for " + what
+        time.sleep(0.05)
+
+
+@check("pause_resume")
+def _():
+    # pause: 204 then 409 (False); a paused sandbox's envd is E2B's 502
+    # (not running) and it lists as paused; connect resumes it (its
+    # processes go on where they were); autoPause pauses at the deadline.
+    sbx = make()
+    try:
+        sbx.commands.run(
+            "i=0; while :; do i=$((i+1)); echo $i > /tmp/n; mv -f /tmp/n /tmp/count; done",
+            background=True,
+            timeout=0,
+        )
+        _until("the counter", lambda: _count(sbx) > 0)
+        assert sbx.pause() is True
+        assert Sandbox.pause(sbx.sandbox_id) is False
+        assert not sbx.is_running()
+        paused = Sandbox.list(query=SandboxQuery(state=[SandboxState.PAUSED])).next_items()
+        assert [s.state for s in paused if s.sandbox_id == sbx.sandbox_id] == [
+            SandboxState.PAUSED
+        ], paused
+        running = Sandbox.list(query=SandboxQuery(state=[SandboxState.RUNNING])).next_items()
+        assert sbx.sandbox_id not in [s.sandbox_id for s in running], running
+        assert Sandbox.get_info(sbx.sandbox_id).state == SandboxState.PAUSED
+        resumed = Sandbox.connect(sbx.sandbox_id, timeout=120)
+        assert resumed.is_running()
+        at = _count(resumed)
+        _until("the counter going on", lambda: _count(resumed) > at)
+        assert Sandbox.get_info(sbx.sandbox_id).state == SandboxState.RUNNING
+    finally:
+        sbx.kill()
+    sbx = make(timeout=5, lifecycle={"on_timeout": "pause"})
+    try:
+        _until(
+            "the pause at the deadline",
+            lambda: Sandbox.get_info(sbx.sandbox_id).state == SandboxState.PAUSED,
+        )
+        assert not sbx.is_running()
+        resumed = Sandbox.connect(sbx.sandbox_id, timeout=60)
+        assert resumed.commands.run("echo up").stdout == "up\n"
+    finally:
+        sbx.kill()
+
+
+@check("snapshots_and_fork")
+def _():
+    # A snapshot holds the files, a sandbox made from it sees them and is
+    # independent; snapshots list (by sandbox and name) and delete; a fork
+    # has the files but not the processes; a killed sandbox's fork is
+    # "not found".
+    sbx = make()
+    try:
+        sbx.files.write("/home/user/state.txt", "before")
+        sbx.commands.run("sleep 1000", background=True, timeout=0)
+        name = "snap-" + uuid.uuid4().hex[:12]
+        snap = sbx.create_snapshot(name=name)
+        assert snap.snapshot_id == name, snap
+        listed = Sandbox.list_snapshots(sandbox_id=sbx.sandbox_id).next_items()
+        assert [s.snapshot_id for s in listed] == [name], listed
+        assert Sandbox.list_snapshots(name=name + "-none").next_items() == []
+        copy = Sandbox.create(snap.snapshot_id, timeout=60)
+        try:
+            assert copy.files.read("/home/user/state.txt") == "before"
+            copy.files.write("/home/user/state.txt", "changed")
+            assert sbx.files.read("/home/user/state.txt") == "before"
+            r = copy.commands.run("pgrep -x sleep || echo none")
+            assert r.stdout == "none\n", r
+        finally:
+            copy.kill()
+        Sandbox.delete_snapshot(snap.snapshot_id)
+        assert Sandbox.list_snapshots(sandbox_id=sbx.sandbox_id).next_items() == []
+        forks = sbx.fork(count=2, timeout=60)
+        assert len(forks) == 2, forks
+        try:
+            for fork in forks:
+                assert fork.sandbox_id != sbx.sandbox_id
+                assert fork.is_running()
+                assert fork.files.read("/home/user/state.txt") == "before"
+        finally:
+            for fork in forks:
+                fork.kill()
+        assert sbx.is_running()
+    finally:
+        sbx.kill()
+    try:
+        sbx.fork()
+        raise AssertionError("fork of a killed sandbox succeeded")
+    except NotFoundException:
+        pass

@@ -304,8 +304,18 @@ async fn sdk_network_rules_enforced_or_refused() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sdk_fork_is_unsupported_not_not_found() {
-    sdk_check("fork_unsupported").await;
+async fn sdk_pause_connect_resumes_and_auto_pause() {
+    sdk_check("pause_resume").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sdk_network_update_is_unsupported_not_not_found() {
+    sdk_check("network_update_unsupported").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sdk_snapshots_and_fork() {
+    sdk_check("snapshots_and_fork").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

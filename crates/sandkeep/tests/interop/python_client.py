@@ -25,7 +25,8 @@ TOOLS = {
     "list_sandboxes", "read_file", "run_command", "start_task", "write_file",
     "wait_task", "list_tasks", "delete_task", "expose_port",
     "start_interactive_task", "send_input", "resize_terminal",
-    "list_changes", "apply_changes",
+    "list_changes", "apply_changes", "pause_sandbox", "resume_sandbox",
+    "snapshot_sandbox", "list_snapshots", "delete_snapshot", "fork_sandbox",
 }
 
 

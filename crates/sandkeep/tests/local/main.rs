@@ -23,5 +23,6 @@ mod lifecycle;
 mod net;
 mod ports;
 mod reader;
+mod snapshot;
 mod trust;
 mod unprivileged;

@@ -174,7 +174,7 @@ async fn inspector_strict_finds_no_schema_to_warn_about() {
     assert!(!text.contains(r#""default":null"#), "{text}");
     assert_eq!(
         tools["result"]["tools"].as_array().map(Vec::len),
-        Some(19),
+        Some(25),
         "{text}"
     );
 }
@@ -334,7 +334,7 @@ async fn the_printed_inspector_lines_work_with_cli_added() {
         let listed = printed(&out);
         assert_eq!(
             listed["result"]["tools"].as_array().map(Vec::len),
-            Some(19),
+            Some(25),
             "{line}: {listed}"
         );
     }

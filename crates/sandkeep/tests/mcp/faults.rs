@@ -55,7 +55,7 @@ async fn malformed_lines_are_answered_or_ignored_and_the_session_goes_on() {
             .contains("`nice`"),
         "{bad}"
     );
-    assert_eq!(answers[&4]["result"]["tools"].as_array().unwrap().len(), 19);
+    assert_eq!(answers[&4]["result"]["tools"].as_array().unwrap().len(), 25);
     drop(stdin);
     assert!(
         wait_exit(&mut child, Duration::from_secs(10))

@@ -55,6 +55,7 @@ pub fn spec(timeout: u64) -> CreateSpec {
         allow_hosts: Vec::new(),
         limits: Default::default(),
         shares: Vec::new(),
+        on_timeout: Default::default(),
     }
 }
 

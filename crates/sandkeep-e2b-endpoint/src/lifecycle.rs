@@ -1,0 +1,107 @@
+//! Pause and resume as E2B's API has them (SPEC §17): `POST
+//! /sandboxes/{id}/pause` (204, 409 when paused already), the deprecated
+//! `POST /sandboxes/{id}/resume` (201, 409 when running), the resume that
+//! `connect` does for a paused sandbox (201), and the gate in front of envd:
+//! a paused sandbox's envd answers 502, as E2B's proxy does, so the SDKs'
+//! `is_running()` says false and nothing starts in a frozen sandbox.
+
+use std::sync::Arc;
+
+use axum::Json;
+use axum::extract::{Path, Request, State};
+use axum::http::StatusCode;
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+
+use sandkeep_provider::{SandboxId, SandboxState};
+
+use super::rest::{self, error, provider_error, sandbox_id};
+use super::{E2b, SmallBody};
+
+/// The longest timeout a sandbox may ask for (E2B's Pro plan's 24 h).
+const MAX_TIMEOUT: u64 = 86_400;
+/// A resume's timeout when none is given (E2B's default).
+const RESUME_TIMEOUT: u64 = 300;
+
+pub async fn pause(State(e2b): State<Arc<E2b>>, Path(id): Path<String>) -> Response {
+    let id = match sandbox_id(&id) {
+        Ok(id) => id,
+        Err(r) => return r.into_response(),
+    };
+    match e2b.provider.pause(&id).await {
+        Ok(_) => StatusCode::NO_CONTENT.into_response(),
+        Err(e) => provider_error(&e),
+    }
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub struct ResumeBody {
+    #[serde(default)]
+    timeout: Option<u64>,
+}
+
+/// The deprecated `POST /sandboxes/{id}/resume`.
+pub async fn resume_v1(
+    State(e2b): State<Arc<E2b>>,
+    Path(id): Path<String>,
+    body: SmallBody,
+) -> Response {
+    let id = match sandbox_id(&id) {
+        Ok(id) => id,
+        Err(r) => return r.into_response(),
+    };
+    let request: ResumeBody = if body.bytes().is_empty() {
+        ResumeBody::default()
+    } else {
+        match serde_json::from_slice(body.bytes()) {
+            Ok(r) => r,
+            Err(e) => return error(StatusCode::BAD_REQUEST, format!("invalid body: {e}")),
+        }
+    };
+    resume(&e2b, &id, request.timeout).await
+}
+
+/// Resumes `id` with a deadline `timeout` seconds away (E2B's default of
+/// 300 s when `None`: the sandbox's own may be the 0 of a
+/// `set_timeout(0)` that forced its auto-pause): 201 with its `Sandbox`
+/// object.
+pub async fn resume(e2b: &E2b, id: &SandboxId, timeout: Option<u64>) -> Response {
+    let timeout = timeout.unwrap_or(RESUME_TIMEOUT);
+    if timeout == 0 || timeout > MAX_TIMEOUT {
+        return error(
+            StatusCode::BAD_REQUEST,
+            format!("timeout must be 1-{MAX_TIMEOUT} seconds"),
+        );
+    }
+    let info = match e2b.provider.resume(id, Some(timeout)).await {
+        Ok(info) => info,
+        Err(e) => return provider_error(&e),
+    };
+    match e2b.records.load_or_create(id) {
+        Ok(record) => (
+            StatusCode::CREATED,
+            Json(rest::sandbox_json(&info, &record)),
+        )
+            .into_response(),
+        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e),
+    }
+}
+
+/// In front of every envd route: a paused sandbox answers 502 saying so.
+pub async fn envd_gate(State(e2b): State<Arc<E2b>>, request: Request, next: Next) -> Response {
+    let paused = match super::target(request.headers()).map(|t| SandboxId::parse(&t)) {
+        Some(Ok(id)) => matches!(
+            e2b.provider.info(&id).await,
+            Ok(info) if info.state == SandboxState::Paused
+        ),
+        _ => false,
+    };
+    if paused {
+        return error(
+            StatusCode::BAD_GATEWAY,
+            "The sandbox is paused: resume it with connect (Sandbox.connect) first",
+        );
+    }
+    next.run(request).await
+}

@@ -1,0 +1,272 @@
+//! Snapshots of a sandbox's files (SPEC §17), under
+//! `SANDKEEP_HOME/snapshots/<id>/`: `files.tar` and `snapshot.json`.
+//!
+//! The archive is made **inside** the sandbox, by `tar` run as the sandbox
+//! user through its fork server, and restored inside the new sandbox the
+//! same way: the host only moves its bytes and never reads them, so no
+//! host process parses a file the sandbox wrote (SPEC §10). It holds the
+//! places a sandbox can write to: `/etc`, `/root`, `/tmp`, `/var/tmp` and
+//! every directory of its own at the top (`/home`, `/app`, …), each within
+//! its own file system (`--one-file-system`), so neither shares nor masks
+//! are in it. Processes are not (no CRIU). A snapshot is written aside
+//! (`.tmp-…`) and renamed into place complete; deletion renames it aside
+//! first. `snapshot.json` is the host's own record.
+
+use std::os::unix::fs::DirBuilderExt;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use sandkeep_provider::{
+    Program, Provider, ProviderError, Result, SandboxId, SnapshotInfo, SpawnRequest,
+};
+
+use crate::state::{self, Home};
+use crate::{LocalProvider, blocking, io_err};
+
+/// The archive's name in a snapshot directory.
+const ARCHIVE: &str = "files.tar";
+/// The record's name in a snapshot directory.
+const RECORD: &str = "snapshot.json";
+/// The buffer archives move through.
+const COPY_BUFFER: usize = 1 << 20;
+/// Most of tar's complaints kept for an error message.
+const STDERR_KEPT: u64 = 16 * 1024;
+
+/// Archives the sandbox's writable places to stdout (see the module doc).
+/// Top-level entries left out: the host's own directories (read-only or
+/// copy-on-write views of the host), the kernel's, sandkeep's helper and
+/// `/run`; every mount point below the archived ones (masks, shares) is
+/// left out with what it holds. tar's exit 1 ("changed as we read it") is a running sandbox's
+/// lot and is accepted.
+const TAKE: &str = r#"cd / || exit 2
+set -- etc root tmp var/tmp
+for e in * .[!.]*; do
+  case "$e" in
+    .sandkeep|bin|sbin|lib|lib32|lib64|libx32|usr|opt|srv|var|proc|sys|dev|run|etc|root|tmp) ;;
+    *) [ -d "$e" ] && [ ! -L "$e" ] && set -- "$@" "$e" ;;
+  esac
+done
+awk '{print $5}' /proc/self/mountinfo | while read -r m; do
+  case "$m" in /|/etc|/root|/tmp|/var/tmp) ;; *) echo "${m#/}" ;; esac
+done | tar --create --file=- --numeric-owner --one-file-system --ignore-failed-read \
+  --exclude-from=- "$@"
+status=$?
+[ "$status" -le 1 ] || exit "$status""#;
+
+/// Restores an archive of [`TAKE`] from stdin over `/`.
+/// Directories that exist keep their own metadata (`--no-overwrite-dir`):
+/// the new sandbox's masks and mount points are read-only.
+const RESTORE: &str =
+    "tar --extract --file=- --numeric-owner --preserve-permissions --no-overwrite-dir -C /";
+
+/// The directory of every snapshot.
+fn root(home: &Home) -> PathBuf {
+    home.root().join("snapshots")
+}
+
+/// What `snapshot.json` holds.
+#[derive(Debug, Serialize, Deserialize)]
+struct Record {
+    sandbox_id: SandboxId,
+    size_bytes: u64,
+    created_at: u64,
+}
+
+/// The ids of the complete snapshots.
+pub fn ids(home: &Home) -> Vec<String> {
+    let mut ids: Vec<String> = std::fs::read_dir(root(home))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| e.file_name().into_string().ok())
+        .filter(|n| sandkeep_provider::snapshot_id_ok(n))
+        .collect();
+    ids.sort();
+    ids
+}
+
+/// The archive of snapshot `id`, if it exists.
+pub fn archive(home: &Home, id: &str) -> Option<PathBuf> {
+    if !sandkeep_provider::snapshot_id_ok(id) {
+        return None;
+    }
+    let path = root(home).join(id).join(ARCHIVE);
+    path.is_file().then_some(path)
+}
+
+/// Every snapshot's record, oldest first.
+pub fn list(home: &Home) -> Vec<SnapshotInfo> {
+    let mut all: Vec<SnapshotInfo> = ids(home)
+        .into_iter()
+        .filter_map(|id| {
+            let r: Record = state::read_json(&root(home).join(&id).join(RECORD)).ok()?;
+            Some(SnapshotInfo {
+                snapshot_id: id,
+                sandbox_id: r.sandbox_id,
+                size_bytes: r.size_bytes,
+                created_at: r.created_at,
+            })
+        })
+        .collect();
+    all.sort_by(|a, b| (a.created_at, &a.snapshot_id).cmp(&(b.created_at, &b.snapshot_id)));
+    all
+}
+
+/// Deletes snapshot `id`: renamed aside, then removed.
+pub fn delete(home: &Home, id: &str) -> Result<bool> {
+    if !sandkeep_provider::snapshot_id_ok(id) {
+        return Ok(false);
+    }
+    let dir = root(home).join(id);
+    let aside = root(home).join(format!(".del-{id}-{}", suffix()?));
+    match std::fs::rename(&dir, &aside) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+        Err(e) => return Err(io_err(format!("delete snapshot {id}"))(e)),
+    }
+    state::remove_tree(&aside).map_err(io_err(format!("remove {}", aside.display())))?;
+    Ok(true)
+}
+
+fn suffix() -> Result<String> {
+    sandkeep_provider::random_hex(6).map_err(|e| {
+        ProviderError::Unavailable(format!(
+            "the OS random number generator failed ({e}); retry"
+        ))
+    })
+}
+
+/// Takes snapshot `name` of sandbox `id` (see the module doc).
+pub async fn take(p: &LocalProvider, id: &SandboxId, name: String) -> Result<SnapshotInfo> {
+    if !sandkeep_provider::snapshot_id_ok(&name) {
+        return Err(ProviderError::Internal(format!(
+            "snapshot id {name:?} reached the provider unchecked"
+        )));
+    }
+    let home = p.home();
+    if p.templates().contains(&name) {
+        return Err(ProviderError::SnapshotExists(name));
+    }
+    let tmp = root(home).join(format!(".tmp-{}", suffix()?));
+    let (snapshots, made) = (root(home), tmp.clone());
+    blocking(move || {
+        std::fs::create_dir_all(&snapshots)?;
+        std::fs::DirBuilder::new().mode(0o700).create(&made)
+    })
+    .await?
+    .map_err(io_err(format!("create {}", tmp.display())))?;
+    let outcome = archive_into(p, id, &tmp.join(ARCHIVE)).await;
+    let finished = match outcome {
+        Ok(size_bytes) => {
+            let record = Record {
+                sandbox_id: id.clone(),
+                size_bytes,
+                created_at: sandkeep_provider::unix_now(),
+            };
+            let (tmp2, dest) = (tmp.clone(), root(home).join(&name));
+            let name2 = name.clone();
+            blocking(move || {
+                state::write_json(&tmp2.join(RECORD), &record)
+                    .map_err(io_err("write snapshot.json"))?;
+                // A directory renamed onto another that exists (and is
+                // not empty) fails: two snapshots of one name cannot both
+                // appear.
+                std::fs::rename(&tmp2, &dest).map_err(|e| match e.raw_os_error() {
+                    Some(libc::ENOTEMPTY | libc::EEXIST) => ProviderError::SnapshotExists(name2),
+                    _ => io_err(format!("move the snapshot to {}", dest.display()))(e),
+                })?;
+                Ok(SnapshotInfo {
+                    snapshot_id: dest
+                        .file_name()
+                        .map(|n| n.to_string_lossy().into_owned())
+                        .unwrap_or_default(),
+                    sandbox_id: record.sandbox_id,
+                    size_bytes: record.size_bytes,
+                    created_at: record.created_at,
+                })
+            })
+            .await?
+        }
+        Err(e) => Err(e),
+    };
+    if finished.is_err() {
+        let _ = blocking(move || state::remove_tree(&tmp)).await;
+    }
+    finished
+}
+
+/// Runs [`TAKE`] in the sandbox, its stdout into `file`; the bytes written.
+async fn archive_into(p: &LocalProvider, id: &SandboxId, file: &Path) -> Result<u64> {
+    let spawned = p
+        .spawn(
+            id,
+            SpawnRequest {
+                program: Program::Shell(TAKE.to_owned()),
+                cwd: Some("/".into()),
+                stdin: false,
+            },
+        )
+        .await?;
+    let mut out = tokio::fs::File::create(file)
+        .await
+        .map_err(io_err(format!("create {}", file.display())))?;
+    // Large reads: tokio's 8 KiB default made 100 MiB 12,800 round trips.
+    let mut stdout = tokio::io::BufReader::with_capacity(COPY_BUFFER, spawned.stdout);
+    let (mut stderr, mut errors) = (String::new(), spawned.stderr.take(STDERR_KEPT));
+    // Both streams at once: tar blocks on a full stderr pipe otherwise.
+    let (copied, _) = tokio::join!(
+        tokio::io::copy_buf(&mut stdout, &mut out),
+        errors.read_to_string(&mut stderr)
+    );
+    let copied = copied.map_err(io_err("copy the sandbox's archive"))?;
+    out.flush().await.map_err(io_err("write the archive"))?;
+    let status = spawned.process.wait().await?;
+    if !status.success() {
+        return Err(ProviderError::Unavailable(format!(
+            "archiving the sandbox's files failed (tar: {status:?}): {}",
+            stderr.trim()
+        )));
+    }
+    Ok(copied)
+}
+
+/// Restores snapshot archive `file` into the new sandbox `id`.
+pub async fn restore(p: &LocalProvider, id: &SandboxId, file: &Path) -> Result<()> {
+    let spawned = p
+        .spawn(
+            id,
+            SpawnRequest {
+                program: Program::Shell(RESTORE.to_owned()),
+                cwd: Some("/".into()),
+                stdin: true,
+            },
+        )
+        .await?;
+    let input = tokio::fs::File::open(file)
+        .await
+        .map_err(io_err(format!("open {}", file.display())))?;
+    let mut input = tokio::io::BufReader::with_capacity(COPY_BUFFER, input);
+    let mut stdin = spawned
+        .stdin
+        .ok_or_else(|| ProviderError::Internal("a spawn asked for stdin has none".into()))?;
+    let (mut stderr, mut errors) = (String::new(), spawned.stderr.take(STDERR_KEPT));
+    let (sent, _) = tokio::join!(
+        async {
+            let sent = tokio::io::copy_buf(&mut input, &mut stdin).await;
+            drop(stdin);
+            sent
+        },
+        errors.read_to_string(&mut stderr)
+    );
+    let status = spawned.process.wait().await?;
+    sent.map_err(io_err("send the snapshot into the sandbox"))?;
+    if !status.success() {
+        return Err(ProviderError::Unavailable(format!(
+            "restoring the snapshot's files failed (tar: {status:?}): {}",
+            stderr.trim()
+        )));
+    }
+    Ok(())
+}
