@@ -184,6 +184,7 @@ impl Service {
         args: PauseSandboxArgs,
     ) -> Result<PauseSandboxResult, ToolError> {
         let id = validate::sandbox_id(&args.sandbox_id)?;
+        self.readers.retire(&id);
         let info = self.provider.pause(&id).await?;
         Ok(PauseSandboxResult {
             sandbox_id: id.to_string(),

@@ -216,6 +216,17 @@ impl Readers {
         }))
     }
 
+    /// Ends the sandbox's reader, if this service has one: before a pause,
+    /// which would freeze it (a read would then wait [`ANSWER_WITHIN`] for
+    /// it). The next read starts a new one, which a paused sandbox starts
+    /// outside its frozen processes.
+    pub(super) fn retire(&self, sandbox: &SandboxId) {
+        let slot = self.lock().remove(sandbox);
+        if let Some(reader) = slot.as_deref().and_then(OnceCell::get) {
+            let _ = reader.process.kill_group();
+        }
+    }
+
     /// Forgets the sandbox's reader if it is still the one in `slot`, so
     /// that the next read starts a new one.
     fn forget(&self, sandbox: &SandboxId, slot: &Arc<Slot>) {

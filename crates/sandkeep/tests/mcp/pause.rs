@@ -63,6 +63,9 @@ async fn a_paused_sandbox_reads_as_usual_resumes_on_use_and_outlives_the_server(
     )
     .await;
     let task_id = tid(&task);
+    // A read now starts the sandbox's resident reader before the pause.
+    let got = ok(c, "get_task", json!({"sandbox_id": id, "task_id": task_id})).await;
+    assert_eq!(got["state"], "running", "{got}");
     let running = err(c, "resume_sandbox", json!({"sandbox_id": id})).await;
     assert!(running.contains("already running"), "{running}");
 
@@ -72,8 +75,16 @@ async fn a_paused_sandbox_reads_as_usual_resumes_on_use_and_outlives_the_server(
     assert!(again.contains("already paused"), "{again}");
     let listed = ok(c, "list_sandboxes", json!({})).await;
     assert_eq!(state_in(&listed, &id), "paused");
+    // Not held up by a reader frozen with the sandbox (whose answer a read
+    // would wait 1 s for before going without it).
+    let asked = std::time::Instant::now();
     let got = ok(c, "get_task", json!({"sandbox_id": id, "task_id": task_id})).await;
     assert_eq!(got["state"], "running", "{got}");
+    assert!(
+        asked.elapsed() < std::time::Duration::from_millis(900),
+        "get_task of a paused sandbox took {:?}",
+        asked.elapsed()
+    );
     let tasks = ok(c, "list_tasks", json!({"sandbox_id": id})).await;
     assert_eq!(tasks["tasks"][0]["state"], "running", "{tasks}");
     assert_eq!(
