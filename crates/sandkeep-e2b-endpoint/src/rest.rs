@@ -103,11 +103,17 @@ pub(super) fn unix_now_ms() -> u64 {
 }
 
 /// When a sandbox started, in Unix milliseconds: the endpoint's own
-/// record of a create, else the provider's start second.
+/// record of a create, within the provider's start second (the record is
+/// taken once the create is done, maybe a second later, and `endAt` is
+/// that second plus the timeout: a client computes the timeout from both),
+/// else the provider's start second.
 pub(super) fn started_ms(info: &SandboxInfo, record: &Record) -> u64 {
-    record
-        .started_ms
-        .unwrap_or(info.created_at.saturating_mul(1000))
+    within_second(info.created_at, record.started_ms)
+}
+
+fn within_second(created_at: u64, started_ms: Option<u64>) -> u64 {
+    let second = created_at.saturating_mul(1000);
+    started_ms.map_or(second, |ms| ms.clamp(second, second + 999))
 }
 
 /// Unix milliseconds as RFC 3339 in UTC, to the millisecond: a list's
@@ -599,4 +605,18 @@ pub async fn unsupported_on_sandbox(
 
 pub async fn not_found() -> Response {
     error(StatusCode::NOT_FOUND, "no such route")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::within_second;
+
+    #[test]
+    fn the_start_stays_in_the_providers_start_second() {
+        assert_eq!(within_second(100, Some(100_250)), 100_250);
+        // Recorded once a create that crossed a second was done.
+        assert_eq!(within_second(100, Some(101_020)), 100_999);
+        assert_eq!(within_second(100, Some(99_900)), 100_000);
+        assert_eq!(within_second(100, None), 100_000);
+    }
 }

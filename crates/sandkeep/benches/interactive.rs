@@ -1,7 +1,9 @@
 //! Interactive task benchmark (SPEC.md §15), through a real server:
 //! send_input → the echoed output visible to wait_task, for a pipe task
 //! (`cat`) and a pty task (`cat` on a terminal, which echoes too). Median
-//! and max over samples; target: median ≤ 10 ms on the local provider.
+//! and max over samples; target: median ≤ 10 ms on the local provider,
+//! and ≤ 3× that on the e2b provider against a local `serve --e2b`,
+//! measured in the same run.
 //!
 //! Run: `cargo bench -p sandkeep --bench interactive`. Prints one `BENCH`
 //! line a figure for `scripts/bench`.
@@ -78,13 +80,13 @@ async fn round_trips(client: &Client, sid: &str, pty: bool) -> Vec<Duration> {
     samples
 }
 
-#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
-async fn main() {
-    let home = state_dir("sk-interactive-bench-");
+/// An MCP server over stdio with `env`, and its client.
+async fn serve(home: &std::path::Path, env: &[(&str, String)]) -> (tokio::process::Child, Client) {
     let mut child = tokio::process::Command::new(EXE)
         .arg("serve")
-        .env("SANDKEEP_HOME", home.path())
+        .env("SANDKEEP_HOME", home)
         .env("SANDKEEP_LOG", "warn")
+        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
@@ -93,10 +95,55 @@ async fn main() {
         .expect("spawn sandkeep serve");
     let (stdout, stdin) = (child.stdout.take().unwrap(), child.stdin.take().unwrap());
     let client = ().serve((stdout, stdin)).await.expect("handshake");
-    let sandbox = call(&client, "create_sandbox", json!({"timeout": 3600})).await;
+    (child, client)
+}
+
+/// `sandkeep serve --e2b` on a free loopback port: the process, and the
+/// environment that points the e2b provider at it.
+fn e2b_endpoint(home: &std::path::Path) -> (std::process::Child, Vec<(&'static str, String)>) {
+    const KEY: &str = "e2b_interactive_bench";
+    let log = home.join("endpoint.log");
+    let child = std::process::Command::new(EXE)
+        .args(["serve", "--e2b", "127.0.0.1:0", "--api-key", KEY])
+        .env("SANDKEEP_HOME", home)
+        .env("SANDKEEP_LOG", "sandkeep=info")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).expect("endpoint log"))
+        .spawn()
+        .expect("spawn sandkeep serve --e2b");
+    let started = Instant::now();
+    let url = loop {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        let complete = &text[..text.rfind('\n').map_or(0, |i| i + 1)];
+        if let Some(url) = complete
+            .lines()
+            .find_map(|l| l.split("E2B-compatible endpoint at ").nth(1))
+        {
+            break url.trim().to_owned();
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "serve --e2b printed no address within 20 s:\n{text}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let env = vec![
+        ("SANDKEEP_PROVIDER", "e2b".to_owned()),
+        ("E2B_API_KEY", KEY.to_owned()),
+        ("E2B_API_URL", url.clone()),
+        ("E2B_SANDBOX_URL", url),
+    ];
+    (child, env)
+}
+
+/// The medians of a pipe and a pty task's round trips on one server.
+async fn medians(client: &Client) -> Vec<(&'static str, Duration)> {
+    let sandbox = call(client, "create_sandbox", json!({"timeout": 3600})).await;
     let sid = sandbox["sandbox_id"].as_str().unwrap().to_owned();
+    let mut out = Vec::new();
     for (name, pty) in [("pipe", false), ("pty", true)] {
-        let samples = round_trips(&client, &sid, pty).await;
+        let samples = round_trips(client, &sid, pty).await;
         let max = *samples.iter().max().unwrap();
         let med = median(samples);
         println!(
@@ -104,13 +151,45 @@ async fn main() {
             ms(med),
             ms(max)
         );
+        out.push((name, med));
+    }
+    call(client, "kill_sandbox", json!({"sandbox_id": sid})).await;
+    out
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let home = state_dir("sk-interactive-bench-");
+    let (_server, client) = serve(home.path(), &[]).await;
+    println!("local provider:");
+    let local = medians(&client).await;
+    drop(client);
+    for (name, med) in &local {
         bench_line(
             &format!("interactive.input_to_output_{name}"),
-            ms(med),
+            ms(*med),
             "ms",
             None,
             "<=10",
         );
     }
-    call(&client, "kill_sandbox", json!({"sandbox_id": sid})).await;
+
+    let endpoint_home = state_dir("sk-interactive-bench-e2b-");
+    let (mut endpoint, env) = e2b_endpoint(endpoint_home.path());
+    let e2b_home = state_dir("sk-interactive-bench-provider-");
+    let (_server, client) = serve(e2b_home.path(), &env).await;
+    println!("e2b provider against a local `serve --e2b`:");
+    let e2b = medians(&client).await;
+    drop(client);
+    for ((name, local), (_, e2b)) in local.iter().zip(&e2b) {
+        bench_line(
+            &format!("interactive.e2b_input_to_output_{name}"),
+            ms(*e2b),
+            "ms",
+            Some(ms(*local)),
+            "<=3x",
+        );
+    }
+    let _ = endpoint.kill();
+    let _ = endpoint.wait();
 }
