@@ -10,17 +10,6 @@ use serde_json::json;
 use support::mcp::*;
 use support::*;
 
-/// A home on the local provider whatever `SANDKEEP_TEST_PROVIDER` says.
-fn local_home() -> Home {
-    Home {
-        dir: tempfile::Builder::new()
-            .prefix("sandkeep-test")
-            .tempdir()
-            .expect("tempdir"),
-        e2b: None,
-    }
-}
-
 fn state_in(listed: &serde_json::Value, id: &str) -> String {
     listed["sandboxes"]
         .as_array()
@@ -41,7 +30,7 @@ async fn a_paused_sandbox_reads_as_usual_resumes_on_use_and_outlives_the_server(
     ) {
         return;
     }
-    let home = local_home();
+    let home = Home::local();
     let server = StdioServer::start(&home).await;
     let c = &server.client;
     let bad = err(c, "create_sandbox", json!({"on_timeout": "sleep"})).await;

@@ -12,17 +12,6 @@ use support::mcp::*;
 use support::ports::*;
 use support::*;
 
-/// A home on the local provider whatever `SANDKEEP_TEST_PROVIDER` says.
-fn local_home() -> Home {
-    Home {
-        dir: tempfile::Builder::new()
-            .prefix("sandkeep-test")
-            .tempdir()
-            .expect("tempdir"),
-        e2b: None,
-    }
-}
-
 /// Writes `script` into the sandbox and starts `python3 script PORT` as a
 /// task (which also retains the sandbox).
 async fn serve_in(client: &Client, id: &str, name: &str, script: &str, port: u16) {
@@ -87,7 +76,7 @@ async fn refused_or_reset(addr: &str, limit: Duration) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn http_reaches_the_server_inside_and_the_same_port_keeps_its_url() {
-    let home = local_home();
+    let home = Home::local();
     let server = StdioServer::start(&home).await;
     let c = &server.client;
     let created = ok(c, "create_sandbox", json!({"timeout": 300})).await;
@@ -148,7 +137,7 @@ async fn http_reaches_the_server_inside_and_the_same_port_keeps_its_url() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_port_where_nothing_listens_is_reset_at_once() {
-    let home = local_home();
+    let home = Home::local();
     let server = StdioServer::start(&home).await;
     let c = &server.client;
     let id = sid(&ok(c, "create_sandbox", json!({"timeout": 120})).await);
@@ -161,7 +150,7 @@ async fn a_port_where_nothing_listens_is_reset_at_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tcp_bytes_pass_both_ways_unchanged_and_many_connections_are_served() {
-    let home = local_home();
+    let home = Home::local();
     let server = StdioServer::start(&home).await;
     let c = &server.client;
     let id = sid(&ok(c, "create_sandbox", json!({"timeout": 600})).await);
@@ -196,7 +185,7 @@ async fn tcp_bytes_pass_both_ways_unchanged_and_many_connections_are_served() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn websockets_pass_through_the_forward() {
-    let home = local_home();
+    let home = Home::local();
     let server = StdioServer::start(&home).await;
     let c = &server.client;
     let id = sid(&ok(c, "create_sandbox", json!({"timeout": 300})).await);
@@ -218,7 +207,7 @@ async fn websockets_pass_through_the_forward() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_forward_outlives_its_server_and_ends_with_the_sandbox() {
-    let home = local_home();
+    let home = Home::local();
     let first = StdioServer::start(&home).await;
     let id = sid(&ok(&first.client, "create_sandbox", json!({"timeout": 300})).await);
     serve_in(&first.client, &id, "echo.py", ECHO_PY, 7000).await;
@@ -278,7 +267,7 @@ async fn the_forward_outlives_its_server_and_ends_with_the_sandbox() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_network_none_sandbox_is_exposed_and_reaches_nothing_through_it() {
-    let home = local_home();
+    let home = Home::local();
     let server = StdioServer::start(&home).await;
     let c = &server.client;
     let created = ok(
@@ -313,7 +302,7 @@ async fn a_network_none_sandbox_is_exposed_and_reaches_nothing_through_it() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_ports_and_unknown_sandboxes_are_tool_errors() {
-    let home = local_home();
+    let home = Home::local();
     let server = StdioServer::start(&home).await;
     let c = &server.client;
     let e = err(c, "expose_port", json!({"port": 8000})).await;

@@ -10,19 +10,9 @@ use serde_json::json;
 use support::mcp::*;
 use support::*;
 
-fn local_home() -> Home {
-    Home {
-        dir: tempfile::Builder::new()
-            .prefix("sandkeep-test")
-            .tempdir()
-            .expect("tempdir"),
-        e2b: None,
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fork_copies_the_files_not_the_processes_and_snapshots_are_listed_and_deleted() {
-    let home = local_home();
+    let home = Home::local();
     let server = StdioServer::start(&home).await;
     let c = &server.client;
     let id = sid(&ok(c, "create_sandbox", json!({"timeout": 300})).await);

@@ -37,12 +37,19 @@ pub struct Home {
 
 impl Home {
     pub fn new() -> Self {
+        let mut home = Self::local();
+        home.e2b = e2b::enabled().then(e2b::Endpoint::start);
+        home
+    }
+
+    /// A home on the local provider whatever `SANDKEEP_TEST_PROVIDER` says.
+    pub fn local() -> Self {
         Self {
             dir: tempfile::Builder::new()
                 .prefix("sandkeep-test")
                 .tempdir()
                 .expect("tempdir"),
-            e2b: e2b::enabled().then(e2b::Endpoint::start),
+            e2b: None,
         }
     }
 
