@@ -19,7 +19,7 @@
 //! asks after its own changes and before answering a poll. The end of
 //! stdin (the endpoint dropped the watch) ends the process.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::ffi::OsStr;
 use std::io::{Read, Write};
 use std::mem::MaybeUninit;
@@ -56,6 +56,11 @@ struct Watch {
     /// The rename cookies of staged uploads moved away from their staging
     /// name: whether the upload makes a new file.
     staged: HashMap<u32, bool>,
+    /// What the last drain's scans of new directories reported as created.
+    /// A path made after its directory's watch was in place and before
+    /// the scan listed it is also queued by inotify, for the next drain:
+    /// that create is not reported twice.
+    scanned: HashSet<PathBuf>,
 }
 
 /// Runs the watch until stdin ends; the exit code.
@@ -120,6 +125,7 @@ impl Watch {
             recursive: request.recursive,
             dirs: HashMap::new(),
             staged: HashMap::new(),
+            scanned: HashSet::new(),
         };
         watch
             .add(PathBuf::new(), None)
@@ -167,6 +173,7 @@ impl Watch {
                     .map(|n| OsStr::from_bytes(n.to_bytes()).to_owned()),
             ));
         }
+        let mut scanned = std::mem::take(&mut self.scanned);
         for (wd, flags, cookie, name) in changes {
             if flags.contains(ReadFlags::IGNORED) {
                 self.dirs.remove(&wd);
@@ -178,7 +185,15 @@ impl Watch {
                 continue;
             };
             let rel = dir.join(&name);
-            for op in self.ops(flags, cookie, &name) {
+            let mut ops = self.ops(flags, cookie, &name);
+            if ops.contains(&FsOp::Create) && scanned.remove(&rel) {
+                ops.retain(|op| *op != FsOp::Create);
+            }
+            if flags.intersects(ReadFlags::DELETE | ReadFlags::MOVED_FROM) {
+                // Its inotify create, if any, came before: a later one is new.
+                scanned.remove(&rel);
+            }
+            for op in ops {
                 let line = DirWatchLine::Event {
                     name: rel.to_string_lossy().into_owned(),
                     op,
@@ -189,12 +204,12 @@ impl Watch {
                 && flags.intersects(ReadFlags::CREATE | ReadFlags::MOVED_TO);
             if self.recursive && new_dir {
                 // What was made in it before its watch was in place (`mkdir
-                // -p a/b`, a tree moved in) is reported as created: a watch
-                // may see a change twice, never miss one. Gone again
-                // already: nothing to watch.
+                // -p a/b`, a tree moved in) is reported as created, once
+                // (`scanned`). Gone again already: nothing to watch.
                 let mut found = Vec::new();
                 let _ = self.add(rel, Some(&mut found));
                 for name in found {
+                    self.scanned.insert(name.clone());
                     let line = DirWatchLine::Event {
                         name: name.to_string_lossy().into_owned(),
                         op: FsOp::Create,
@@ -335,5 +350,35 @@ mod tests {
         let mut flat = watch(dir.path(), false);
         std::fs::write(dir.path().join("new/h"), "").unwrap();
         assert_eq!(lines(&mut flat), []);
+    }
+
+    #[test]
+    fn a_path_a_scan_reported_is_not_reported_again_by_its_inotify_create() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut w = watch(dir.path(), true);
+        std::fs::create_dir(dir.path().join("a")).unwrap();
+        assert_eq!(lines(&mut w), [ev("a", FsOp::Create)]);
+        // As if a scan of `a` had listed `b` just after inotify queued its
+        // create (the race of `mkdir -p a/b` against the new watch).
+        w.scanned.insert(PathBuf::from("a/b"));
+        std::fs::create_dir(dir.path().join("a/b")).unwrap();
+        assert_eq!(lines(&mut w), []);
+        // Made again: a change of its own.
+        std::fs::remove_dir(dir.path().join("a/b")).unwrap();
+        std::fs::create_dir(dir.path().join("a/b")).unwrap();
+        assert_eq!(
+            lines(&mut w),
+            [ev("a/b", FsOp::Remove), ev("a/b", FsOp::Create)]
+        );
+        // A scanned path removed before its create came: the next create
+        // is reported.
+        w.scanned.insert(PathBuf::from("a/c"));
+        std::fs::create_dir(dir.path().join("a/c")).unwrap();
+        std::fs::remove_dir(dir.path().join("a/c")).unwrap();
+        std::fs::create_dir(dir.path().join("a/c")).unwrap();
+        assert_eq!(
+            lines(&mut w),
+            [ev("a/c", FsOp::Remove), ev("a/c", FsOp::Create)]
+        );
     }
 }
