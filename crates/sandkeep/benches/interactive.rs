@@ -13,27 +13,10 @@ mod common;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use common::{EXE, bench_line, median, ms, state_dir};
-use rmcp::ServiceExt;
-use rmcp::model::CallToolRequestParams;
-use rmcp::service::RunningService;
-use serde_json::{Value, json};
-
-type Client = RunningService<rmcp::RoleClient, ()>;
+use common::{Client, EXE, bench_line, call, median, ms, state_dir, stdio_server};
+use serde_json::json;
 
 const SAMPLES: usize = 30;
-
-async fn call(client: &Client, tool: &str, args: Value) -> Value {
-    let Value::Object(map) = args else {
-        unreachable!()
-    };
-    let r = client
-        .call_tool(CallToolRequestParams::new(tool.to_owned()).with_arguments(map))
-        .await
-        .expect("tools/call");
-    assert_ne!(r.is_error, Some(true), "{tool}: {:?}", r.content);
-    r.structured_content.expect("structuredContent")
-}
 
 /// send_input, then wait_task until the line is back: one sample each.
 async fn round_trips(client: &Client, sid: &str, pty: bool) -> Vec<Duration> {
@@ -78,24 +61,6 @@ async fn round_trips(client: &Client, sid: &str, pty: bool) -> Vec<Duration> {
     )
     .await;
     samples
-}
-
-/// An MCP server over stdio with `env`, and its client.
-async fn serve(home: &std::path::Path, env: &[(&str, String)]) -> (tokio::process::Child, Client) {
-    let mut child = tokio::process::Command::new(EXE)
-        .arg("serve")
-        .env("SANDKEEP_HOME", home)
-        .env("SANDKEEP_LOG", "warn")
-        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("spawn sandkeep serve");
-    let (stdout, stdin) = (child.stdout.take().unwrap(), child.stdin.take().unwrap());
-    let client = ().serve((stdout, stdin)).await.expect("handshake");
-    (child, client)
 }
 
 /// `sandkeep serve --e2b` on a free loopback port: the process, and the
@@ -160,7 +125,7 @@ async fn medians(client: &Client) -> Vec<(&'static str, Duration)> {
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let home = state_dir("sk-interactive-bench-");
-    let (_server, client) = serve(home.path(), &[]).await;
+    let (_server, client) = stdio_server(home.path(), &[]).await;
     println!("local provider:");
     let local = medians(&client).await;
     drop(client);
@@ -177,7 +142,7 @@ async fn main() {
     let endpoint_home = state_dir("sk-interactive-bench-e2b-");
     let (mut endpoint, env) = e2b_endpoint(endpoint_home.path());
     let e2b_home = state_dir("sk-interactive-bench-provider-");
-    let (_server, client) = serve(e2b_home.path(), &env).await;
+    let (_server, client) = stdio_server(e2b_home.path(), &env).await;
     println!("e2b provider against a local `serve --e2b`:");
     let e2b = medians(&client).await;
     drop(client);

@@ -31,11 +31,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::{
-    EXE, bench_line, keepers_pss_kib, local_config, local_provider, median, ms, state_dir,
+    Client, EXE, bench_line, call, keepers_pss_kib, local_config, local_provider, median, ms,
+    state_dir, stdio_server,
 };
-use rmcp::ServiceExt;
-use rmcp::model::CallToolRequestParams;
-use rmcp::service::RunningService;
 use sandkeep::provider::local::{HostBounds, LocalProvider};
 use sandkeep::provider::{CreateSpec, Provider};
 use sandkeep::service::{ListTasksArgs, Service};
@@ -49,20 +47,6 @@ const STDIO_SAMPLES: usize = 300;
 const WAITERS: usize = 100;
 /// The length of `date +%s.%N`'s line, until the year 2286.
 const END_LINE: u64 = 21;
-
-type Client = RunningService<rmcp::RoleClient, ()>;
-
-async fn call(client: &Client, tool: &str, args: Value) -> Value {
-    let Value::Object(map) = args else {
-        unreachable!()
-    };
-    let r = client
-        .call_tool(CallToolRequestParams::new(tool.to_owned()).with_arguments(map))
-        .await
-        .expect("tools/call");
-    assert_ne!(r.is_error, Some(true), "{tool}: {:?}", r.content);
-    r.structured_content.expect("structuredContent")
-}
 
 /// `sandkeep serve --http` without a token (loopback), its URL read from
 /// stderr.
@@ -264,18 +248,8 @@ async fn watching(tasks: usize) {
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let home = state_dir("sk-bench-reader-");
-    let mut child = tokio::process::Command::new(EXE)
-        .arg("serve")
-        .env("SANDKEEP_HOME", home.path())
-        .env("SANDKEEP_LOG", "warn")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("spawn sandkeep serve");
-    let (stdout, stdin) = (child.stdout.take().unwrap(), child.stdin.take().unwrap());
-    let client: Arc<Client> = Arc::new(().serve((stdout, stdin)).await.expect("handshake"));
+    let (_child, client) = stdio_server(home.path(), &[]).await;
+    let client: Arc<Client> = Arc::new(client);
 
     let sandbox = call(&client, "create_sandbox", json!({"timeout": 3600})).await;
     let sid = sandbox["sandbox_id"].as_str().unwrap().to_owned();

@@ -19,30 +19,14 @@ use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use common::{EXE, bench_line, median, ms, state_dir};
+use common::{Client, EXE, bench_line, call, median, ms, state_dir, stdio_server};
 use rmcp::ServiceExt;
-use rmcp::model::CallToolRequestParams;
-use rmcp::service::RunningService;
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use serde_json::{Value, json};
 
-type Client = RunningService<rmcp::RoleClient, ()>;
-
 const LATENCY_SAMPLES: usize = 30;
 const IDLE_WAITERS: usize = 1_000;
-
-async fn call(client: &Client, tool: &str, args: Value) -> Value {
-    let Value::Object(map) = args else {
-        unreachable!()
-    };
-    let r = client
-        .call_tool(CallToolRequestParams::new(tool.to_owned()).with_arguments(map))
-        .await
-        .expect("tools/call");
-    assert_ne!(r.is_error, Some(true), "{tool}: {:?}", r.content);
-    r.structured_content.expect("structuredContent")
-}
 
 fn now_ns() -> u128 {
     SystemTime::now()
@@ -197,19 +181,8 @@ async fn exit_ns(client: &Client, sid: &str, mark: &str) -> u128 {
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let home = state_dir("sk-wait-bench-");
-    let mut child = tokio::process::Command::new(EXE)
-        .arg("serve")
-        .env("SANDKEEP_HOME", home.path())
-        .env("SANDKEEP_LOG", "warn")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("spawn sandkeep serve");
+    let (child, client) = stdio_server(home.path(), &[]).await;
     let pid = child.id().unwrap();
-    let (stdout, stdin) = (child.stdout.take().unwrap(), child.stdin.take().unwrap());
-    let client = ().serve((stdout, stdin)).await.expect("handshake");
     let sandbox = call(&client, "create_sandbox", json!({"timeout": 3600})).await;
     let sid = sandbox["sandbox_id"].as_str().unwrap().to_owned();
 

@@ -1,11 +1,18 @@
 //! Shared setup of the sandkeep benchmarks: a throwaway state directory, a
-//! local provider on it, exec requests, and the median arithmetic. It
-//! measures nothing by itself.
+//! local provider on it, exec requests, a `sandkeep serve` over stdio with
+//! its MCP client, and the median arithmetic. It measures nothing by
+//! itself.
 #![allow(dead_code)] // each bench uses a different subset
 
 use std::collections::HashMap;
 use std::path::Path;
+use std::process::Stdio;
 use std::time::Duration;
+
+use rmcp::ServiceExt;
+use rmcp::model::CallToolRequestParams;
+use rmcp::service::RunningService;
+use serde_json::Value;
 
 use sandkeep::provider::ExecRequest;
 use sandkeep::provider::local::{LocalConfig, LocalProvider};
@@ -37,6 +44,41 @@ pub fn exec_request(command: impl Into<String>, output_limit: usize) -> ExecRequ
         stdin: None,
         output_limit,
     }
+}
+
+/// An MCP client of a `sandkeep serve` over stdio.
+pub type Client = RunningService<rmcp::RoleClient, ()>;
+
+/// `sandkeep serve` (stdio) on `home`, with `env` added to its
+/// environment, and its client after the handshake.
+pub async fn stdio_server(home: &Path, env: &[(&str, String)]) -> (tokio::process::Child, Client) {
+    let mut child = tokio::process::Command::new(EXE)
+        .arg("serve")
+        .env("SANDKEEP_HOME", home)
+        .env("SANDKEEP_LOG", "warn")
+        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn sandkeep serve");
+    let (stdout, stdin) = (child.stdout.take().unwrap(), child.stdin.take().unwrap());
+    let client = ().serve((stdout, stdin)).await.expect("handshake");
+    (child, client)
+}
+
+/// A tool call that must succeed: its structured content.
+pub async fn call(client: &Client, tool: &str, args: Value) -> Value {
+    let Value::Object(map) = args else {
+        unreachable!()
+    };
+    let r = client
+        .call_tool(CallToolRequestParams::new(tool.to_owned()).with_arguments(map))
+        .await
+        .expect("tools/call");
+    assert_ne!(r.is_error, Some(true), "{tool}: {:?}", r.content);
+    r.structured_content.expect("structuredContent")
 }
 
 pub fn median(mut v: Vec<Duration>) -> Duration {
