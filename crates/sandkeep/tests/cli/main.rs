@@ -9,3 +9,4 @@ mod args;
 mod interactive;
 mod shares;
 mod tasks;
+mod trust;

@@ -731,7 +731,7 @@ def _():
             "python3 -m http.server 8000 --bind 127.0.0.1 --directory /tmp/www",
             background=True,
         )
-        ws = open(os.path.join(os.path.dirname(__file__), "..", "support", "ws_echo.py")).read()
+        ws = open(os.path.join(os.path.dirname(__file__), "..", "..", "..", "sandkeep-testkit", "src", "ws_echo.py")).read()
         sbx.files.write("/tmp/ws_echo.py", ws)
         sbx.commands.run("python3 /tmp/ws_echo.py 8765", background=True)
         host = sbx.get_host(8000)

@@ -1,28 +1,14 @@
-//! The local provider against real sandboxes, one module per former test
-//! file, in one test binary (one static link instead of six).
+//! The local provider under the server's own parts, against real
+//! sandboxes: the network and its egress proxy as the CLI and `doctor`
+//! report them (`net`), and the service's resident task reader (`reader`).
+//! The provider's own tests live in `crates/sandkeep-local/tests`.
 //!
-//! Their tests now run in parallel with one another (the harness's
-//! threads), where each file's ran alone before; these share no host state
-//! that one of them counts or needs to itself (each marks its processes,
-//! mounts and users with names of its own: `net` and `unprivileged` use
-//! different throwaway users). The local tests that do are binaries of
-//! their own, run one after another by `cargo test`:
-//!
-//! - `local_hostfiles` plants files in the host's /etc, /var, /opt, /srv
-//!   and /usr/local and counts the /etc snapshots that makes;
-//! - `local_limits` holds host-wide pools for a while (ptys, root's
-//!   inotify instances) and counts cgroups; with `local_escape`, it is
-//!   also what scripts/cgroup-v2-vm runs by binary name under cgroup v2.
+//! These share no host state that one of them counts or needs to itself
+//! (each marks its processes, mounts and users with names of its own).
 
 #[path = "../support/mod.rs"]
 mod support;
 
-mod fallback;
-mod faults;
-mod lifecycle;
+mod keeper_exe;
 mod net;
-mod ports;
 mod reader;
-mod snapshot;
-mod trust;
-mod unprivileged;

@@ -10,6 +10,7 @@ mod support;
 mod cancel;
 mod clients;
 mod faults;
+mod host_bounds;
 mod http;
 mod interactive;
 mod interop;

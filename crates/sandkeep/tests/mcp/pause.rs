@@ -2,7 +2,8 @@
 //! `sandkeep serve` on the local provider. The task tools read a paused
 //! sandbox as usual, run_command resumes it first, the wrong transitions
 //! and a bad `on_timeout` are tool errors, and a server restart keeps it
-//! paused. (tests/local_limits.rs checks the freezing itself.)
+//! paused. (crates/sandkeep-local/tests/local_limits checks the freezing
+//! itself.)
 
 use crate::support;
 

@@ -139,7 +139,7 @@ async fn secrets_of_the_server_are_masked_in_returned_output() {
 /// the end does not wait for it, destroys the still unretained sandbox,
 /// and the start then fails plainly without ever reaching the helper. The
 /// opposite order (retained first, kept) is raced across two providers in
-/// tests/local/lifecycle.rs.
+/// crates/sandkeep-local/tests/sandbox/lifecycle.rs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_session_end_before_the_retain_fails_the_start_and_runs_nothing() {
     let home = Home::new();

@@ -7,8 +7,8 @@ use crate::support;
 
 use std::time::Duration;
 
-use sandkeep::provider::local::{LocalConfig, LocalProvider};
-use sandkeep::provider::{Port, Provider};
+use sandkeep_local::{LocalConfig, LocalProvider};
+use sandkeep_provider::{Port, Provider};
 use support::local::*;
 use support::ports::*;
 
@@ -66,7 +66,7 @@ async fn a_server_on_ipv6_loopback_only_is_reached() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sandbox_has_at_most_64_forwards() {
-    use sandkeep::provider::ProviderError;
+    use sandkeep_provider::ProviderError;
     let home = state_dir();
     let p = LocalProvider::new(LocalConfig::new(home.path(), EXE)).unwrap();
     let id = create(&p, 120).await.sandbox_id;

@@ -9,8 +9,8 @@
 
 use std::time::{Duration, Instant};
 
-use sandkeep::provider::local::LocalProvider;
-use sandkeep::provider::{CreateSpec, OnTimeout, Provider, ProviderError, SandboxId, SandboxState};
+use sandkeep_local::LocalProvider;
+use sandkeep_provider::{CreateSpec, OnTimeout, Provider, ProviderError, SandboxId, SandboxState};
 
 use super::support::local::*;
 use super::support::*;
@@ -99,7 +99,7 @@ async fn a_paused_sandbox_uses_no_cpu_and_resumes_where_it_was() {
 
     let resumed = p.resume(id, None).await.expect("resume");
     assert_eq!(resumed.state, SandboxState::Running);
-    assert!(resumed.expires_at >= sandkeep::provider::unix_now() + 100);
+    assert!(resumed.expires_at >= sandkeep_provider::unix_now() + 100);
     until(Duration::from_secs(10), "the counter going on", || async {
         count(&p, id).await > frozen_at
     })
@@ -159,7 +159,7 @@ async fn the_deadline_waits_while_paused_and_the_state_outlives_the_server() {
     };
     let p = provider(home.path());
     // Past the deadline (a measured interval, not a synchronisation).
-    while sandkeep::provider::unix_now() <= expires_at + 1 {
+    while sandkeep_provider::unix_now() <= expires_at + 1 {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     let info = p

@@ -8,7 +8,7 @@ mod support;
 
 use std::process::{Command, Stdio};
 
-use sandkeep::provider::Provider;
+use sandkeep_provider::Provider;
 use support::local::*;
 
 /// Writes land in the sandbox's copy, never on the host.

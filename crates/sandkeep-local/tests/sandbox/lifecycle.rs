@@ -9,17 +9,16 @@ use crate::support;
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
-use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use sandkeep::provider::local::{LocalConfig, LocalProvider};
-use sandkeep::provider::{CreateSpec, FileKind, Provider, ProviderError, Release, SandboxId};
+use sandkeep_local::{LocalConfig, LocalProvider};
+use sandkeep_provider::{CreateSpec, FileKind, Provider, ProviderError, Release, SandboxId};
 use support::local::*;
 use support::*;
 
 async fn assert_destroyed(
-    p: &sandkeep::provider::local::LocalProvider,
+    p: &sandkeep_local::LocalProvider,
     home: &std::path::Path,
     id: &SandboxId,
 ) {
@@ -46,7 +45,7 @@ async fn assert_destroyed(
 /// every call at once, its files follow within a bounded while (the keeper
 /// removes them after the processes are dead), then nothing is left.
 async fn assert_released(
-    p: &sandkeep::provider::local::LocalProvider,
+    p: &sandkeep_local::LocalProvider,
     home: &std::path::Path,
     id: &SandboxId,
 ) {
@@ -534,9 +533,13 @@ async fn expiry_destroys_everything_within_a_second() {
     assert!(!p.kill(&info.sandbox_id).await.unwrap());
 }
 
+/// The deadline is a few seconds away, not one or two: a create on a loaded
+/// machine can take two seconds, and a sandbox that expired before its
+/// create returned fails the create (meta.json gone).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn renewal_postpones_expiry() {
-    let (home, p, info) = fresh_sandbox(2).await;
+    const TIMEOUT: u64 = 5;
+    let (home, p, info) = fresh_sandbox(TIMEOUT).await;
     let renew_at = std::time::UNIX_EPOCH + Duration::from_secs(info.created_at + 1);
     until(Duration::from_secs(3), "one second to pass", || async {
         std::time::SystemTime::now() >= renew_at
@@ -546,7 +549,7 @@ async fn renewal_postpones_expiry() {
     assert!(renewed.expires_at > info.expires_at);
     let past_old = std::time::UNIX_EPOCH + Duration::from_millis(info.expires_at * 1000 + 500);
     until(
-        Duration::from_secs(4),
+        Duration::from_secs(TIMEOUT + 2),
         "the old deadline to pass",
         || async { std::time::SystemTime::now() >= past_old },
     )
@@ -556,7 +559,7 @@ async fn renewal_postpones_expiry() {
         "still\n"
     );
     until(
-        Duration::from_secs(5),
+        Duration::from_secs(TIMEOUT + 3),
         "expiry at the renewed deadline",
         || async { !sandbox_dir(home.path(), &info.sandbox_id).exists() },
     )
@@ -759,7 +762,7 @@ async fn a_root_filesystem_directory_is_a_template() {
 /// it.
 #[tokio::test]
 async fn a_spawned_argv_runs_without_a_shell() {
-    use sandkeep::provider::{Program, SpawnRequest};
+    use sandkeep_provider::{Program, SpawnRequest};
     use tokio::io::AsyncReadExt;
 
     let (_home, p, info) = fresh_sandbox(120).await;
@@ -805,31 +808,6 @@ async fn a_spawned_argv_runs_without_a_shell() {
     assert_eq!(code, 127, "{err}");
     assert!(err.contains("no-such-program-sk"), "{err}");
     assert!(p.kill(&id).await.unwrap());
-}
-
-/// The executable a live process runs, as the kernel names it.
-fn exe_of(pid: i32) -> PathBuf {
-    std::fs::read_link(format!("/proc/{pid}/exe")).expect("a live keeper")
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_keeper_runs_from_its_own_executable_when_it_is_of_this_build() {
-    let small = Path::new(EXE).with_file_name("sandkeep-keeper");
-    assert!(
-        small.is_file(),
-        "cargo builds {} beside sandkeep",
-        small.display()
-    );
-    let (home, p, info) = fresh_sandbox(60).await;
-    let keeper = recorded_pid(home.path(), &info.sandbox_id, "keeper");
-    assert_eq!(exe_of(keeper), small);
-    let report = p.doctor().await.unwrap();
-    let line = report.checks.iter().find(|c| c.name == "keeper executable");
-    assert!(
-        line.is_some_and(|c| c.ok && c.detail == small.display().to_string()),
-        "{line:?}"
-    );
-    assert!(p.kill(&info.sandbox_id).await.unwrap());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

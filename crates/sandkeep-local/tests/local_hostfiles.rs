@@ -14,7 +14,7 @@ mod support;
 use std::os::unix::fs::{PermissionsExt, chown};
 use std::path::{Path, PathBuf};
 
-use sandkeep::provider::{CreateSpec, Provider};
+use sandkeep_provider::{CreateSpec, Provider};
 use support::local::*;
 use support::*;
 

@@ -6,7 +6,7 @@
 
 use crate::support;
 
-use sandkeep::provider::{CreateSpec, Provider, ProviderError};
+use sandkeep_provider::{CreateSpec, Provider, ProviderError};
 use support::local::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -9,8 +9,8 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use sandkeep::provider::Provider;
-use sandkeep::provider::local::{LocalConfig, LocalProvider};
+use sandkeep_local::{LocalConfig, LocalProvider};
+use sandkeep_provider::Provider;
 use support::local::*;
 use support::*;
 

@@ -9,7 +9,7 @@ use std::io::IoSlice;
 use std::time::{Duration, Instant};
 
 use rustix::net::{AddressFamily, SendAncillaryBuffer, SendFlags, SocketAddrUnix, SocketType};
-use sandkeep::provider::Provider;
+use sandkeep_provider::Provider;
 use support::local::*;
 use support::*;
 
@@ -226,7 +226,7 @@ async fn a_command_cut_off_by_kill_is_unconfirmed() {
     .await;
     assert!(p.kill(&info.sandbox_id).await.unwrap());
     match runner.await.unwrap() {
-        Err(sandkeep::provider::ProviderError::Unconfirmed { .. }) => {}
+        Err(sandkeep_provider::ProviderError::Unconfirmed { .. }) => {}
         other => panic!("expected Unconfirmed, got {other:?}"),
     }
 }
@@ -236,7 +236,7 @@ async fn a_command_cut_off_by_kill_is_unconfirmed() {
 /// is `Gone`. Anything else would skip a destruction silently.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lock_failure_at_session_end_is_an_error_and_the_sandbox_stays() {
-    use sandkeep::provider::Release;
+    use sandkeep_provider::Release;
     let (home, p, info) = fresh_sandbox(60).await;
     let id = &info.sandbox_id;
     // A directory where the lock file belongs: opening it for writing fails
@@ -275,7 +275,7 @@ async fn a_lock_failure_at_session_end_is_an_error_and_the_sandbox_stays() {
 /// `meta.json` belongs): an error, the sandbox left for a retry.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unreadable_record_at_session_end_is_an_error_and_the_sandbox_stays() {
-    use sandkeep::provider::Release;
+    use sandkeep_provider::Release;
     let (home, p, info) = fresh_sandbox(60).await;
     let id = &info.sandbox_id;
     let meta = sandbox_dir(home.path(), id).join("meta.json");
@@ -354,7 +354,7 @@ async fn a_fork_the_sandbox_refuses_is_a_plain_error() {
     let result = p.exec(id, request(&format!("echo ran > /tmp/{m}"))).await;
     set_nproc(&soft);
     match result {
-        Err(e @ sandkeep::provider::ProviderError::Refused { .. }) => {
+        Err(e @ sandkeep_provider::ProviderError::Refused { .. }) => {
             let message = e.to_string();
             assert!(message.contains("nothing ran"), "{message}");
             assert!(message.contains("fork"), "{message}");

@@ -5,12 +5,10 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use sandkeep::provider::local::{HostBounds, LocalConfig, LocalProvider};
-use sandkeep::provider::{CreateSpec, ExecOutput, ExecRequest, Provider, SandboxId, SandboxInfo};
+use sandkeep_local::{HostBounds, LocalConfig, LocalProvider};
+use sandkeep_provider::{CreateSpec, ExecOutput, ExecRequest, Provider, SandboxId, SandboxInfo};
 
 use super::{host_pids_with, until};
-
-pub const EXE: &str = env!("CARGO_BIN_EXE_sandkeep");
 
 /// A state directory under /var/tmp, which sandboxes do not see (theirs
 /// is their own); [`visible_state_dir`] makes one in a tree they see.
@@ -35,15 +33,16 @@ pub fn visible_state_dir() -> tempfile::TempDir {
         .unwrap()
 }
 
-/// A provider on `home` whose memory ceiling stays out of the tests' way
-/// (its default, 80% of RAM, admits a single default sandbox in the small
-/// cgroup v2 VM); the tests of the host-wide bounds set their own.
-pub fn provider(home: &Path) -> LocalProvider {
+/// A provider on `home`, running `exe` as keeper and task helper, whose
+/// memory ceiling stays out of the tests' way (its default, 80% of RAM,
+/// admits a single default sandbox in the small cgroup v2 VM); the tests
+/// of the host-wide bounds set their own.
+pub fn provider_of(exe: &str, home: &Path) -> LocalProvider {
     let bounds = HostBounds {
         memory_mib: 1 << 30,
         ..HostBounds::of_this_host()
     };
-    LocalProvider::new(LocalConfig::new(home, EXE).with_bounds(bounds)).expect("local provider")
+    LocalProvider::new(LocalConfig::new(home, exe).with_bounds(bounds)).expect("local provider")
 }
 
 pub fn spec(timeout: u64) -> CreateSpec {
@@ -63,11 +62,14 @@ pub async fn create(p: &LocalProvider, timeout: u64) -> SandboxInfo {
     p.create(spec(timeout)).await.expect("create sandbox")
 }
 
-/// A sandbox of a new provider on a new state directory; the directory
-/// must outlive the provider, so it is returned too.
-pub async fn fresh_sandbox(timeout: u64) -> (tempfile::TempDir, LocalProvider, SandboxInfo) {
+/// A sandbox of a new provider (running `exe`) on a new state directory;
+/// the directory must outlive the provider, so it is returned too.
+pub async fn fresh_sandbox_of(
+    exe: &str,
+    timeout: u64,
+) -> (tempfile::TempDir, LocalProvider, SandboxInfo) {
     let home = state_dir();
-    let p = provider(home.path());
+    let p = provider_of(exe, home.path());
     let info = create(&p, timeout).await;
     (home, p, info)
 }
@@ -99,6 +101,11 @@ pub fn tag(base: &str) -> String {
 /// Lines of the host's mount table that mention `path`.
 pub fn host_mounts_under(path: &Path) -> Vec<String> {
     super::host_mounts_with(&path.to_string_lossy())
+}
+
+/// The executable a live process runs, as the kernel names it.
+pub fn exe_of(pid: i32) -> PathBuf {
+    std::fs::read_link(format!("/proc/{pid}/exe")).expect("a live process")
 }
 
 pub fn sandbox_dir(home: &Path, id: &SandboxId) -> PathBuf {

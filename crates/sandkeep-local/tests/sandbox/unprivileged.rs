@@ -12,7 +12,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use sandkeep::provider::{FileKind, Provider, ProviderError};
+use sandkeep_provider::{FileKind, Provider, ProviderError};
 use support::local::*;
 use support::*;
 
@@ -129,8 +129,8 @@ impl Drop for MadePrivateLater {
 
 /// The inner half of [`MadePrivateLater`].
 async fn made_private_later_stays_unreadable(
-    p: &sandkeep::provider::local::LocalProvider,
-    id: &sandkeep::provider::SandboxId,
+    p: &sandkeep_local::LocalProvider,
+    id: &sandkeep_provider::SandboxId,
 ) {
     let Some(sync) = std::env::var_os(LATER).map(std::path::PathBuf::from) else {
         return;
@@ -188,8 +188,8 @@ fn inner_checks() {
 /// hierarchies belong to root); otherwise it reads `None` and an explicit
 /// request is refused by name. The disk is sized either way.
 async fn limits_are_reported_as_the_doctor_says(
-    p: &sandkeep::provider::local::LocalProvider,
-    info: &sandkeep::provider::SandboxInfo,
+    p: &sandkeep_local::LocalProvider,
+    info: &sandkeep_provider::SandboxInfo,
 ) {
     let report = p.doctor().await.unwrap();
     let ok = |name: &str| {
@@ -226,8 +226,8 @@ async fn limits_are_reported_as_the_doctor_says(
         );
     }
     if !ok("memory limit") {
-        let asked = sandkeep::provider::CreateSpec {
-            limits: sandkeep::provider::Limits {
+        let asked = sandkeep_provider::CreateSpec {
+            limits: sandkeep_provider::Limits {
                 memory_mib: Some(128),
                 ..Default::default()
             },
@@ -243,10 +243,7 @@ async fn limits_are_reported_as_the_doctor_says(
 /// The keeper of an ordinary user joins the sandbox's network namespace
 /// too (it owns it through its user namespace): a forward reaches a
 /// server inside.
-async fn port_forward_works(
-    p: &sandkeep::provider::local::LocalProvider,
-    id: &sandkeep::provider::SandboxId,
-) {
+async fn port_forward_works(p: &sandkeep_local::LocalProvider, id: &sandkeep_provider::SandboxId) {
     use support::ports::*;
     p.write_file(id, "echo.py", ECHO_PY.as_bytes())
         .await
@@ -258,7 +255,7 @@ async fn port_forward_works(
     )
     .await;
     assert_eq!(out.exit_code, Some(0), "{}", text(&out.stderr));
-    let port = sandkeep::provider::Port::new(7000).unwrap();
+    let port = sandkeep_provider::Port::new(7000).unwrap();
     let forward = p
         .expose_port(id, port)
         .await
@@ -346,8 +343,8 @@ async fn checks() {
     assert!(p.list().await.unwrap().is_empty());
 
     // The weaker level works for an ordinary user too.
-    let weak = sandkeep::provider::local::LocalProvider::new(
-        sandkeep::provider::local::LocalConfig::new(home.path(), EXE).with_process_only(true),
+    let weak = sandkeep_local::LocalProvider::new(
+        sandkeep_local::LocalConfig::new(home.path(), EXE).with_process_only(true),
     )
     .unwrap();
     let info = weak.create(spec(60)).await.unwrap();
