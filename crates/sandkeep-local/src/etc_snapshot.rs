@@ -47,6 +47,7 @@ use rustix::mount::OpenTreeFlags;
 use serde::Deserialize;
 
 use super::state::Home;
+use super::step::{Step, StepError};
 use super::sys;
 use sandkeep_provider::SandboxId;
 
@@ -81,15 +82,31 @@ impl Drop for Go {
     }
 }
 
+/// Why the sandbox's `/etc` snapshot could not be had.
+#[derive(Debug, thiserror::Error)]
+pub enum EtcSnapshotError {
+    #[error(transparent)]
+    Step(#[from] StepError),
+    /// What the snapshotter or its copier reported: child processes,
+    /// whose errors reach their parent as text.
+    #[error("{0}")]
+    Reported(String),
+    /// The snapshotter or the copier ended without an answer.
+    #[error("the /etc {0} died before it answered")]
+    Died(String),
+}
+
 /// Forks the snapshotter of `home`'s sandboxes, which copies (when it
 /// must) as host uid and gid `base`, the new sandbox root's. Run by the
 /// keeper as root before it enters any namespace.
-pub fn start(home: &Home, base: u32) -> Result<Snapshotter, String> {
-    let (answer, write) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
-        .map_err(|e| format!("pipe: {e}"))?;
-    let (wait, go) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
-        .map_err(|e| format!("pipe: {e}"))?;
-    match sys::fork().map_err(|e| format!("fork the /etc snapshotter: {e}"))? {
+pub fn start(home: &Home, base: u32) -> Result<Snapshotter, EtcSnapshotError> {
+    let pipe = || {
+        rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
+            .step(|| "make a pipe to the /etc snapshotter".into())
+    };
+    let (answer, write) = pipe()?;
+    let (wait, go) = pipe()?;
+    match sys::fork().step(|| "fork the /etc snapshotter".into())? {
         sys::Forked::Child => {
             drop(answer);
             drop(go);
@@ -102,7 +119,7 @@ pub fn start(home: &Home, base: u32) -> Result<Snapshotter, String> {
             let mut byte = [0u8; 1];
             while rustix::io::read(&wait, &mut byte) == Err(Errno::INTR) {}
             drop(wait);
-            let found = snapshot(home, base);
+            let found = snapshot(home, base).map_err(|e| e.to_string());
             let bytes = serde_json::to_vec(&found).unwrap_or_default();
             let written = std::fs::File::from(write).write_all(&bytes);
             // The clone of the mount goes with this process, and that
@@ -120,26 +137,27 @@ pub fn start(home: &Home, base: u32) -> Result<Snapshotter, String> {
 /// The snapshot to show as the sandbox's `/etc`, read by the init. A
 /// snapshotter that failed or died leaves no answer, and the sandbox is
 /// not made.
-pub fn collect(answer: OwnedFd) -> Result<PathBuf, String> {
+pub fn collect(answer: OwnedFd) -> Result<PathBuf, EtcSnapshotError> {
     let mut bytes = Vec::new();
     std::fs::File::from(answer)
         .read_to_end(&mut bytes)
-        .map_err(|e| format!("read the /etc snapshot's answer: {e}"))?;
+        .step(|| "read the /etc snapshotter's answer".into())?;
     serde_json::from_slice::<Result<PathBuf, String>>(&bytes)
-        .map_err(|_| "the /etc snapshotter died before it answered".to_owned())?
+        .map_err(|_| EtcSnapshotError::Died("snapshotter".into()))?
+        .map_err(EtcSnapshotError::Reported)
 }
 
 /// The snapshotter's whole job, in the child: the snapshot of the host's
 /// `/etc` as it is now, built if there is none.
-fn snapshot(home: &Home, base: u32) -> Result<PathBuf, String> {
+fn snapshot(home: &Home, base: u32) -> Result<PathBuf, EtcSnapshotError> {
     let store = home.root().join(STORE);
-    std::fs::create_dir_all(&store).map_err(|e| format!("create {}: {e}", store.display()))?;
+    std::fs::create_dir_all(&store).step(|| format!("create {}", store.display()))?;
     let tree = rustix::mount::open_tree(
         rustix::fs::CWD,
         HOST_ETC,
         OpenTreeFlags::OPEN_TREE_CLONE | OpenTreeFlags::OPEN_TREE_CLOEXEC,
     )
-    .map_err(|e| format!("open_tree {HOST_ETC}: {e}"))?;
+    .step(|| format!("open_tree {HOST_ETC}"))?;
     // DefaultHasher::new() hashes alike in every process of a build; a
     // build whose algorithm differs only makes one snapshot anew.
     let mut hasher = DefaultHasher::new();
@@ -187,14 +205,14 @@ pub fn latest(home: &Path) -> Option<PathBuf> {
 
 /// A directory descriptor of the clone of `/etc`'s mount (a path
 /// descriptor, whose directory is read through a real one).
-fn open_dir_of(tree: &OwnedFd) -> Result<OwnedFd, String> {
+fn open_dir_of(tree: &OwnedFd) -> Result<OwnedFd, StepError> {
     rustix::fs::openat(
         tree,
         c".",
         OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
         Mode::empty(),
     )
-    .map_err(|e| format!("open {HOST_ETC}: {e}"))
+    .step(|| format!("open {HOST_ETC}"))
 }
 
 /// Feeds every entry below `dir` (as root: private ones too) to `hasher`:
@@ -234,18 +252,18 @@ fn fingerprint(dir: OwnedFd, hasher: &mut DefaultHasher, depth: usize) {
 /// Builds `snapshot`: copied by a child that has become uid `base`, then
 /// given to host root and renamed into place. Another create that built
 /// the same snapshot meanwhile wins; this one's copy is dropped.
-fn build(tree: &OwnedFd, store: &Path, snapshot: &Path, base: u32) -> Result<(), String> {
+fn build(tree: &OwnedFd, store: &Path, snapshot: &Path, base: u32) -> Result<(), EtcSnapshotError> {
     let name = snapshot.file_name().unwrap_or_default().to_string_lossy();
     let new = store.join(format!(".new-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&new);
-    std::fs::create_dir(&new).map_err(|e| format!("create {}: {e}", new.display()))?;
+    std::fs::create_dir(&new).step(|| format!("create {}", new.display()))?;
     let result = copy_as(tree, &new, base).and_then(|()| {
         let mode = std::fs::metadata(HOST_ETC).map_or(0o755, |m| m.mode() & 0o7777);
-        take_over(&new, mode)
+        Ok(take_over(&new, mode)?)
     });
     let result = result.and_then(|()| match std::fs::rename(&new, snapshot) {
         Err(_) if snapshot.is_dir() => Ok(()),
-        other => other.map_err(|e| format!("rename {}: {e}", new.display())),
+        other => Ok(other.step(|| format!("rename {}", new.display()))?),
     });
     if snapshot.is_dir() {
         let _ = std::fs::remove_dir_all(&new);
@@ -255,25 +273,25 @@ fn build(tree: &OwnedFd, store: &Path, snapshot: &Path, base: u32) -> Result<(),
 
 /// Copies the clone `tree` into the directory `into` in a child that has
 /// become uid and gid `base` with no groups and no capability.
-fn copy_as(tree: &OwnedFd, into: &Path, base: u32) -> Result<(), String> {
+fn copy_as(tree: &OwnedFd, into: &Path, base: u32) -> Result<(), EtcSnapshotError> {
     std::os::unix::fs::chown(into, Some(base), Some(base))
-        .map_err(|e| format!("chown {}: {e}", into.display()))?;
+        .step(|| format!("chown {}", into.display()))?;
     let dest: OwnedFd = std::fs::File::open(into)
-        .map_err(|e| format!("open {}: {e}", into.display()))?
+        .step(|| format!("open {}", into.display()))?
         .into();
     let source = open_dir_of(tree)?;
     let (answer, write) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
-        .map_err(|e| format!("pipe: {e}"))?;
-    match sys::fork().map_err(|e| format!("fork the /etc copier: {e}"))? {
+        .step(|| "make a pipe to the /etc copier".into())?;
+    match sys::fork().step(|| "fork the /etc copier".into())? {
         sys::Forked::Child => {
             drop(answer);
             let copied = sys::become_id(base, base, true)
-                .map_err(|e| format!("become uid {base}: {e}"))
+                .step(|| format!("become uid {base}"))
                 .and_then(|()| {
                     rustix::process::umask(Mode::empty());
                     copy_tree(source, &dest, Path::new(HOST_ETC), 0)
                 });
-            let failed = copied.err().unwrap_or_default();
+            let failed = copied.err().map(|e| e.to_string()).unwrap_or_default();
             let _ = std::fs::File::from(write).write_all(failed.as_bytes());
             sys::exit_now(0)
         }
@@ -281,11 +299,11 @@ fn copy_as(tree: &OwnedFd, into: &Path, base: u32) -> Result<(), String> {
             drop(write);
             let mut failed = String::new();
             let _ = std::fs::File::from(answer).read_to_string(&mut failed);
-            let status = sys::wait_for(pid).map_err(|e| format!("wait for the copier: {e}"))?;
+            let status = sys::wait_for(pid).step(|| "wait for the /etc copier".into())?;
             match (status, failed.is_empty()) {
                 (0, true) => Ok(()),
-                (_, false) => Err(failed),
-                (status, true) => Err(format!("the /etc copier died (status {status})")),
+                (_, false) => Err(EtcSnapshotError::Reported(failed)),
+                (status, true) => Err(EtcSnapshotError::Died(format!("copier (status {status})"))),
             }
         }
     }
@@ -293,17 +311,16 @@ fn copy_as(tree: &OwnedFd, into: &Path, base: u32) -> Result<(), String> {
 
 /// Gives every entry below `dir` to host root (the copier made them its
 /// own), and `dir` the mode `mode`.
-fn take_over(dir: &Path, mode: u32) -> Result<(), String> {
+fn take_over(dir: &Path, mode: u32) -> Result<(), StepError> {
     let chown = |p: &Path| {
-        std::os::unix::fs::lchown(p, Some(0), Some(0))
-            .map_err(|e| format!("chown {}: {e}", p.display()))
+        std::os::unix::fs::lchown(p, Some(0), Some(0)).step(|| format!("chown {}", p.display()))
     };
     let mut pending = vec![dir.to_path_buf()];
     while let Some(d) = pending.pop() {
         chown(&d)?;
-        let entries = std::fs::read_dir(&d).map_err(|e| format!("read {}: {e}", d.display()))?;
+        let entries = std::fs::read_dir(&d).step(|| format!("read {}", d.display()))?;
         for entry in entries {
-            let entry = entry.map_err(|e| format!("read {}: {e}", d.display()))?;
+            let entry = entry.step(|| format!("read {}", d.display()))?;
             if entry.file_type().is_ok_and(|t| t.is_dir()) {
                 pending.push(entry.path());
             } else {
@@ -313,7 +330,7 @@ fn take_over(dir: &Path, mode: u32) -> Result<(), String> {
     }
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode))
-        .map_err(|e| format!("chmod {}: {e}", dir.display()))
+        .step(|| format!("chmod {}", dir.display()))
 }
 
 /// What a sandbox's `spec.json` says of its creation (the rest is not
@@ -385,8 +402,13 @@ fn remove_unused(home: &Home, store: &Path, current: &Path) {
 /// for messages) into the directory `dest`. An entry it may not open or
 /// list is left out; an error writing the copy (a full disk) fails the
 /// whole copy.
-pub fn copy_tree(source: OwnedFd, dest: &OwnedFd, at: &Path, depth: usize) -> Result<(), String> {
-    let mut dir = Dir::new(source).map_err(|e| format!("read {}: {e}", at.display()))?;
+pub fn copy_tree(
+    source: OwnedFd,
+    dest: &OwnedFd,
+    at: &Path,
+    depth: usize,
+) -> Result<(), StepError> {
+    let mut dir = Dir::new(source).step(|| format!("read {}", at.display()))?;
     while let Some(entry) = dir.read() {
         // A directory that fails midway is copied as far as it was read.
         let Ok(entry) = entry else { break };
@@ -401,17 +423,17 @@ pub fn copy_tree(source: OwnedFd, dest: &OwnedFd, at: &Path, depth: usize) -> Re
         };
         let mode = Mode::from_raw_mode(st.st_mode & 0o1777);
         let path = at.join(std::ffi::OsStr::from_bytes(name.to_bytes()));
-        let failed = |e: Errno| format!("copy {}: {e}", path.display());
+        let step = || format!("copy {}", path.display());
         match FileType::from_raw_mode(st.st_mode) {
-            FileType::Symlink => copy_symlink(from, name, dest).map_err(failed)?,
-            FileType::RegularFile => copy_file(from, name, dest, mode).map_err(failed)?,
+            FileType::Symlink => copy_symlink(from, name, dest).step(step)?,
+            FileType::RegularFile => copy_file(from, name, dest, mode).step(step)?,
             FileType::Directory if depth < MAX_DEPTH => {
-                let Some((source, target)) = open_dir(from, name, dest).map_err(failed)? else {
+                let Some((source, target)) = open_dir(from, name, dest).step(step)? else {
                     continue;
                 };
                 copy_tree(source, &target, &path, depth + 1)?;
                 // Filled while it was the owner's to write; now the host's mode.
-                rustix::fs::fchmod(&target, mode).map_err(failed)?;
+                rustix::fs::fchmod(&target, mode).step(step)?;
             }
             _ => {}
         }
@@ -528,6 +550,8 @@ mod tests {
     fn a_snapshotter_that_answers_nothing_makes_no_sandbox() {
         let (r, w) = rustix::pipe::pipe().unwrap();
         drop(w);
-        assert!(collect(r).unwrap_err().contains("died"));
+        let e = collect(r).unwrap_err();
+        assert!(matches!(e, EtcSnapshotError::Died(_)), "{e:?}");
+        assert!(e.to_string().contains("died"), "{e}");
     }
 }

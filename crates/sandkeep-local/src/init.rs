@@ -21,6 +21,7 @@ use super::landlock;
 use super::rootfs::{self, Owner};
 use super::seccomp;
 use super::state::{SandboxDir, Spec};
+use super::step::{Step, StepError};
 use super::sys;
 use super::wire;
 
@@ -129,6 +130,13 @@ impl From<String> for InitReport {
     }
 }
 
+/// A failed step crosses to the keeper as its message.
+impl From<StepError> for InitReport {
+    fn from(e: StepError) -> Self {
+        InitReport::Failed(e.to_string())
+    }
+}
+
 /// The root filesystem's failure crosses to the keeper as its message.
 impl From<rootfs::BuildError> for InitReport {
     fn from(e: rootfs::BuildError) -> Self {
@@ -177,9 +185,7 @@ pub fn run(ctx: InitContext) -> ! {
                 (isolation, warnings)
             })
         }
-        (Ok(()), Mode::ProcessOnly { uid }) => {
-            setup_process_only(&dir, uid).map_err(InitReport::Failed)
-        }
+        (Ok(()), Mode::ProcessOnly { uid }) => setup_process_only(&dir, uid),
     };
     let (ok, message) = match setup {
         Ok((isolation, warnings)) => (
@@ -341,16 +347,16 @@ fn own_network(spec: &Spec, net: NetPlan, warnings: &mut Vec<String>) -> Result<
 /// Inside the fresh network namespace: loopback up, and the proxy's
 /// listening socket on its 127.0.0.1 (an ephemeral port, so no sandbox
 /// program can have taken it) for the keeper to hand to the proxy.
-fn network(net: NetPlan) -> Result<ProxySocket, String> {
-    sys::loopback_up().map_err(|e| format!("bring up the loopback interface: {e}"))?;
+fn network(net: NetPlan) -> Result<ProxySocket, StepError> {
+    sys::loopback_up().step(|| "bring up the loopback interface".into())?;
     if !net.proxy {
         return Ok(None);
     }
     let listener = std::net::TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, 0))
-        .map_err(|e| format!("listen for the egress proxy: {e}"))?;
+        .step(|| "listen for the egress proxy".into())?;
     let port = listener
         .local_addr()
-        .map_err(|e| format!("the egress proxy's port: {e}"))?
+        .step(|| "read the egress proxy's port".into())?
         .port();
     Ok(Some((OwnedFd::from(listener), port)))
 }
@@ -360,22 +366,24 @@ fn network(net: NetPlan) -> Result<ProxySocket, String> {
 /// and Landlock confines writes to the sandbox's directory and keeps
 /// signals and abstract sockets inside the sandbox where the kernel
 /// supports it.
-fn setup_process_only(dir: &SandboxDir, uid: Option<u32>) -> Result<(String, Vec<String>), String> {
-    sys::set_signal_mask(&[]).map_err(|e| format!("signal mask: {e}"))?;
+fn setup_process_only(
+    dir: &SandboxDir,
+    uid: Option<u32>,
+) -> Result<(String, Vec<String>), InitReport> {
+    sys::set_signal_mask(&[]).step(|| "signal mask".into())?;
     rustix::process::set_child_subreaper(Some(rustix::process::getpid()))
-        .map_err(|e| format!("PR_SET_CHILD_SUBREAPER: {e}"))?;
+        .step(|| "PR_SET_CHILD_SUBREAPER".into())?;
     if let Some(uid) = uid {
         // Bounding set first, while root still may; changing to a non-zero
         // uid then clears the permitted, effective and ambient sets.
-        sys::drop_bounding_set(CapabilitySet::empty())
-            .map_err(|e| format!("drop capabilities: {e}"))?;
-        sys::become_id(uid, uid, true).map_err(|e| format!("become uid {uid}: {e}"))?;
+        sys::drop_bounding_set(CapabilitySet::empty()).step(|| "drop capabilities".into())?;
+        sys::become_id(uid, uid, true).step(|| format!("become uid {uid}"))?;
     }
     rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL))
-        .map_err(|e| format!("PR_SET_PDEATHSIG: {e}"))?;
-    rustix::thread::set_no_new_privs(true).map_err(|e| format!("no_new_privs: {e}"))?;
+        .step(|| "PR_SET_PDEATHSIG".into())?;
+    rustix::thread::set_no_new_privs(true).step(|| "no_new_privs".into())?;
     rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::NotDumpable)
-        .map_err(|e| format!("non-dumpable: {e}"))?;
+        .step(|| "non-dumpable".into())?;
     let mut warnings = Vec::new();
     let isolation = match landlock::landlock_writes(&dir.path) {
         Ok(true) => "landlock",
@@ -386,7 +394,7 @@ fn setup_process_only(dir: &SandboxDir, uid: Option<u32>) -> Result<(String, Vec
             );
             "process-only"
         }
-        Err(e) => return Err(format!("Landlock: {e}")),
+        Err(e) => return Err(InitReport::Failed(format!("Landlock: {e}"))),
     };
     seccomp::install()?;
     Ok((isolation.to_owned(), warnings))
@@ -394,24 +402,29 @@ fn setup_process_only(dir: &SandboxDir, uid: Option<u32>) -> Result<(String, Vec
 
 /// Leaves the user namespace that owns the mount namespace, so that no
 /// sandbox process can ever mount or unmount anything in it.
-fn enter_sandbox_identity(owner: Owner, userns: Option<OwnedFd>) -> Result<(), String> {
+fn enter_sandbox_identity(owner: Owner, userns: Option<OwnedFd>) -> Result<(), InitReport> {
     match (owner, userns) {
         (Owner::Shifted { .. }, Some(ns)) => {
             rustix::thread::move_into_link_name_space(
                 ns.as_fd(),
                 Some(rustix::thread::LinkNameSpaceType::User),
             )
-            .map_err(|e| format!("join the sandbox user namespace: {e}"))?;
-            sys::become_id(0, 0, true).map_err(|e| format!("become sandbox root: {e}"))
+            .step(|| "join the sandbox user namespace".into())?;
+            sys::become_id(0, 0, true).step(|| "become sandbox root".into())?;
         }
         (Owner::Invoker, None) => {
             sys::unshare(UnshareFlags::NEWUSER)
-                .map_err(|e| format!("unshare the inner user namespace: {e}"))?;
-            sys::write_id_maps(None, 0, 0, 1).map_err(|e| e.to_string())?;
-            sys::become_id(0, 0, false).map_err(|e| format!("become sandbox root: {e}"))
+                .step(|| "unshare the inner user namespace".into())?;
+            sys::write_id_maps(None, 0, 0, 1).step(|| "map the inner user namespace".into())?;
+            sys::become_id(0, 0, false).step(|| "become sandbox root".into())?;
         }
-        _ => Err("internal error: identity mode and user namespace disagree".into()),
+        _ => {
+            return Err(InitReport::Failed(
+                "internal error: identity mode and user namespace disagree".into(),
+            ));
+        }
     }
+    Ok(())
 }
 
 /// The clean environment of every sandbox process: fixed basics, then the

@@ -36,6 +36,7 @@ use super::init::{self, InitContext, InitReport, Mode, NetPlan};
 use super::proxy::{Policy as ProxyPolicy, Proxy};
 use super::rootfs::Owner;
 use super::state::{self, Home, Meta, SandboxDir, Spec};
+use super::step::StepError;
 use super::{etc_snapshot, pause, slots, sys, wire};
 use sandkeep_proto::record::ProcessIdentity;
 use sandkeep_provider::{
@@ -83,22 +84,22 @@ enum SetupError {
         source: io::Error,
     },
     /// Root's uid block (see `slots`).
-    #[error("{0}")]
-    UidSlot(String),
+    #[error(transparent)]
+    UidSlot(#[from] slots::SlotError),
     /// The snapshotter of the host's `/etc` (see `etc_snapshot`).
-    #[error("{0}")]
-    EtcSnapshot(String),
-    /// Root's user-namespace maker (see `userns`).
-    #[error("{0}")]
-    UserNamespace(String),
+    #[error(transparent)]
+    EtcSnapshot(#[from] etc_snapshot::EtcSnapshotError),
+    /// The sandbox's user namespace (see `userns`).
+    #[error(transparent)]
+    UserNamespace(#[from] userns::UsernsError),
     /// A limit asked for explicitly that the host's cgroups cannot enforce.
     #[error("`{limit}` cannot be enforced: {why}")]
     Limit { limit: &'static str, why: String },
     #[error("`disk_mib` cannot be enforced without namespaces")]
     DiskWithoutNamespaces,
     /// The egress proxy (see `proxy`).
-    #[error("{0}")]
-    Proxy(String),
+    #[error(transparent)]
+    Proxy(StepError),
     /// The sandbox's files on the host: a process-only sandbox's home and
     /// tmp, the task helper's link, the exec/file socket.
     #[error("{step}: {source}")]
@@ -313,7 +314,7 @@ fn start(home: &Home, dir: &SandboxDir) -> Result<Running, SetupError> {
     let root = rustix::process::geteuid().is_root();
     // Root never runs a sandbox as itself: it gets a uid block either way.
     let base = if root {
-        Some(slots::allocate_slot(home, &spec.sandbox_id).map_err(SetupError::UidSlot)?)
+        Some(slots::allocate_slot(home, &spec.sandbox_id)?)
     } else {
         None
     };
@@ -324,16 +325,14 @@ fn start(home: &Home, dir: &SandboxDir) -> Result<Running, SetupError> {
     // builds.
     let mut etc_snapshot = match base {
         Some(base) if spec.template_dir.is_none() && !spec.process_only => {
-            Some(etc_snapshot::start(home, base).map_err(SetupError::EtcSnapshot)?)
+            Some(etc_snapshot::start(home, base)?)
         }
         _ => None,
     };
     let mut warnings = Vec::new();
     let mut net = net_plan(&spec);
     let userns_child = match base {
-        Some(base) if !spec.process_only => {
-            Some(userns::fork_userns_child(base).map_err(SetupError::UserNamespace)?)
-        }
+        Some(base) if !spec.process_only => Some(userns::fork_userns_child(base)?),
         _ => None,
     };
     // Made before the pid namespace: a child forked after it would be its
@@ -498,7 +497,7 @@ fn fork_proxy(
     home: &Home,
     base: Option<u32>,
     doors: &cgroup::Doors,
-) -> Result<Proxy, String> {
+) -> Result<Proxy, StepError> {
     let policy = ProxyPolicy::new(
         spec.allow_hosts.clone(),
         spec.egress_trust.clone(),
@@ -547,18 +546,19 @@ fn choose_mode(
     userns_child: Option<UsernsChild>,
     warnings: &mut Vec<String>,
 ) -> Mode {
-    let attempt = if spec.process_only {
-        Err("the configuration asks for process-only sandboxes".to_owned())
+    let why = if spec.process_only {
+        "the configuration asks for process-only sandboxes".to_owned()
     } else {
-        namespaces(base, userns_child)
+        match namespaces(base, userns_child) {
+            Ok(mode) => return mode,
+            Err(e) => e.to_string(),
+        }
     };
-    attempt.unwrap_or_else(|why| {
-        warnings.push(format!(
-            "no namespaces ({why}): sandbox processes share the host's process table, network and \
-             read view of the filesystem; run `sandkeep doctor`"
-        ));
-        Mode::ProcessOnly { uid: base }
-    })
+    warnings.push(format!(
+        "no namespaces ({why}): sandbox processes share the host's process table, network and \
+         read view of the filesystem; run `sandkeep doctor`"
+    ));
+    Mode::ProcessOnly { uid: base }
 }
 
 /// A process-only sandbox's home and TMPDIR on the host (a namespaced
@@ -827,7 +827,7 @@ fn record_network(info: &mut SandboxInfo, spec: &Spec, net: NetPlan) -> Result<(
 /// Prepares the namespaced mode: root gets a user namespace shifted to its
 /// uid block, an ordinary user moves the keeper into one where it is root;
 /// then the pid namespace that the init will be pid 1 of.
-fn namespaces(base: Option<u32>, userns_child: Option<UsernsChild>) -> Result<Mode, String> {
+fn namespaces(base: Option<u32>, userns_child: Option<UsernsChild>) -> Result<Mode, SetupError> {
     let mode = match base.zip(userns_child) {
         Some((base, child)) => Mode::Namespaces {
             owner: Owner::Shifted { base },
@@ -842,7 +842,10 @@ fn namespaces(base: Option<u32>, userns_child: Option<UsernsChild>) -> Result<Mo
         }
     };
     // Only children enter the new pid namespace.
-    sys::unshare(UnshareFlags::NEWPID).map_err(|e| format!("unshare(CLONE_NEWPID): {e}"))?;
+    sys::unshare(UnshareFlags::NEWPID).map_err(|source| SetupError::Keeper {
+        step: "unshare(CLONE_NEWPID)",
+        source,
+    })?;
     Ok(mode)
 }
 

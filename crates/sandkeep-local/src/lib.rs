@@ -22,7 +22,8 @@
 //! `init` (the setup; `init::fork_server` serves exec and file
 //! operations), `rootfs`, `fileops`, `seccomp`, `landlock`, `slots` (root's
 //! uid blocks), `doctor` (the isolation probe), over `sys` (the only raw
-//! syscalls) and `wire` (the socket protocol). [`keeper_main`] dispatches
+//! syscalls), `step` (a setup step's error) and `wire` (the socket
+//! protocol). [`keeper_main`] dispatches
 //! the keeper executable's arguments to the keeper or the probe.
 
 // `unsafe` lives in `sys` (thin wrappers over raw syscalls) and `seccomp`
@@ -55,6 +56,7 @@ mod slots;
 mod snapshots;
 mod spawn;
 mod state;
+mod step;
 #[allow(unsafe_code)]
 mod sys;
 mod usage;

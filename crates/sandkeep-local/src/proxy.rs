@@ -36,6 +36,7 @@ use tokio::net::TcpStream;
 
 use super::cgroup;
 use super::netpolicy::{self, EgressTrust, HostNetwork, Refusal, Subnet};
+use super::step::{Step, StepError};
 use super::{sys, wire};
 
 /// The longest request head accepted.
@@ -252,14 +253,14 @@ impl Proxy {
         policy: Policy,
         uid: Option<u32>,
         cgroups: &cgroup::Doors,
-    ) -> Result<Proxy, String> {
+    ) -> Result<Proxy, StepError> {
         let (ours, theirs) = rustix::net::socketpair(
             rustix::net::AddressFamily::UNIX,
             rustix::net::SocketType::SEQPACKET,
             rustix::net::SocketFlags::CLOEXEC,
             None,
         )
-        .map_err(|e| format!("socketpair: {e}"))?;
+        .step(|| "make the egress proxy's socket pair".into())?;
         let keeper = rustix::process::getpid();
         // Born in the v2 cgroup where the kernel can; else it moves itself
         // there too. The v1 ones it enters by their `tasks`, as the init.
@@ -270,7 +271,7 @@ impl Proxy {
             },
             None => (sys::fork(), &[]),
         };
-        match forked.map_err(|e| format!("fork the egress proxy: {e}"))? {
+        match forked.step(|| "fork the egress proxy".into())? {
             sys::Forked::Child => {
                 drop(ours);
                 let entered = cgroup::enter(&cgroups.tasks).and_then(|()| cgroup::enter(v2_door));
@@ -291,7 +292,7 @@ impl Proxy {
                     rustix::process::Pid::from_raw(pid).expect("fork returns a positive pid"),
                     rustix::process::PidfdFlags::empty(),
                 )
-                .map_err(|e| format!("pidfd_open: {e}"));
+                .step(|| "open the egress proxy's pidfd".into());
                 let pidfd = match pidfd {
                     Ok(fd) => fd,
                     Err(e) => {
@@ -310,13 +311,13 @@ impl Proxy {
     }
 
     /// Hands the proxy its listening socket; it serves from now on.
-    pub fn start(&mut self, listener: OwnedFd) -> Result<(), String> {
+    pub fn start(&mut self, listener: OwnedFd) -> Result<(), StepError> {
+        let step = || "hand the listening socket to the egress proxy".into();
         let channel = self
             .channel
             .take()
-            .ok_or("the egress proxy was already started")?;
-        wire::send(&channel, b"listen", &[listener.as_fd()])
-            .map_err(|e| format!("hand the listening socket to the egress proxy: {e}"))
+            .ok_or_else(|| io::Error::new(io::ErrorKind::AlreadyExists, "it was already started"));
+        wire::send(&channel.step(step)?, b"listen", &[listener.as_fd()]).step(step)
     }
 }
 

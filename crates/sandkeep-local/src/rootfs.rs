@@ -111,8 +111,8 @@ pub enum BuildError {
     )]
     OverlayPath(PathBuf),
     /// The snapshot of the host's `/etc` (see `etc_snapshot`) is missing.
-    #[error("{0}")]
-    EtcSnapshot(String),
+    #[error(transparent)]
+    EtcSnapshot(#[from] crate::etc_snapshot::EtcSnapshotError),
     /// A request this host cannot carry out (a share it cannot mount as
     /// asked); nothing of the sandbox runs.
     #[error("{0}")]
@@ -355,7 +355,7 @@ pub fn build(
     // Taken as late as possible: the snapshotter works while all of the
     // above is built.
     if let Some(answer) = etc_snapshot {
-        let snapshot = etc_snapshot::collect(answer).map_err(BuildError::EtcSnapshot)?;
+        let snapshot = etc_snapshot::collect(answer)?;
         if guess.as_ref() != Some(&snapshot) {
             let etc = root.join("etc");
             if guess.is_some() {

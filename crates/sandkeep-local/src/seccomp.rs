@@ -39,6 +39,8 @@ use std::io;
 
 use libc::sock_filter;
 
+use crate::step::{Step, StepError};
+
 /// Allowed outright: Docker's default list for x86_64 without the calls
 /// it grants only with capabilities a sandbox lacks, plus `chroot`
 /// (CAP_SYS_CHROOT is kept), `fchmodat2` and `mseal` (newer than Docker's
@@ -649,11 +651,11 @@ fn program() -> Vec<sock_filter> {
 
 /// Installs the filter on the calling process (needs no_new_privs or
 /// CAP_SYS_ADMIN).
-pub fn install() -> Result<(), String> {
-    load(&program())
+pub fn install() -> Result<(), StepError> {
+    load(&program()).step(|| "install the seccomp filter".into())
 }
 
-fn load(filter: &[sock_filter]) -> Result<(), String> {
+fn load(filter: &[sock_filter]) -> io::Result<()> {
     let prog = libc::sock_fprog {
         len: u16::try_from(filter.len()).expect("the filter is small"),
         filter: filter.as_ptr().cast_mut(),
@@ -671,10 +673,7 @@ fn load(filter: &[sock_filter]) -> Result<(), String> {
     if r == 0 {
         Ok(())
     } else {
-        Err(format!(
-            "install the seccomp filter: {}",
-            io::Error::last_os_error()
-        ))
+        Err(io::Error::last_os_error())
     }
 }
 

@@ -17,6 +17,16 @@ use std::path::{Path, PathBuf};
 use sandkeep_provider::SandboxId;
 
 use crate::state::{self, Home, Lock};
+use crate::step::{Step, StepError};
+
+/// Why no uid block could be claimed.
+#[derive(Debug, thiserror::Error)]
+pub enum SlotError {
+    #[error(transparent)]
+    Step(#[from] StepError),
+    #[error("all {SLOTS} uid blocks are in use; kill some sandboxes")]
+    Exhausted,
+}
 
 /// Size of each root-mode sandbox's uid/gid block.
 pub const BLOCK: u32 = 65536;
@@ -41,21 +51,21 @@ pub const UID_SLOTS: &str = "/run/sandkeep/uid-slots";
 /// Claims a free uid block for the sandbox: a slot file naming its
 /// directory, reclaimed once that directory is gone. Returns the block's
 /// first host uid.
-pub fn allocate_slot(home: &Home, id: &SandboxId) -> Result<u32, String> {
+pub fn allocate_slot(home: &Home, id: &SandboxId) -> Result<u32, SlotError> {
     let slots = Path::new(UID_SLOTS);
     fs::DirBuilder::new()
         .recursive(true)
         .mode(0o700)
         .create(slots)
-        .map_err(|e| format!("create {UID_SLOTS}: {e}"))?;
-    state::check_trusted(slots).map_err(|e| e.to_string())?;
+        .step(|| format!("create {UID_SLOTS}"))?;
+    state::check_trusted(slots).step(|| format!("trust {UID_SLOTS}"))?;
     // Root's alone (also where an older sandkeep made them 0755): the
     // slots name the sandbox directories of every state directory.
     for dir in [slots.parent().expect("UID_SLOTS has a parent"), slots] {
         fs::set_permissions(dir, fs::Permissions::from_mode(0o700))
-            .map_err(|e| format!("chmod {}: {e}", dir.display()))?;
+            .step(|| format!("chmod {}", dir.display()))?;
     }
-    let _lock = Lock::acquire(&slots.join(".lock")).map_err(|e| format!("lock uid slots: {e}"))?;
+    let _lock = Lock::acquire(&slots.join(".lock")).step(|| "lock the uid slots".into())?;
     let n = free_slot(slots)?;
     fs::OpenOptions::new()
         .write(true)
@@ -64,7 +74,7 @@ pub fn allocate_slot(home: &Home, id: &SandboxId) -> Result<u32, String> {
         .mode(0o600)
         .open(slots.join(n.to_string()))
         .and_then(|mut f| f.write_all(home.sandbox(id).path.as_os_str().as_encoded_bytes()))
-        .map_err(|e| format!("claim uid slot {n}: {e}"))?;
+        .step(|| format!("claim uid slot {n}"))?;
     Ok(FIRST_BLOCK + n * BLOCK)
 }
 
@@ -72,9 +82,9 @@ pub fn allocate_slot(home: &Home, id: &SandboxId) -> Result<u32, String> {
 /// reading every live sandbox's slot made a create with 200 live sandboxes
 /// a millisecond slower. Only when every number has a file is a stale one
 /// (its sandbox's directory gone, its keeper killed) taken over.
-fn free_slot(slots: &Path) -> Result<u32, String> {
+fn free_slot(slots: &Path) -> Result<u32, SlotError> {
     let mut taken = vec![false; SLOTS as usize];
-    let entries = fs::read_dir(slots).map_err(|e| format!("read {}: {e}", slots.display()))?;
+    let entries = fs::read_dir(slots).step(|| format!("read {}", slots.display()))?;
     for entry in entries.flatten() {
         let number = entry
             .file_name()
@@ -89,16 +99,15 @@ fn free_slot(slots: &Path) -> Result<u32, String> {
     }
     for n in 0..SLOTS {
         let path = slots.join(n.to_string());
-        match fs::read_to_string(&path) {
+        let holder = match fs::read_to_string(&path) {
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(n),
-            Err(e) => return Err(format!("read {}: {e}", path.display())),
-            Ok(holder) if !Path::new(holder.trim()).exists() => return Ok(n),
-            Ok(_) => {}
+            read => read.step(|| format!("read {}", path.display()))?,
+        };
+        if !Path::new(holder.trim()).exists() {
+            return Ok(n);
         }
     }
-    Err(format!(
-        "all {SLOTS} uid blocks are in use; kill some sandboxes"
-    ))
+    Err(SlotError::Exhausted)
 }
 
 /// Removes the slot of the sandbox whose directory is `owner`: the one of
@@ -147,10 +156,11 @@ mod tests {
         for n in 0..SLOTS {
             fs::write(slots.path().join(n.to_string()), live).unwrap();
         }
+        let e = free_slot(slots.path()).unwrap_err();
+        assert!(matches!(e, SlotError::Exhausted), "{e:?}");
         assert!(
-            free_slot(slots.path())
-                .unwrap_err()
-                .contains("all 16384 uid blocks are in use")
+            e.to_string().contains("all 16384 uid blocks are in use"),
+            "{e}"
         );
         fs::write(slots.path().join("9000"), "/gone/sb/sb-0\n").unwrap();
         assert_eq!(free_slot(slots.path()).unwrap(), 9000);

@@ -10,7 +10,22 @@ use std::os::fd::OwnedFd;
 
 use rustix::thread::UnshareFlags;
 
+use crate::step::{Step, StepError};
 use crate::{slots, sys};
+
+/// Why a user namespace could not be made or entered.
+#[derive(Debug, thiserror::Error)]
+pub enum UsernsError {
+    #[error(transparent)]
+    Step(#[from] StepError),
+    /// The kernel refused the namespace itself (the throwaway child only
+    /// says whether it could).
+    #[error(
+        "unshare(CLONE_NEWUSER) failed{}; user namespaces are disabled or restricted on this host (run `sandkeep doctor`)",
+        .0.as_ref().map(|e| format!(" ({e})")).unwrap_or_default()
+    )]
+    Refused(Option<io::Error>),
+}
 
 /// Root mode's user-namespace maker: a throwaway child that unshares a
 /// user namespace and stays until the keeper has mapped it. Forked early,
@@ -23,12 +38,14 @@ pub struct UsernsChild {
     done: OwnedFd,
 }
 
-pub fn fork_userns_child(base: u32) -> Result<UsernsChild, String> {
-    let (go_r, go_w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
-        .map_err(|e| format!("pipe: {e}"))?;
-    let (done_r, done_w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
-        .map_err(|e| format!("pipe: {e}"))?;
-    match sys::fork().map_err(|e| format!("fork: {e}"))? {
+pub fn fork_userns_child(base: u32) -> Result<UsernsChild, UsernsError> {
+    let pipe = || {
+        rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
+            .step(|| "make a pipe to the user-namespace child".into())
+    };
+    let (go_r, go_w) = pipe()?;
+    let (done_r, done_w) = pipe()?;
+    match sys::fork().step(|| "fork the user-namespace child".into())? {
         sys::Forked::Child => {
             drop(go_r);
             drop(done_w);
@@ -73,14 +90,14 @@ fn unshare_owned_by(base: u32) -> io::Result<()> {
 /// `base`, made by `child` and kept alive by the returned fd (the child
 /// exits once it is released; the keeper reaps it later). The init joins
 /// it after building the root, and idmaps lower layers through it.
-pub fn shifted_userns(child: UsernsChild, base: u32) -> Result<OwnedFd, String> {
+pub fn shifted_userns(child: UsernsChild, base: u32) -> Result<OwnedFd, UsernsError> {
     let count = slots::BLOCK;
     map(
         child,
         &format!("0 {base} {count}"),
         &format!("0 {base} {count}"),
+        "the sandbox user namespace",
     )
-    .map_err(|e| format!("map the sandbox user namespace: {e}"))
 }
 
 /// Root mode, a host share (SPEC §13): a user namespace in which the share
@@ -88,31 +105,37 @@ pub fn shifted_userns(child: UsernsChild, base: u32) -> Result<OwnedFd, String> 
 /// Idmapped through it, the share shows the owner's files as the sandbox
 /// root's, and what sandbox root makes there belongs to the owner on the
 /// host, never to a sandbox uid.
-pub fn share_idmap(base: u32, uid: u32, gid: u32) -> Result<OwnedFd, String> {
+pub fn share_idmap(base: u32, uid: u32, gid: u32) -> Result<OwnedFd, UsernsError> {
     let child = fork_userns_child(base)?;
     let pid = child.pid;
     let userns = map(
         child,
         &format!("{uid} {base} 1"),
         &format!("{gid} {base} 1"),
-    )
-    .map_err(|e| format!("map a share's user namespace: {e}"));
+        "a share's user namespace",
+    );
     let _ = sys::wait_for(pid);
     userns
 }
 
-/// Writes `child`'s id maps and holds its namespace by an fd; the child
-/// is released to exit.
-fn map(child: UsernsChild, uid_map: &str, gid_map: &str) -> Result<OwnedFd, String> {
+/// Writes `child`'s id maps and holds its namespace (`what`) by an fd;
+/// the child is released to exit.
+fn map(
+    child: UsernsChild,
+    uid_map: &str,
+    gid_map: &str,
+    what: &str,
+) -> Result<OwnedFd, UsernsError> {
     let pid = child.pid;
     let mut b = [0u8; 1];
     let answered = rustix::io::read(&child.unshared, &mut b).is_ok_and(|n| n == 1 && b[0] == b'y');
     if !answered {
-        return Err("unshare(CLONE_NEWUSER) failed; user namespaces are disabled on this host (run `sandkeep doctor`)".into());
+        return Err(UsernsError::Refused(None));
     }
     let userns = sys::write_id_map_lines(Some(pid), uid_map, gid_map)
         .and_then(|()| fs::File::open(format!("/proc/{pid}/ns/user")).map(OwnedFd::from))
-        .map_err(|e| e.to_string());
+        .step(|| format!("map {what}"))
+        .map_err(UsernsError::from);
     // Released only now: the namespace lives on through its fd.
     drop(child.done);
     userns
@@ -120,12 +143,11 @@ fn map(child: UsernsChild, uid_map: &str, gid_map: &str) -> Result<OwnedFd, Stri
 
 /// Unprivileged mode: the keeper itself moves into a user namespace where
 /// the invoking user is root, so it may create the other namespaces.
-pub fn enter_invoker_userns() -> Result<(), String> {
+pub fn enter_invoker_userns() -> Result<(), UsernsError> {
     let uid = rustix::process::geteuid().as_raw();
     let gid = rustix::process::getegid().as_raw();
-    sys::unshare(UnshareFlags::NEWUSER).map_err(|e| {
-        format!("unshare(CLONE_NEWUSER) failed ({e}); unprivileged user namespaces are disabled or restricted on this host (run `sandkeep doctor`)")
-    })?;
-    sys::write_id_maps(None, uid, gid, 1).map_err(|e| e.to_string())?;
-    sys::become_id(0, 0, false).map_err(|e| format!("become root in the user namespace: {e}"))
+    sys::unshare(UnshareFlags::NEWUSER).map_err(|e| UsernsError::Refused(Some(e)))?;
+    sys::write_id_maps(None, uid, gid, 1).step(|| "map the user namespace".into())?;
+    sys::become_id(0, 0, false).step(|| "become root in the user namespace".into())?;
+    Ok(())
 }
