@@ -153,7 +153,7 @@ fn random_hex() -> String {
 impl E2bProvider {
     pub fn from_env() -> Result<Self> {
         let config =
-            E2bConfig::from_env().map_err(|e| ProviderError::Unavailable(e.to_string()))?;
+            E2bConfig::from_env().map_err(|e| ProviderError::Misconfigured(e.to_string()))?;
         Self::new(config)
     }
 

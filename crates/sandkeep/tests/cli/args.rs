@@ -167,6 +167,23 @@ fn failures_exit_1_or_125_with_a_next_step() {
     }
 }
 
+/// The e2b provider without its key: the error names the variable to set,
+/// with no hint about the local provider's state directory.
+#[test]
+fn the_e2b_provider_without_a_key_names_the_variable_to_set() {
+    let home = Home::local();
+    let out = home
+        .command(&["sandbox", "list"])
+        .env("SANDKEEP_PROVIDER", "e2b")
+        .env_remove("E2B_API_KEY")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", describe(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("E2B_API_KEY is not set"), "{stderr}");
+    assert!(!stderr.contains("SANDKEEP_HOME"), "{stderr}");
+}
+
 #[test]
 fn help_texts_explain_commands_to_a_newcomer() {
     let home = Home::new();
