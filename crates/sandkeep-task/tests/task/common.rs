@@ -224,23 +224,4 @@ pub fn is_root() -> bool {
     rustix::process::geteuid().is_root()
 }
 
-/// Skips the running test: says why on stderr, loudly, so a skip is never
-/// mistaken for a pass; under `CI=true` it fails instead, so a CI machine
-/// that lacks root or a tool cannot go green by testing nothing. The
-/// caller returns right after.
-pub fn skip(why: &str) {
-    let test = std::thread::current().name().unwrap_or("test").to_owned();
-    assert!(
-        std::env::var("CI").as_deref() != Ok("true"),
-        "{test} cannot run, and CI=true does not allow skipping: {why}"
-    );
-    eprintln!("SKIPPED {test}: {why} (under CI=true this fails)");
-}
-
-/// `cond`, or [`skip`] with `why` and false: `if !require(..) { return; }`.
-pub fn require(cond: bool, why: &str) -> bool {
-    if !cond {
-        skip(why);
-    }
-    cond
-}
+pub use sandkeep_testkit::require;
