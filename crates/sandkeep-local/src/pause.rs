@@ -3,7 +3,8 @@
 //! `meta.json`, both under the sandbox's lock, so that the record and the
 //! kernel agree for every server process and across their restarts. Used
 //! by the provider (pause_sandbox, resume_sandbox) and by the keeper (the
-//! deadline of a sandbox created with `on_timeout: pause`). A paused
+//! deadline of a sandbox created with `on_timeout: pause`, and a
+//! connection to one of its port forwards, which resumes it). A paused
 //! sandbox has no deadline; its keeper reads the record again when told
 //! (SIGUSR1) or at its next look.
 
@@ -135,6 +136,24 @@ pub fn resume(dir: &SandboxDir, timeout: Option<u64>) -> Result<SandboxInfo> {
         info.expires_at = sandkeep_provider::unix_now() + info.timeout;
         Ok(())
     })
+}
+
+/// Resumes the sandbox of `dir` if it is paused, as a resume_sandbox
+/// without a timeout does: for a connection accepted on one of its port
+/// forwards (SPEC §17: connections resume it first, as E2B's connect
+/// does), before it is relayed. Another resume may win the race: fine.
+/// The record is read without the lock first, so that a running
+/// sandbox's connections cost one small read.
+pub fn wake(dir: &SandboxDir) {
+    let paused = state::read_json::<state::Meta>(&dir.meta())
+        .is_ok_and(|m| m.info.state == SandboxState::Paused);
+    if !paused {
+        return;
+    }
+    match resume(dir, None) {
+        Ok(_) | Err(ProviderError::AlreadyInState { .. }) => {}
+        Err(e) => eprintln!("sandkeep keeper: resume for a connection to a port forward: {e}"),
+    }
 }
 
 /// Moves the sandbox of `dir` to state `to` under its lock, with `act`
