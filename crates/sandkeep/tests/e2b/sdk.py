@@ -1067,6 +1067,51 @@ def _():
         sbx.kill()
 
 
+@check("auto_resume")
+def _():
+    # lifecycle auto_resume: traffic to a paused sandbox resumes it, a
+    # request for one of its ports as an envd call; without it, both answer
+    # E2B's 502 and it stays paused until connect. Its info carries the
+    # lifecycle.
+    sbx = make(lifecycle={"on_timeout": "pause", "auto_resume": True})
+    plain = make(lifecycle={"on_timeout": "pause"})
+    try:
+        assert Sandbox.get_info(sbx.sandbox_id).lifecycle == {
+            "on_timeout": "pause",
+            "auto_resume": True,
+        }, Sandbox.get_info(sbx.sandbox_id)
+        assert Sandbox.get_info(plain.sandbox_id).lifecycle == {
+            "on_timeout": "pause",
+            "auto_resume": False,
+        }, Sandbox.get_info(plain.sandbox_id)
+        for s in (sbx, plain):
+            s.files.write("/tmp/www/index.html", "served-by-" + s.sandbox_id)
+            s.commands.run(
+                "python3 -m http.server 8000 --bind 127.0.0.1 --directory /tmp/www",
+                background=True,
+                timeout=0,
+            )
+            _until(
+                "the server of " + s.sandbox_id,
+                lambda s=s: _through_endpoint(s.get_host(8000), "/index.html").status_code
+                == 200,
+            )
+            assert s.pause() is True
+        r = _through_endpoint(plain.get_host(8000), "/index.html")
+        assert r.status_code == 502 and "paused" in r.json()["message"], (r.status_code, r.text)
+        assert not plain.is_running()
+        assert Sandbox.get_info(plain.sandbox_id).state == SandboxState.PAUSED
+        r = _through_endpoint(sbx.get_host(8000), "/index.html", timeout=30.0)
+        assert (r.status_code, r.text) == (200, "served-by-" + sbx.sandbox_id), r.text
+        assert Sandbox.get_info(sbx.sandbox_id).state == SandboxState.RUNNING
+        assert sbx.pause() is True
+        assert sbx.commands.run("echo up").stdout == "up\n"
+        assert Sandbox.get_info(sbx.sandbox_id).state == SandboxState.RUNNING
+    finally:
+        sbx.kill()
+        plain.kill()
+
+
 @check("snapshots_and_fork")
 def _():
     # A snapshot holds the files, a sandbox made from it sees them and is
