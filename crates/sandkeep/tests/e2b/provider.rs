@@ -1067,3 +1067,47 @@ async fn pause_and_resume_map_onto_e2bs_pause_and_connect() {
     assert_eq!(sh(&p, &id, "echo up").await, "up\n");
     p.kill(&id).await.expect("kill");
 }
+
+/// Snapshots mapped onto E2B's snapshot API (SPEC §17): a snapshot of a
+/// sandbox is listed with it, a sandbox created from it has its files,
+/// and once deleted it is gone (a second delete says so); a killed
+/// sandbox has no snapshot. fork_sandbox is these calls (the service's).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn snapshots_map_onto_e2bs_snapshot_api() {
+    let endpoint = Endpoint::start();
+    let p = provider(&endpoint);
+    let id = p.create(spec()).await.expect("create").sandbox_id;
+    sh(&p, &id, "echo before > ~/state.txt").await;
+    let name = format!("snap-{}", std::process::id());
+    let snap = p.snapshot(&id, Some(name.clone())).await.expect("snapshot");
+    assert_eq!(
+        (snap.snapshot_id.as_str(), &snap.sandbox_id),
+        (name.as_str(), &id)
+    );
+    let listed = p.list_snapshots().await.expect("list snapshots");
+    assert!(
+        listed
+            .iter()
+            .any(|s| s.snapshot_id == name && s.sandbox_id == id),
+        "{listed:?}"
+    );
+    let copy = p
+        .create(CreateSpec {
+            template: name.clone(),
+            ..spec()
+        })
+        .await
+        .expect("create from the snapshot")
+        .sandbox_id;
+    assert_eq!(sh(&p, &copy, "cat ~/state.txt").await, "before\n");
+    assert!(p.delete_snapshot(&name).await.expect("delete"));
+    assert!(!p.delete_snapshot(&name).await.expect("a second delete"));
+    let listed = p.list_snapshots().await.expect("list snapshots");
+    assert!(listed.iter().all(|s| s.snapshot_id != name), "{listed:?}");
+    p.kill(&copy).await.expect("kill the copy");
+    p.kill(&id).await.expect("kill");
+    match p.snapshot(&id, None).await {
+        Err(ProviderError::NoSuchSandbox(_)) => {}
+        other => panic!("a snapshot of a killed sandbox: {other:?}"),
+    }
+}
