@@ -815,6 +815,12 @@ impl Provider for E2bProvider {
         Ok(out)
     }
 
+    /// A sandbox's resources come from its template (a fork's: the
+    /// snapshot); the reported ones are no limits a create may ask for.
+    fn fork_limits(&self, _source: &SandboxInfo) -> Limits {
+        Limits::default()
+    }
+
     async fn delete_snapshot(&self, snapshot_id: &str) -> Result<bool> {
         self.rest
             .delete_template(snapshot_id)

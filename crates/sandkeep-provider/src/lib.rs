@@ -674,6 +674,13 @@ pub trait Provider: Send + Sync {
         )))
     }
 
+    /// The limits a sandbox made from a snapshot of `source` asks for
+    /// (fork_sandbox): the source's, where they are what this provider
+    /// enforces.
+    fn fork_limits(&self, source: &SandboxInfo) -> Limits {
+        source.limits.clone()
+    }
+
     /// Every snapshot, oldest first.
     async fn list_snapshots(&self) -> Result<Vec<SnapshotInfo>> {
         Ok(Vec::new())

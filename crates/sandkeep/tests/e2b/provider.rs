@@ -1105,6 +1105,25 @@ async fn snapshots_map_onto_e2bs_snapshot_api() {
     let listed = p.list_snapshots().await.expect("list snapshots");
     assert!(listed.iter().all(|s| s.snapshot_id != name), "{listed:?}");
     p.kill(&copy).await.expect("kill the copy");
+
+    // fork_sandbox, through the CLI on the e2b provider: the source's
+    // resources are its template's, not limits asked for.
+    let home = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(bin())
+        .args(["sandbox", "fork", id.as_str(), "--json"])
+        .envs(endpoint.vars())
+        .env("SANDKEEP_HOME", home.path())
+        .output()
+        .expect("run sandkeep");
+    assert!(
+        out.status.success(),
+        "sandbox fork: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let forked: serde_json::Value = serde_json::from_slice(&out.stdout).expect("fork's JSON");
+    let fork = SandboxId::parse(forked["sandbox_id"].as_str().expect("an id")).unwrap();
+    assert_eq!(sh(&p, &fork, "cat ~/state.txt").await, "before\n");
+    p.kill(&fork).await.expect("kill the fork");
     p.kill(&id).await.expect("kill");
     match p.snapshot(&id, None).await {
         Err(ProviderError::NoSuchSandbox(_)) => {}
