@@ -536,25 +536,18 @@ fn spawn_error(socket: &std::path::Path, id: &SandboxId, e: std::io::Error) -> P
 }
 
 impl LocalProvider {
-    /// Runs shell `command` in sandbox `id` (at `/`) with `stdin` and
-    /// `stdout` the given descriptors (see `process::spawn_onto`).
-    async fn spawn_onto(
+    /// Runs `program` in sandbox `id` (at `/`) with `stdin` and `stdout`
+    /// the given descriptors (see `process::spawn_onto`).
+    fn spawn_onto(
         &self,
         id: &SandboxId,
-        command: String,
+        program: sandkeep_provider::Program,
         stdin: std::os::fd::OwnedFd,
         stdout: std::os::fd::OwnedFd,
     ) -> Result<Spawned> {
-        self.live(id).await?;
         let socket = self.home.sandbox(id).socket();
-        process::spawn_onto(
-            &socket,
-            sandkeep_provider::Program::Shell(command),
-            Some("/".into()),
-            stdin,
-            stdout,
-        )
-        .map_err(|e| spawn_error(&socket, id, e))
+        process::spawn_onto(&socket, program, Some("/".into()), stdin, stdout)
+            .map_err(|e| spawn_error(&socket, id, e))
     }
 }
 

@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use tokio::io::AsyncReadExt;
 
-use sandkeep_provider::{ProviderError, Result, SandboxId, SnapshotInfo};
+use sandkeep_provider::{Program, ProviderError, Result, SandboxId, SnapshotInfo};
 
 use crate::state::{self, Home};
 use crate::{LocalProvider, blocking, io_err};
@@ -43,7 +43,9 @@ const STDERR_KEPT: u64 = 16 * 1024;
 /// host's that every sandbox starts from: only what changed in it since
 /// then (a newer change time: written, copied up, chmodded) is taken,
 /// as an archive of its own ahead of the rest's (restored with
-/// `--ignore-zeros`). tar's exit 1 ("changed as we read it") is a running
+/// `--ignore-zeros`). Records of 128 KiB, not tar's 10 KiB: half the
+/// time of a large archive, in a twelfth of the writes, for at most 128 KiB
+/// of padding. tar's exit 1 ("changed as we read it") is a running
 /// sandbox's lot and is accepted.
 const TAKE: &str = r#"cd / || exit 2
 set -- root tmp var/tmp
@@ -57,7 +59,7 @@ skip=$(awk '{print $5}' /proc/self/mountinfo | while read -r m; do
   case "$m" in /|/etc|/root|/tmp|/var/tmp) ;; *) echo "${m#/}" ;; esac
 done)
 take() {
-  { [ -z "$skip" ] || printf '%s\n' "$skip"; } | tar --create --file=- --numeric-owner \
+  { [ -z "$skip" ] || printf '%s\n' "$skip"; } | tar --create --file=- --blocking-factor=256 --numeric-owner \
     --one-file-system --ignore-failed-read --exclude-from=- "$@"
   status=$?
   [ "$status" -le 1 ] || exit "$status"
@@ -65,11 +67,21 @@ take() {
 take --newer="@$since" etc
 take "$@""#;
 
-/// Restores an archive of [`TAKE`] from stdin over `/`.
+/// Restores an archive of [`TAKE`] from stdin over `/` (no shell: one
+/// process start less in every create from a snapshot).
 /// Directories that exist keep their own metadata (`--no-overwrite-dir`):
 /// the new sandbox's masks and mount points are read-only.
-const RESTORE: &str = "tar --extract --file=- --ignore-zeros --numeric-owner --preserve-permissions \
-     --no-overwrite-dir -C /";
+const RESTORE: &[&str] = &[
+    "tar",
+    "--extract",
+    "--file=-",
+    "--ignore-zeros",
+    "--numeric-owner",
+    "--preserve-permissions",
+    "--no-overwrite-dir",
+    "-C",
+    "/",
+];
 
 /// The directory of every snapshot.
 fn root(home: &Home) -> PathBuf {
@@ -221,14 +233,12 @@ async fn archive_into(p: &LocalProvider, id: &SandboxId, file: &Path) -> Result<
         .map_err(io_err(format!("create {}", file.display())))?
         .into_std()
         .await;
-    let spawned = p
-        .spawn_onto(
-            id,
-            format!("since={since}\n{TAKE}"),
-            null().await?,
-            out.into(),
-        )
-        .await?;
+    let spawned = p.spawn_onto(
+        id,
+        Program::Shell(format!("since={since}\n{TAKE}")),
+        null().await?,
+        out.into(),
+    )?;
     tar_done(spawned, "archiving the sandbox's files").await?;
     let size = tokio::fs::metadata(file)
         .await
@@ -244,9 +254,11 @@ pub async fn restore(p: &LocalProvider, id: &SandboxId, file: &Path) -> Result<(
         .map_err(io_err(format!("open {}", file.display())))?
         .into_std()
         .await;
-    let spawned = p
-        .spawn_onto(id, RESTORE.to_owned(), input.into(), null().await?)
-        .await?;
+    let restore = Program::Argv {
+        argv: RESTORE.iter().map(|&a| a.to_owned()).collect(),
+        env: Vec::new(),
+    };
+    let spawned = p.spawn_onto(id, restore, input.into(), null().await?)?;
     tar_done(spawned, "restoring the snapshot's files").await
 }
 
