@@ -55,9 +55,9 @@ for e in * .[!.]*; do
     *) [ -d "$e" ] && [ ! -L "$e" ] && set -- "$@" "$e" ;;
   esac
 done
-skip=$(awk '{print $5}' /proc/self/mountinfo | while read -r m; do
+skip=$(while read -r _ _ _ _ m _; do
   case "$m" in /|/etc|/root|/tmp|/var/tmp) ;; *) echo "${m#/}" ;; esac
-done)
+done </proc/self/mountinfo)
 take() {
   { [ -z "$skip" ] || printf '%s\n' "$skip"; } | tar --create --file=- --blocking-factor=256 --numeric-owner \
     --one-file-system --ignore-failed-read --exclude-from=- "$@"
