@@ -678,7 +678,7 @@ pub trait Provider: Send + Sync {
     /// (fork_sandbox): the source's, where they are what this provider
     /// enforces.
     fn fork_limits(&self, source: &SandboxInfo) -> Limits {
-        source.limits.clone()
+        source.limits
     }
 
     /// Every snapshot, oldest first.
