@@ -1,5 +1,6 @@
 //! Pause and resume as E2B's API has them (SPEC §17): `POST
-//! /sandboxes/{id}/pause` (204, 409 when paused already), the deprecated
+//! /sandboxes/{id}/pause` (204, 409 when paused already; `{"memory":
+//! false}` ends the sandbox's processes and keeps its files), the deprecated
 //! `POST /sandboxes/{id}/resume` (201, 409 when running), the resume that
 //! `connect` does for a paused sandbox (201), and the gate in front of envd
 //! and the sandbox's ports: a paused sandbox's traffic answers 502, as
@@ -26,12 +27,37 @@ const MAX_TIMEOUT: u64 = 86_400;
 /// A resume's timeout when none is given (E2B's default).
 const RESUME_TIMEOUT: u64 = 300;
 
-pub async fn pause(State(e2b): State<Arc<E2b>>, Path(id): Path<String>) -> Response {
+#[derive(Debug, Default, Deserialize)]
+pub struct PauseBody {
+    /// `false`: a filesystem-only pause (the SDKs' `keep_memory=False`,
+    /// `mode="filesystem"`): the sandbox's processes end, its files stay.
+    #[serde(default)]
+    memory: Option<bool>,
+}
+
+pub async fn pause(
+    State(e2b): State<Arc<E2b>>,
+    Path(id): Path<String>,
+    body: SmallBody,
+) -> Response {
     let id = match sandbox_id(&id) {
         Ok(id) => id,
         Err(r) => return r.into_response(),
     };
-    match e2b.provider.pause(&id).await {
+    let request: PauseBody = if body.bytes().is_empty() {
+        PauseBody::default()
+    } else {
+        match serde_json::from_slice(body.bytes()) {
+            Ok(r) => r,
+            Err(e) => return error(StatusCode::BAD_REQUEST, format!("invalid body: {e}")),
+        }
+    };
+    let paused = if request.memory == Some(false) {
+        e2b.provider.pause_files_only(&id).await
+    } else {
+        e2b.provider.pause(&id).await
+    };
+    match paused {
         Ok(_) => StatusCode::NO_CONTENT.into_response(),
         Err(e) => provider_error(&e),
     }

@@ -810,6 +810,11 @@ impl Provider for LocalProvider {
         blocking(move || pause::pause(&dir)).await?
     }
 
+    async fn pause_files_only(&self, id: &SandboxId) -> Result<SandboxInfo> {
+        let dir = self.home.sandbox(id);
+        blocking(move || pause::pause_files_only(&dir)).await?
+    }
+
     async fn resume(&self, id: &SandboxId, timeout: Option<u64>) -> Result<SandboxInfo> {
         let dir = self.home.sandbox(id);
         blocking(move || pause::resume(&dir, timeout)).await?

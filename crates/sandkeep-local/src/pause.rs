@@ -81,6 +81,38 @@ impl Work {
         }
     }
 
+    /// Kills every process in it and waits until none is left: frozen
+    /// first, so that none forks, or exits and frees its pid, between the
+    /// list and the kill; thawed for them to die (v1 frozen processes do
+    /// not).
+    fn empty(&self) -> io::Result<()> {
+        self.freeze()?;
+        let procs = fs::read_to_string(self.dir.join("cgroup.procs"))?;
+        for pid in procs.lines().filter_map(|l| l.trim().parse::<i32>().ok()) {
+            if let Some(pid) = rustix::process::Pid::from_raw(pid) {
+                let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
+            }
+        }
+        self.thaw()?;
+        let start = Instant::now();
+        let mut pause = Duration::from_micros(50);
+        loop {
+            let left = fs::read_to_string(self.dir.join("cgroup.procs"))?;
+            if left.trim().is_empty() {
+                return Ok(());
+            }
+            if start.elapsed() > FREEZE_WITHIN {
+                return Err(io::Error::other(format!(
+                    "its processes did not end within {} s (left: {})",
+                    FREEZE_WITHIN.as_secs(),
+                    left.split_whitespace().collect::<Vec<_>>().join(" ")
+                )));
+            }
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(Duration::from_millis(5));
+        }
+    }
+
     fn thaw(&self) -> io::Result<()> {
         if self.v2 {
             self.write("cgroup.freeze", "0")
@@ -120,6 +152,18 @@ pub fn thaw_recorded(sandbox_dir: &Path) {
 pub fn pause(dir: &SandboxDir) -> Result<SandboxInfo> {
     transition(dir, SandboxState::Paused, |work, _| {
         work.freeze()
+            .map_err(|e| ProviderError::Unavailable(format!("cannot pause the sandbox: {e}")))
+    })
+}
+
+/// Pauses the sandbox of `dir` keeping its files only (E2B's
+/// filesystem-only pause): its processes are killed and the empty work
+/// cgroup frozen, so a resume starts with none of them, as a cold boot
+/// would (the kernel, and so its boot id, stays the host's).
+pub fn pause_files_only(dir: &SandboxDir) -> Result<SandboxInfo> {
+    transition(dir, SandboxState::Paused, |work, _| {
+        work.empty()
+            .and_then(|()| work.freeze())
             .map_err(|e| ProviderError::Unavailable(format!("cannot pause the sandbox: {e}")))
     })
 }

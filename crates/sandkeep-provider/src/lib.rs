@@ -652,6 +652,16 @@ pub trait Provider: Send + Sync {
         )))
     }
 
+    /// Pauses the sandbox keeping its files only (E2B's filesystem-only
+    /// pause): its processes end, so a resume starts it without them.
+    async fn pause_files_only(&self, id: &SandboxId) -> Result<SandboxInfo> {
+        let _ = id;
+        Err(ProviderError::Unsupported(format!(
+            "the {} provider cannot pause a sandbox keeping its files only",
+            self.kind()
+        )))
+    }
+
     /// Thaws a paused sandbox and sets its deadline to now + `timeout`
     /// seconds (its own timeout when `None`);
     /// [`ProviderError::AlreadyInState`] when it runs.

@@ -1112,6 +1112,33 @@ def _():
         plain.kill()
 
 
+@check("pause_filesystem_only")
+def _():
+    # pause(keep_memory=False): not running while paused, connect resumes
+    # the same sandbox with its files and without its processes (E2B's
+    # cold boot; the kernel's boot id stays the host's here).
+    sbx = make()
+    try:
+        sbx.files.write("/home/user/fs-only-marker.txt", "persisted")
+        sbx.commands.run("sleep 1000", background=True, timeout=0)
+        _until(
+            "the sleep running",
+            lambda: sbx.commands.run("pgrep -x sleep || true").stdout.strip() != "",
+        )
+        assert sbx.pause(keep_memory=False) is True
+        assert Sandbox.pause(sbx.sandbox_id, keep_memory=False) is False
+        assert not sbx.is_running()
+        assert Sandbox.get_info(sbx.sandbox_id).state == SandboxState.PAUSED
+        resumed = Sandbox.connect(sbx.sandbox_id, timeout=60)
+        assert resumed.sandbox_id == sbx.sandbox_id
+        assert resumed.is_running()
+        assert resumed.files.read("/home/user/fs-only-marker.txt") == "persisted"
+        r = resumed.commands.run("pgrep -x sleep || echo none")
+        assert r.stdout == "none\n", r
+    finally:
+        sbx.kill()
+
+
 @check("snapshots_and_fork")
 def _():
     # A snapshot holds the files, a sandbox made from it sees them and is
