@@ -589,6 +589,11 @@ impl Provider for E2bProvider {
                 secure: true,
                 allow_internet_access: network == Network::Internet,
                 auto_pause: spec.on_timeout == OnTimeout::Pause,
+                // A connection to an exposed port resumes a paused sandbox
+                // (SPEC §17); E2B's proxy does so only with `autoResume`,
+                // which it takes only with `autoPause`.
+                auto_resume: (spec.on_timeout == OnTimeout::Pause)
+                    .then_some(rest::AutoResume { enabled: true }),
             })
             .await
             .map_err(|e| match e {

@@ -43,6 +43,16 @@ pub struct NewSandbox<'a> {
     /// The deadline pauses instead of killing (`on_timeout: pause`).
     #[serde(rename = "autoPause")]
     pub auto_pause: bool,
+    /// Traffic to the sandbox while paused resumes it (E2B's `autoResume`,
+    /// which needs `autoPause`).
+    #[serde(rename = "autoResume", skip_serializing_if = "Option::is_none")]
+    pub auto_resume: Option<AutoResume>,
+}
+
+/// E2B's `SandboxAutoResumeConfig`.
+#[derive(Debug, Serialize)]
+pub struct AutoResume {
+    pub enabled: bool,
 }
 
 /// The create answer (`Sandbox`).

@@ -1130,3 +1130,72 @@ async fn snapshots_map_onto_e2bs_snapshot_api() {
         other => panic!("a snapshot of a killed sandbox: {other:?}"),
     }
 }
+
+/// An `on_timeout: pause` sandbox is created with E2B's `autoResume`, so
+/// a connection to an exposed port of it while paused resumes it first
+/// (SPEC §17), as a local forward does: here through the endpoint, as
+/// E2B's edge would route it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_on_timeout_pause_sandbox_is_resumed_by_a_request_for_its_port() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    if !require(
+        rustix::process::geteuid().is_root(),
+        "the endpoint's local sandboxes freeze as root",
+    ) {
+        return;
+    }
+    let endpoint = Endpoint::start();
+    if endpoint.shared() {
+        return eprintln!("skipped: a real E2B account's host names need its edge");
+    }
+    let p = provider(&endpoint);
+    let id = p
+        .create(CreateSpec {
+            on_timeout: sandkeep::provider::OnTimeout::Pause,
+            ..spec()
+        })
+        .await
+        .expect("create")
+        .sandbox_id;
+    sh(
+        &p,
+        &id,
+        "mkdir -p /tmp/www && printf woken > /tmp/www/index.html && \
+         (setsid python3 -m http.server 8000 --bind 127.0.0.1 --directory /tmp/www \
+          </dev/null >/dev/null 2>&1 &)",
+    )
+    .await;
+    let host = format!("8000-{id}.e2b.app");
+    let addr = endpoint.api_url.trim_start_matches("http://").to_owned();
+    let get = || async {
+        let mut s = tokio::net::TcpStream::connect(&addr).await.unwrap();
+        let request =
+            format!("GET /index.html HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
+        s.write_all(request.as_bytes()).await.unwrap();
+        let mut answer = String::new();
+        s.read_to_string(&mut answer).await.unwrap();
+        answer
+    };
+    let start = Instant::now();
+    while !get().await.starts_with("HTTP/1.1 200") {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "the server never answered"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    p.pause(&id).await.expect("pause");
+    let answer = tokio::time::timeout(Duration::from_secs(30), get())
+        .await
+        .expect("an answer within 30 s");
+    assert!(
+        answer.starts_with("HTTP/1.1 200") && answer.ends_with("woken"),
+        "{answer}"
+    );
+    assert_eq!(
+        p.info(&id).await.expect("info").state,
+        sandkeep::provider::SandboxState::Running
+    );
+    p.kill(&id).await.unwrap();
+}

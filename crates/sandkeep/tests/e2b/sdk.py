@@ -1073,6 +1073,18 @@ def _():
     # request for one of its ports as an envd call; without it, both answer
     # E2B's 502 and it stays paused until connect. Its info carries the
     # lifecycle.
+    # autoResume needs autoPause (the SDKs refuse it first; the API too).
+    request = urllib.request.Request(
+        os.environ["E2B_API_URL"] + "/sandboxes",
+        data=json.dumps({"templateID": "base", "autoResume": {"enabled": True}}).encode(),
+        headers={"X-API-Key": os.environ["E2B_API_KEY"], "Content-Type": "application/json"},
+        method="POST",
+    )
+    try:
+        urllib.request.urlopen(request, timeout=30)
+        raise AssertionError("autoResume without autoPause was accepted")
+    except urllib.error.HTTPError as e:
+        assert e.code == 400, e.code
     sbx = make(lifecycle={"on_timeout": "pause", "auto_resume": True})
     plain = make(lifecycle={"on_timeout": "pause"})
     try:
