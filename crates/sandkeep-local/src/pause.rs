@@ -61,20 +61,33 @@ impl Work {
         } else {
             "freezer.state"
         };
+        if let Err(now) = self.wait_for(status, |now| now.lines().any(|l| l.trim() == done))? {
+            let _ = self.thaw();
+            return Err(io::Error::other(format!(
+                "its processes did not freeze within {} s ({status}: {})",
+                FREEZE_WITHIN.as_secs(),
+                now.trim()
+            )));
+        }
+        Ok(())
+    }
+
+    /// Reads its `file` until `done` says so; what it read last when
+    /// that takes longer than [`FREEZE_WITHIN`].
+    fn wait_for(
+        &self,
+        file: &str,
+        done: impl Fn(&str) -> bool,
+    ) -> io::Result<std::result::Result<(), String>> {
         let start = Instant::now();
         let mut pause = Duration::from_micros(50);
         loop {
-            let now = fs::read_to_string(self.dir.join(status))?;
-            if now.lines().any(|l| l.trim() == done) {
-                return Ok(());
+            let now = fs::read_to_string(self.dir.join(file))?;
+            if done(&now) {
+                return Ok(Ok(()));
             }
             if start.elapsed() > FREEZE_WITHIN {
-                let _ = self.thaw();
-                return Err(io::Error::other(format!(
-                    "its processes did not freeze within {} s ({status}: {})",
-                    FREEZE_WITHIN.as_secs(),
-                    now.trim()
-                )));
+                return Ok(Err(now));
             }
             std::thread::sleep(pause);
             pause = (pause * 2).min(Duration::from_millis(5));
@@ -94,23 +107,14 @@ impl Work {
             }
         }
         self.thaw()?;
-        let start = Instant::now();
-        let mut pause = Duration::from_micros(50);
-        loop {
-            let left = fs::read_to_string(self.dir.join("cgroup.procs"))?;
-            if left.trim().is_empty() {
-                return Ok(());
-            }
-            if start.elapsed() > FREEZE_WITHIN {
-                return Err(io::Error::other(format!(
-                    "its processes did not end within {} s (left: {})",
-                    FREEZE_WITHIN.as_secs(),
-                    left.split_whitespace().collect::<Vec<_>>().join(" ")
-                )));
-            }
-            std::thread::sleep(pause);
-            pause = (pause * 2).min(Duration::from_millis(5));
+        if let Err(left) = self.wait_for("cgroup.procs", |now| now.trim().is_empty())? {
+            return Err(io::Error::other(format!(
+                "its processes did not end within {} s (left: {})",
+                FREEZE_WITHIN.as_secs(),
+                left.split_whitespace().collect::<Vec<_>>().join(" ")
+            )));
         }
+        Ok(())
     }
 
     fn thaw(&self) -> io::Result<()> {

@@ -6,8 +6,8 @@
 //! same way: the host opens the archive file and hands the descriptor over
 //! as that `tar`'s stdout (stdin to restore), so no host process reads a
 //! byte of it, let alone parses a file the sandbox wrote (SPEC §10), and
-//! the bytes are not copied through a pipe. It holds the
-//! places a sandbox can write to: `/etc` (what changed), `/root`, `/tmp`, `/var/tmp` and
+//! the bytes are not copied through a pipe. It holds the places a sandbox
+//! can write to: `/etc` (what changed), `/root`, `/tmp`, `/var/tmp` and
 //! every directory of its own at the top (`/home`, `/app`, …), each within
 //! its own file system (`--one-file-system`), so neither shares nor masks
 //! are in it. Processes are not (no CRIU). A snapshot is written aside
