@@ -159,6 +159,10 @@ pub struct Record {
     /// one (`users`); `None`: the sandbox's single user serves all.
     #[serde(default)]
     account: Option<users::Account>,
+    /// E2B's `autoResume`: traffic to the sandbox while paused (envd
+    /// calls, requests for its ports) resumes it (see `lifecycle`).
+    #[serde(default)]
+    auto_resume: bool,
 }
 
 impl Record {
@@ -168,6 +172,7 @@ impl Record {
             metadata,
             started_ms,
             account: None,
+            auto_resume: false,
         }
     }
 }

@@ -7,7 +7,8 @@
 //!
 //! It rides on the provider's forward of the port ([`Provider::expose_port`]:
 //! the same port gets the same forward, which lasts as long as the
-//! sandbox), relaying the request over HTTP/1.1. Like E2B's public ports
+//! sandbox), relaying the request over HTTP/1.1; a paused sandbox's
+//! requests go as envd's do (`lifecycle::admit`). Like E2B's public ports
 //! (and the forward itself) it asks for no token: whoever reaches this
 //! endpoint reaches the sandbox's servers (docs/e2b.md).
 //!
@@ -101,6 +102,9 @@ fn port_not_open(id: &SandboxId, port: Port) -> Response {
 }
 
 async fn relay(e2b: &E2b, id: SandboxId, port: Port, mut request: Request) -> Response {
+    if let Err(refused) = crate::lifecycle::admit(e2b, &id).await {
+        return refused;
+    }
     let forward = match e2b.provider.expose_port(&id, port).await {
         Ok(f) => f,
         Err(ProviderError::NoSuchSandbox(_)) => return sandbox_not_found(id.as_str()),

@@ -168,6 +168,16 @@ pub struct NewSandbox {
     /// SDKs' `lifecycle: {onTimeout: "pause"}`).
     #[serde(default)]
     auto_pause: Option<bool>,
+    /// `{"enabled": true}`: traffic resumes the sandbox while paused (the
+    /// SDKs' `lifecycle: {autoResume: true}`, which needs `onTimeout:
+    /// "pause"`).
+    #[serde(default)]
+    auto_resume: Option<AutoResume>,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct AutoResume {
+    enabled: bool,
 }
 
 async fn create(e2b: &E2b, body: &[u8], default_timeout: u64) -> Response {
@@ -190,6 +200,15 @@ async fn create(e2b: &E2b, body: &[u8], default_timeout: u64) -> Response {
         Ok(p) => p,
         Err(e) => return error(StatusCode::BAD_REQUEST, e),
     };
+    let auto_pause = request.auto_pause == Some(true);
+    let auto_resume = request.auto_resume.is_some_and(|a| a.enabled);
+    if auto_resume && !auto_pause {
+        return error(
+            StatusCode::BAD_REQUEST,
+            "autoResume needs autoPause (lifecycle onTimeout \"pause\"): a sandbox that is \
+             killed at its deadline is never paused",
+        );
+    }
     let spec = CreateSpec {
         template: request.template_id,
         timeout,
@@ -198,7 +217,7 @@ async fn create(e2b: &E2b, body: &[u8], default_timeout: u64) -> Response {
         allow_hosts: policy.allow_hosts,
         limits: Default::default(),
         shares: e2b.shares.clone(),
-        on_timeout: if request.auto_pause == Some(true) {
+        on_timeout: if auto_pause {
             OnTimeout::Pause
         } else {
             OnTimeout::Kill
@@ -208,21 +227,24 @@ async fn create(e2b: &E2b, body: &[u8], default_timeout: u64) -> Response {
         Ok(info) => info,
         Err(e) => return provider_error(&e),
     };
-    match created(e2b, &info, request.metadata.unwrap_or_default()).await {
+    let record = Record {
+        auto_resume,
+        ..Record::new(request.metadata.unwrap_or_default(), Some(unix_now_ms()))
+    };
+    match created(e2b, &info, record).await {
         Ok(sandbox) => (StatusCode::CREATED, Json(sandbox)).into_response(),
         Err(r) => r.into_response(),
     }
 }
 
-/// A new sandbox's record (its metadata, E2B's user account, its access
-/// token) saved; its `Sandbox` object. Killed when the record cannot be
-/// saved.
+/// A new sandbox's `record` (its metadata, lifecycle, access token) saved
+/// with E2B's user account; its `Sandbox` object. Killed when the record
+/// cannot be saved.
 pub(crate) async fn created(
     e2b: &E2b,
     info: &SandboxInfo,
-    metadata: BTreeMap<String, String>,
+    mut record: Record,
 ) -> Result<Value, ApiError> {
-    let mut record = Record::new(metadata, Some(unix_now_ms()));
     record.account = add_default_user(e2b, &info.sandbox_id).await;
     if let Err(e) = e2b.records.save(&info.sandbox_id, &record) {
         let _ = e2b.provider.kill(&info.sandbox_id).await;
@@ -352,6 +374,10 @@ pub async fn info(State(e2b): State<Arc<E2b>>, Path(id): Path<String>) -> Respon
             let mut v = listed_json(&info, &record);
             v["envdAccessToken"] = json!(record.access_token);
             v["allowInternetAccess"] = json!(info.network != Some(Network::None));
+            v["lifecycle"] = json!({
+                "onTimeout": info.on_timeout.to_string(),
+                "autoResume": record.auto_resume,
+            });
             Json(v).into_response()
         }
         Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e),

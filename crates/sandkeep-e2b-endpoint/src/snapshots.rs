@@ -18,7 +18,7 @@ use serde_json::{Value, json};
 use sandkeep_provider::{CreateSpec, SnapshotInfo};
 
 use super::rest::{self, ApiError, error, provider_error, sandbox_id};
-use super::{E2b, SmallBody};
+use super::{E2b, Record, SmallBody};
 
 /// The most forks one call may ask for.
 const MAX_FORKS: u32 = 10;
@@ -146,8 +146,9 @@ pub async fn fork(State(e2b): State<Arc<E2b>>, Path(id): Path<String>, raw: Smal
         Ok(info) => info,
         Err(e) => return provider_error(&e),
     };
-    let metadata = match e2b.records.load_or_create(&id) {
-        Ok(record) => record.metadata,
+    // A fork has its source's metadata and lifecycle.
+    let (metadata, auto_resume) = match e2b.records.load_or_create(&id) {
+        Ok(record) => (record.metadata, record.auto_resume),
         Err(e) => return error(StatusCode::INTERNAL_SERVER_ERROR, e),
     };
     let snapshot = match e2b.provider.snapshot(&id, None).await {
@@ -167,9 +168,16 @@ pub async fn fork(State(e2b): State<Arc<E2b>>, Path(id): Path<String>, raw: Smal
             on_timeout: source.on_timeout,
         };
         let made = match e2b.provider.create(spec).await {
-            Ok(info) => rest::created(&e2b, &info, metadata.clone())
-                .await
-                .map_err(|ApiError(status, message)| (status, message)),
+            Ok(info) => rest::created(
+                &e2b,
+                &info,
+                Record {
+                    auto_resume,
+                    ..Record::new(metadata.clone(), Some(rest::unix_now_ms()))
+                },
+            )
+            .await
+            .map_err(|ApiError(status, message)| (status, message)),
             Err(e) => Err((provider_error(&e).status(), e.to_string())),
         };
         forks.push(match made {

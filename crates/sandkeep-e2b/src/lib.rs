@@ -37,7 +37,7 @@ use sandkeep_envd_wire::filesystem::{ListDirRequest, MoveRequest, PathRequest};
 use sandkeep_provider::{
     CreateSpec, ExecOutput, ExecRequest, FileEntry, FileKind, Layers, Limits, Network, OnTimeout,
     Port, PortForward, Provider, ProviderError, Release, Result, SandboxId, SandboxInfo,
-    SandboxState, Share, SpawnRequest, Spawned,
+    SandboxState, Share, SnapshotInfo, SpawnRequest, Spawned,
 };
 use serde::de::IgnoredAny;
 use serde_json::Value;
@@ -589,6 +589,11 @@ impl Provider for E2bProvider {
                 secure: true,
                 allow_internet_access: network == Network::Internet,
                 auto_pause: spec.on_timeout == OnTimeout::Pause,
+                // A connection to an exposed port resumes a paused sandbox
+                // (SPEC §17); E2B's proxy does so only with `autoResume`,
+                // which it takes only with `autoPause`.
+                auto_resume: (spec.on_timeout == OnTimeout::Pause)
+                    .then_some(rest::AutoResume { enabled: true }),
             })
             .await
             .map_err(|e| match e {
@@ -761,6 +766,71 @@ impl Provider for E2bProvider {
         known.info.timeout = timeout;
         self.lock().insert(id.clone(), known.clone());
         Ok(known.info)
+    }
+
+    /// E2B's `createSnapshot`. E2B says neither a snapshot's size nor its
+    /// time: 0 and now.
+    async fn snapshot(&self, id: &SandboxId, name: Option<String>) -> Result<SnapshotInfo> {
+        let snapshot_id = self
+            .rest
+            .create_snapshot(id.as_str(), name.as_deref())
+            .await
+            .map_err(|e| match (e, &name) {
+                (RestError::Status { status: 409, .. }, Some(name)) => {
+                    ProviderError::SnapshotExists(name.clone())
+                }
+                (e, _) => api_error(e, Some(id)),
+            })?;
+        Ok(SnapshotInfo {
+            snapshot_id,
+            sandbox_id: id.clone(),
+            size_bytes: 0,
+            created_at: sandkeep_provider::unix_now(),
+        })
+    }
+
+    /// The snapshots of this owner's sandboxes, running or paused: E2B's
+    /// list says which sandbox a snapshot was taken of only when asked by
+    /// sandbox, so a killed sandbox's snapshots are not listed (they can
+    /// still be created from and deleted by id). Size and time unknown (0).
+    async fn list_snapshots(&self) -> Result<Vec<SnapshotInfo>> {
+        let sandboxes = self
+            .rest
+            .list(&self.owner_filter())
+            .await
+            .map_err(|e| api_error(e, None))?;
+        let mut out = Vec::new();
+        for detail in sandboxes {
+            let Ok(sandbox_id) = SandboxId::parse(&detail.sandbox_id) else {
+                continue;
+            };
+            let ids = match self.rest.snapshots_of(sandbox_id.as_str()).await {
+                Ok(ids) => ids,
+                // Killed meanwhile.
+                Err(RestError::NotFound) => continue,
+                Err(e) => return Err(api_error(e, None)),
+            };
+            out.extend(ids.into_iter().map(|snapshot_id| SnapshotInfo {
+                snapshot_id,
+                sandbox_id: sandbox_id.clone(),
+                size_bytes: 0,
+                created_at: 0,
+            }));
+        }
+        Ok(out)
+    }
+
+    /// A sandbox's resources come from its template (a fork's: the
+    /// snapshot); the reported ones are no limits a create may ask for.
+    fn fork_limits(&self, _source: &SandboxInfo) -> Limits {
+        Limits::default()
+    }
+
+    async fn delete_snapshot(&self, snapshot_id: &str) -> Result<bool> {
+        self.rest
+            .delete_template(snapshot_id)
+            .await
+            .map_err(|e| api_error(e, None))
     }
 
     async fn set_timeout(&self, id: &SandboxId, timeout: u64) -> Result<SandboxInfo> {

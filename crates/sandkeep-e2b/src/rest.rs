@@ -43,6 +43,16 @@ pub struct NewSandbox<'a> {
     /// The deadline pauses instead of killing (`on_timeout: pause`).
     #[serde(rename = "autoPause")]
     pub auto_pause: bool,
+    /// Traffic to the sandbox while paused resumes it (E2B's `autoResume`,
+    /// which needs `autoPause`).
+    #[serde(rename = "autoResume", skip_serializing_if = "Option::is_none")]
+    pub auto_resume: Option<AutoResume>,
+}
+
+/// E2B's `SandboxAutoResumeConfig`.
+#[derive(Debug, Serialize)]
+pub struct AutoResume {
+    pub enabled: bool,
 }
 
 /// The create answer (`Sandbox`).
@@ -55,6 +65,14 @@ pub struct Created {
     pub envd_access_token: Option<String>,
     #[serde(default)]
     pub domain: Option<String>,
+}
+
+/// E2B's `SnapshotInfo`, of which only the id matters here (its `names`
+/// are the id with the team's namespace).
+#[derive(Debug, Deserialize)]
+struct SnapshotId {
+    #[serde(rename = "snapshotID")]
+    snapshot_id: String,
 }
 
 /// `ListedSandbox` and `SandboxDetail` (the token and domain only in the
@@ -262,6 +280,81 @@ impl Rest {
             Ok(())
         } else {
             Err(Self::failed(status, &bytes))
+        }
+    }
+
+    /// Snapshots the sandbox's files as a template (named `name`, else one
+    /// E2B chooses): its id.
+    pub async fn create_snapshot(&self, id: &str, name: Option<&str>) -> Result<String, RestError> {
+        let body = match name {
+            Some(name) => serde_json::json!({ "name": name }),
+            None => serde_json::json!({}),
+        };
+        let (status, _, bytes) = self
+            .call(
+                Method::POST,
+                &format!("/sandboxes/{id}/snapshots"),
+                Some(&body),
+                false,
+            )
+            .await?;
+        if !status.is_success() {
+            return Err(Self::failed(status, &bytes));
+        }
+        serde_json::from_slice::<SnapshotId>(&bytes)
+            .map(|s| s.snapshot_id)
+            .map_err(|e| RestError::Status {
+                status: status.as_u16(),
+                message: format!("unreadable snapshot answer: {e}"),
+            })
+    }
+
+    /// The ids of the snapshots taken of sandbox `id`, all pages.
+    pub async fn snapshots_of(&self, id: &str) -> Result<Vec<String>, RestError> {
+        let mut out = Vec::new();
+        let mut next: Option<String> = None;
+        loop {
+            let path = {
+                let mut query = form_urlencoded::Serializer::new(String::new());
+                query
+                    .append_pair("sandboxID", id)
+                    .append_pair("limit", "100");
+                if let Some(token) = &next {
+                    query.append_pair("nextToken", token);
+                }
+                format!("/snapshots?{}", query.finish())
+            };
+            let (status, headers, bytes) = self.call(Method::GET, &path, None, true).await?;
+            if !status.is_success() {
+                return Err(Self::failed(status, &bytes));
+            }
+            let page: Vec<SnapshotId> =
+                serde_json::from_slice(&bytes).map_err(|e| RestError::Status {
+                    status: status.as_u16(),
+                    message: format!("unreadable snapshot list: {e}"),
+                })?;
+            out.extend(page.into_iter().map(|s| s.snapshot_id));
+            next = headers
+                .get("x-next-token")
+                .and_then(|v| v.to_str().ok())
+                .filter(|t| !t.is_empty())
+                .map(str::to_owned);
+            if next.is_none() {
+                return Ok(out);
+            }
+        }
+    }
+
+    /// Deletes a snapshot (a template to E2B): `Ok(false)` when there was
+    /// none.
+    pub async fn delete_template(&self, id: &str) -> Result<bool, RestError> {
+        let (status, _, bytes) = self
+            .call(Method::DELETE, &format!("/templates/{id}"), None, true)
+            .await?;
+        match status {
+            s if s.is_success() => Ok(true),
+            StatusCode::NOT_FOUND => Ok(false),
+            s => Err(Self::failed(s, &bytes)),
         }
     }
 

@@ -18,7 +18,8 @@
 //! pipe per direction with `splice` (never copied through this process),
 //! and a budget per connection and round, so that a busy forward delays
 //! the keeper's own duties (the deadline, a kill) by one round at most. A
-//! connection while nothing listens inside is reset at once.
+//! connection while nothing listens inside is reset at once. A connection
+//! to a paused sandbox resumes it first (`pause::wake`).
 
 use std::collections::BTreeMap;
 use std::io;
@@ -32,6 +33,7 @@ use rustix::io::Errno;
 use rustix::net::{AddressFamily, Shutdown, SocketFlags, SocketType};
 use rustix::pipe::{PipeFlags, SpliceFlags};
 
+use super::pause;
 use super::ports::{Reply, Request};
 use super::state::{self, SandboxDir};
 use super::wire;
@@ -219,6 +221,8 @@ pub struct Relay {
     control: OwnedFd,
     /// Where the forwards are recorded for every server (`ports.json`).
     record: PathBuf,
+    /// The sandbox, resumed by a connection while paused.
+    sandbox: SandboxDir,
     /// Why no forward can be made (the namespace could not be joined).
     refusal: Option<String>,
     forwards: BTreeMap<Port, (OwnedFd, PortForward)>,
@@ -278,6 +282,7 @@ impl Relay {
             epoll,
             control,
             record: dir.ports(),
+            sandbox: dir.clone(),
             refusal,
             forwards: BTreeMap::new(),
             slots: Vec::new(),
@@ -463,6 +468,7 @@ impl Relay {
                 // Drained.
                 Err(_) => return,
             };
+            pause::wake(&self.sandbox);
             match connect_inside(port) {
                 Ok((inner, connected)) => self.pair(outer, inner, connected),
                 Err(_) => reset(outer),

@@ -524,6 +524,35 @@ impl LocalProvider {
     }
 }
 
+/// Why a process could not be started in sandbox `id` (its fork server
+/// at `socket`).
+fn spawn_error(socket: &std::path::Path, id: &SandboxId, e: std::io::Error) -> ProviderError {
+    if socket.exists() {
+        ProviderError::NotAnswering {
+            sandbox: id.clone(),
+            detail: e.to_string(),
+        }
+    } else {
+        ProviderError::NoSuchSandbox(id.clone())
+    }
+}
+
+impl LocalProvider {
+    /// Runs `program` in sandbox `id` (at `/`) with `stdin` and `stdout`
+    /// the given descriptors (see `process::spawn_onto`).
+    fn spawn_onto(
+        &self,
+        id: &SandboxId,
+        program: sandkeep_provider::Program,
+        stdin: std::os::fd::OwnedFd,
+        stdout: std::os::fd::OwnedFd,
+    ) -> Result<Spawned> {
+        let socket = self.home.sandbox(id).socket();
+        process::spawn_onto(&socket, program, Some("/".into()), stdin, stdout)
+            .map_err(|e| spawn_error(&socket, id, e))
+    }
+}
+
 #[async_trait]
 impl Provider for LocalProvider {
     fn kind(&self) -> &'static str {
@@ -783,6 +812,11 @@ impl Provider for LocalProvider {
         blocking(move || pause::pause(&dir)).await?
     }
 
+    async fn pause_files_only(&self, id: &SandboxId) -> Result<SandboxInfo> {
+        let dir = self.home.sandbox(id);
+        blocking(move || pause::pause_files_only(&dir)).await?
+    }
+
     async fn resume(&self, id: &SandboxId, timeout: Option<u64>) -> Result<SandboxInfo> {
         let dir = self.home.sandbox(id);
         blocking(move || pause::resume(&dir, timeout)).await?
@@ -791,16 +825,7 @@ impl Provider for LocalProvider {
     async fn spawn(&self, id: &SandboxId, request: SpawnRequest) -> Result<Spawned> {
         self.live(id).await?;
         let socket = self.home.sandbox(id).socket();
-        process::spawn(&socket, request).map_err(|e| {
-            if socket.exists() {
-                ProviderError::NotAnswering {
-                    sandbox: id.clone(),
-                    detail: e.to_string(),
-                }
-            } else {
-                ProviderError::NoSuchSandbox(id.clone())
-            }
-        })
+        process::spawn(&socket, request).map_err(|e| spawn_error(&socket, id, e))
     }
 
     async fn usage(&self, id: &SandboxId) -> Result<Usage> {

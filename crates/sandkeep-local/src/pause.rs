@@ -3,7 +3,8 @@
 //! `meta.json`, both under the sandbox's lock, so that the record and the
 //! kernel agree for every server process and across their restarts. Used
 //! by the provider (pause_sandbox, resume_sandbox) and by the keeper (the
-//! deadline of a sandbox created with `on_timeout: pause`). A paused
+//! deadline of a sandbox created with `on_timeout: pause`, and a
+//! connection to one of its port forwards, which resumes it). A paused
 //! sandbox has no deadline; its keeper reads the record again when told
 //! (SIGUSR1) or at its next look.
 
@@ -60,24 +61,60 @@ impl Work {
         } else {
             "freezer.state"
         };
+        if let Err(now) = self.wait_for(status, |now| now.lines().any(|l| l.trim() == done))? {
+            let _ = self.thaw();
+            return Err(io::Error::other(format!(
+                "its processes did not freeze within {} s ({status}: {})",
+                FREEZE_WITHIN.as_secs(),
+                now.trim()
+            )));
+        }
+        Ok(())
+    }
+
+    /// Reads its `file` until `done` says so; what it read last when
+    /// that takes longer than [`FREEZE_WITHIN`].
+    fn wait_for(
+        &self,
+        file: &str,
+        done: impl Fn(&str) -> bool,
+    ) -> io::Result<std::result::Result<(), String>> {
         let start = Instant::now();
         let mut pause = Duration::from_micros(50);
         loop {
-            let now = fs::read_to_string(self.dir.join(status))?;
-            if now.lines().any(|l| l.trim() == done) {
-                return Ok(());
+            let now = fs::read_to_string(self.dir.join(file))?;
+            if done(&now) {
+                return Ok(Ok(()));
             }
             if start.elapsed() > FREEZE_WITHIN {
-                let _ = self.thaw();
-                return Err(io::Error::other(format!(
-                    "its processes did not freeze within {} s ({status}: {})",
-                    FREEZE_WITHIN.as_secs(),
-                    now.trim()
-                )));
+                return Ok(Err(now));
             }
             std::thread::sleep(pause);
             pause = (pause * 2).min(Duration::from_millis(5));
         }
+    }
+
+    /// Kills every process in it and waits until none is left: frozen
+    /// first, so that none forks, or exits and frees its pid, between the
+    /// list and the kill; thawed for them to die (v1 frozen processes do
+    /// not).
+    fn empty(&self) -> io::Result<()> {
+        self.freeze()?;
+        let procs = fs::read_to_string(self.dir.join("cgroup.procs"))?;
+        for pid in procs.lines().filter_map(|l| l.trim().parse::<i32>().ok()) {
+            if let Some(pid) = rustix::process::Pid::from_raw(pid) {
+                let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
+            }
+        }
+        self.thaw()?;
+        if let Err(left) = self.wait_for("cgroup.procs", |now| now.trim().is_empty())? {
+            return Err(io::Error::other(format!(
+                "its processes did not end within {} s (left: {})",
+                FREEZE_WITHIN.as_secs(),
+                left.split_whitespace().collect::<Vec<_>>().join(" ")
+            )));
+        }
+        Ok(())
     }
 
     fn thaw(&self) -> io::Result<()> {
@@ -123,6 +160,18 @@ pub fn pause(dir: &SandboxDir) -> Result<SandboxInfo> {
     })
 }
 
+/// Pauses the sandbox of `dir` keeping its files only (E2B's
+/// filesystem-only pause): its processes are killed and the empty work
+/// cgroup frozen, so a resume starts with none of them, as a cold boot
+/// would (the kernel, and so its boot id, stays the host's).
+pub fn pause_files_only(dir: &SandboxDir) -> Result<SandboxInfo> {
+    transition(dir, SandboxState::Paused, |work, _| {
+        work.empty()
+            .and_then(|()| work.freeze())
+            .map_err(|e| ProviderError::Unavailable(format!("cannot pause the sandbox: {e}")))
+    })
+}
+
 /// Resumes the sandbox of `dir` with a deadline `timeout` seconds (its own
 /// timeout when `None`) from now.
 pub fn resume(dir: &SandboxDir, timeout: Option<u64>) -> Result<SandboxInfo> {
@@ -135,6 +184,24 @@ pub fn resume(dir: &SandboxDir, timeout: Option<u64>) -> Result<SandboxInfo> {
         info.expires_at = sandkeep_provider::unix_now() + info.timeout;
         Ok(())
     })
+}
+
+/// Resumes the sandbox of `dir` if it is paused, as a resume_sandbox
+/// without a timeout does: for a connection accepted on one of its port
+/// forwards (SPEC §17: connections resume it first, as E2B's connect
+/// does), before it is relayed. Another resume may win the race: fine.
+/// The record is read without the lock first, so that a running
+/// sandbox's connections cost one small read.
+pub fn wake(dir: &SandboxDir) {
+    let paused = state::read_json::<state::Meta>(&dir.meta())
+        .is_ok_and(|m| m.info.state == SandboxState::Paused);
+    if !paused {
+        return;
+    }
+    match resume(dir, None) {
+        Ok(_) | Err(ProviderError::AlreadyInState { .. }) => {}
+        Err(e) => eprintln!("sandkeep keeper: resume for a connection to a port forward: {e}"),
+    }
 }
 
 /// Moves the sandbox of `dir` to state `to` under its lock, with `act`

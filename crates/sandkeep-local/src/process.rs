@@ -31,18 +31,36 @@ type Exit = std::result::Result<ExitStatus, String>;
 /// Connects, sends the request with fresh pipes, and hands the pipes over.
 /// Must run inside a tokio runtime (the pipes register with its reactor).
 pub fn spawn(socket: &Path, request: SpawnRequest) -> io::Result<Spawned> {
-    let conn = wire::connect(socket)?;
     let mk = || rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC);
     let (out_r, out_w) = mk()?;
-    let (err_r, err_w) = mk()?;
     let (in_child, in_ours): (OwnedFd, Option<OwnedFd>) = if request.stdin {
         let (r, w) = mk()?;
         (r, Some(w))
     } else {
         (std::fs::File::open("/dev/null")?.into(), None)
     };
-    let cwd = request.cwd;
-    let body = serde_json::to_vec(&match request.program {
+    let mut spawned = spawn_onto(socket, request.program, request.cwd, in_child, out_w)?;
+    spawned.stdout = Box::new(pipe::Receiver::from_owned_fd(out_r)?);
+    if let Some(fd) = in_ours {
+        spawned.stdin = Some(Box::new(pipe::Sender::from_owned_fd(fd)?));
+    }
+    Ok(spawned)
+}
+
+/// [`spawn`] with the caller's own `stdin` and `stdout` (a snapshot's
+/// archive file: the sandbox's `tar` reads or writes it directly, and no
+/// byte of it passes through this process). The result has no stdin, and
+/// its stdout reads nothing.
+pub fn spawn_onto(
+    socket: &Path,
+    program: Program,
+    cwd: Option<String>,
+    stdin: OwnedFd,
+    stdout: OwnedFd,
+) -> io::Result<Spawned> {
+    let conn = wire::connect(socket)?;
+    let (err_r, err_w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?;
+    let body = serde_json::to_vec(&match program {
         Program::Shell(command) => Request::Exec { command, cwd },
         Program::Argv { argv, env } => Request::Run { argv, env, cwd },
     })
@@ -50,9 +68,9 @@ pub fn spawn(socket: &Path, request: SpawnRequest) -> io::Result<Spawned> {
     wire::send(
         &conn,
         &body,
-        &[in_child.as_fd(), out_w.as_fd(), err_w.as_fd()],
+        &[stdin.as_fd(), stdout.as_fd(), err_w.as_fd()],
     )?;
-    drop((in_child, out_w, err_w));
+    drop((stdin, stdout, err_w));
 
     let conn = Arc::new(conn);
     let (exit_tx, exit_rx) = watch::channel(None);
@@ -63,11 +81,8 @@ pub fn spawn(socket: &Path, request: SpawnRequest) -> io::Result<Spawned> {
             let _ = exit_tx.send(Some(wait_reply(&waiter)));
         })?;
     Ok(Spawned {
-        stdin: match in_ours {
-            Some(fd) => Some(Box::new(pipe::Sender::from_owned_fd(fd)?)),
-            None => None,
-        },
-        stdout: Box::new(pipe::Receiver::from_owned_fd(out_r)?),
+        stdin: None,
+        stdout: Box::new(tokio::io::empty()),
         stderr: Box::new(pipe::Receiver::from_owned_fd(err_r)?),
         process: Box::new(LocalProcess {
             conn,

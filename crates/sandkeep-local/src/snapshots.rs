@@ -3,24 +3,25 @@
 //!
 //! The archive is made **inside** the sandbox, by `tar` run as the sandbox
 //! user through its fork server, and restored inside the new sandbox the
-//! same way: the host only moves its bytes and never reads them, so no
-//! host process parses a file the sandbox wrote (SPEC §10). It holds the
-//! places a sandbox can write to: `/etc`, `/root`, `/tmp`, `/var/tmp` and
+//! same way: the host opens the archive file and hands the descriptor over
+//! as that `tar`'s stdout (stdin to restore), so no host process reads a
+//! byte of it, let alone parses a file the sandbox wrote (SPEC §10), and
+//! the bytes are not copied through a pipe. It holds the places a sandbox
+//! can write to: `/etc` (what changed), `/root`, `/tmp`, `/var/tmp` and
 //! every directory of its own at the top (`/home`, `/app`, …), each within
 //! its own file system (`--one-file-system`), so neither shares nor masks
 //! are in it. Processes are not (no CRIU). A snapshot is written aside
 //! (`.tmp-…`) and renamed into place complete; deletion renames it aside
 //! first. `snapshot.json` is the host's own record.
 
+use std::os::fd::OwnedFd;
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncReadExt;
 
-use sandkeep_provider::{
-    Program, Provider, ProviderError, Result, SandboxId, SnapshotInfo, SpawnRequest,
-};
+use sandkeep_provider::{Program, ProviderError, Result, SandboxId, SnapshotInfo};
 
 use crate::state::{self, Home};
 use crate::{LocalProvider, blocking, io_err};
@@ -29,37 +30,58 @@ use crate::{LocalProvider, blocking, io_err};
 const ARCHIVE: &str = "files.tar";
 /// The record's name in a snapshot directory.
 const RECORD: &str = "snapshot.json";
-/// The buffer archives move through.
-const COPY_BUFFER: usize = 1 << 20;
 /// Most of tar's complaints kept for an error message.
 const STDERR_KEPT: u64 = 16 * 1024;
 
-/// Archives the sandbox's writable places to stdout (see the module doc).
+/// Archives the sandbox's writable places to stdout (see the module doc),
+/// run with `$since` set before it: when the sandbox was ready, in Unix
+/// seconds (to the nanosecond).
 /// Top-level entries left out: the host's own directories (read-only or
 /// copy-on-write views of the host), the kernel's, sandkeep's helper and
 /// `/run`; every mount point below the archived ones (masks, shares) is
-/// left out with what it holds. tar's exit 1 ("changed as we read it") is a running sandbox's
-/// lot and is accepted.
+/// left out with what it holds. `/etc` is a copy-on-write view of the
+/// host's that every sandbox starts from: only what changed in it since
+/// then (a newer change time: written, copied up, chmodded) is taken,
+/// as an archive of its own ahead of the rest's (restored with
+/// `--ignore-zeros`). Records of 128 KiB, not tar's 10 KiB: half the
+/// time of a large archive, in a twelfth of the writes, for at most 128 KiB
+/// of padding. tar's exit 1 ("changed as we read it") is a running
+/// sandbox's lot and is accepted.
 const TAKE: &str = r#"cd / || exit 2
-set -- etc root tmp var/tmp
+set -- root tmp var/tmp
 for e in * .[!.]*; do
   case "$e" in
     .sandkeep|bin|sbin|lib|lib32|lib64|libx32|usr|opt|srv|var|proc|sys|dev|run|etc|root|tmp) ;;
     *) [ -d "$e" ] && [ ! -L "$e" ] && set -- "$@" "$e" ;;
   esac
 done
-awk '{print $5}' /proc/self/mountinfo | while read -r m; do
+skip=$(while read -r _ _ _ _ m _; do
   case "$m" in /|/etc|/root|/tmp|/var/tmp) ;; *) echo "${m#/}" ;; esac
-done | tar --create --file=- --numeric-owner --one-file-system --ignore-failed-read \
-  --exclude-from=- "$@"
-status=$?
-[ "$status" -le 1 ] || exit "$status""#;
+done </proc/self/mountinfo)
+take() {
+  { [ -z "$skip" ] || printf '%s\n' "$skip"; } | tar --create --file=- --blocking-factor=256 --numeric-owner \
+    --one-file-system --ignore-failed-read --exclude-from=- "$@"
+  status=$?
+  [ "$status" -le 1 ] || exit "$status"
+}
+take --newer="@$since" etc
+take "$@""#;
 
-/// Restores an archive of [`TAKE`] from stdin over `/`.
+/// Restores an archive of [`TAKE`] from stdin over `/` (no shell: one
+/// process start less in every create from a snapshot).
 /// Directories that exist keep their own metadata (`--no-overwrite-dir`):
 /// the new sandbox's masks and mount points are read-only.
-const RESTORE: &str =
-    "tar --extract --file=- --numeric-owner --preserve-permissions --no-overwrite-dir -C /";
+const RESTORE: &[&str] = &[
+    "tar",
+    "--extract",
+    "--file=-",
+    "--ignore-zeros",
+    "--numeric-owner",
+    "--preserve-permissions",
+    "--no-overwrite-dir",
+    "-C",
+    "/",
+];
 
 /// The directory of every snapshot.
 fn root(home: &Home) -> PathBuf {
@@ -197,74 +219,70 @@ pub async fn take(p: &LocalProvider, id: &SandboxId, name: String) -> Result<Sna
     finished
 }
 
-/// Runs [`TAKE`] in the sandbox, its stdout into `file`; the bytes written.
+/// Runs [`TAKE`] in the sandbox with `file`, made now, as its stdout; the
+/// bytes written.
 async fn archive_into(p: &LocalProvider, id: &SandboxId, file: &Path) -> Result<u64> {
-    let spawned = p
-        .spawn(
-            id,
-            SpawnRequest {
-                program: Program::Shell(TAKE.to_owned()),
-                cwd: Some("/".into()),
-                stdin: false,
-            },
-        )
-        .await?;
-    let mut out = tokio::fs::File::create(file)
+    let ready = p.live(id).await?.ready_ns;
+    let since = format!("{}.{:09}", ready / 1_000_000_000, ready % 1_000_000_000);
+    let out = tokio::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(file)
         .await
-        .map_err(io_err(format!("create {}", file.display())))?;
-    // Large reads: tokio's 8 KiB default made 100 MiB 12,800 round trips.
-    let mut stdout = tokio::io::BufReader::with_capacity(COPY_BUFFER, spawned.stdout);
-    let (mut stderr, mut errors) = (String::new(), spawned.stderr.take(STDERR_KEPT));
-    // Both streams at once: tar blocks on a full stderr pipe otherwise.
-    let (copied, _) = tokio::join!(
-        tokio::io::copy_buf(&mut stdout, &mut out),
-        errors.read_to_string(&mut stderr)
-    );
-    let copied = copied.map_err(io_err("copy the sandbox's archive"))?;
-    out.flush().await.map_err(io_err("write the archive"))?;
-    let status = spawned.process.wait().await?;
-    if !status.success() {
-        return Err(ProviderError::Unavailable(format!(
-            "archiving the sandbox's files failed (tar: {status:?}): {}",
-            stderr.trim()
-        )));
-    }
-    Ok(copied)
+        .map_err(io_err(format!("create {}", file.display())))?
+        .into_std()
+        .await;
+    let spawned = p.spawn_onto(
+        id,
+        Program::Shell(format!("since={since}\n{TAKE}")),
+        null().await?,
+        out.into(),
+    )?;
+    tar_done(spawned, "archiving the sandbox's files").await?;
+    let size = tokio::fs::metadata(file)
+        .await
+        .map_err(io_err(format!("stat {}", file.display())))?;
+    Ok(size.len())
 }
 
-/// Restores snapshot archive `file` into the new sandbox `id`.
+/// Restores snapshot archive `file` into the new sandbox `id`: its `tar`
+/// reads the file as its stdin.
 pub async fn restore(p: &LocalProvider, id: &SandboxId, file: &Path) -> Result<()> {
-    let spawned = p
-        .spawn(
-            id,
-            SpawnRequest {
-                program: Program::Shell(RESTORE.to_owned()),
-                cwd: Some("/".into()),
-                stdin: true,
-            },
-        )
-        .await?;
     let input = tokio::fs::File::open(file)
         .await
-        .map_err(io_err(format!("open {}", file.display())))?;
-    let mut input = tokio::io::BufReader::with_capacity(COPY_BUFFER, input);
-    let mut stdin = spawned
-        .stdin
-        .ok_or_else(|| ProviderError::Internal("a spawn asked for stdin has none".into()))?;
-    let (mut stderr, mut errors) = (String::new(), spawned.stderr.take(STDERR_KEPT));
-    let (sent, _) = tokio::join!(
-        async {
-            let sent = tokio::io::copy_buf(&mut input, &mut stdin).await;
-            drop(stdin);
-            sent
-        },
-        errors.read_to_string(&mut stderr)
-    );
+        .map_err(io_err(format!("open {}", file.display())))?
+        .into_std()
+        .await;
+    let restore = Program::Argv {
+        argv: RESTORE.iter().map(|&a| a.to_owned()).collect(),
+        env: Vec::new(),
+    };
+    let spawned = p.spawn_onto(id, restore, input.into(), null().await?)?;
+    tar_done(spawned, "restoring the snapshot's files").await
+}
+
+async fn null() -> Result<OwnedFd> {
+    let null = tokio::fs::File::open("/dev/null")
+        .await
+        .map_err(io_err("open /dev/null"))?;
+    Ok(null.into_std().await.into())
+}
+
+/// Waits for a `tar` of [`TAKE`] or [`RESTORE`]: an error with what it
+/// said when it failed.
+async fn tar_done(spawned: sandkeep_provider::Spawned, what: &str) -> Result<()> {
+    let mut stderr = String::new();
+    // Read while it runs: tar blocks on a full stderr pipe otherwise.
+    let _ = spawned
+        .stderr
+        .take(STDERR_KEPT)
+        .read_to_string(&mut stderr)
+        .await;
     let status = spawned.process.wait().await?;
-    sent.map_err(io_err("send the snapshot into the sandbox"))?;
     if !status.success() {
         return Err(ProviderError::Unavailable(format!(
-            "restoring the snapshot's files failed (tar: {status:?}): {}",
+            "{what} failed (tar: {status:?}): {}",
             stderr.trim()
         )));
     }

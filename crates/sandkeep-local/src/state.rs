@@ -349,6 +349,11 @@ pub struct Meta {
     /// No namespaces: destruction must kill the init's whole tree.
     #[serde(default)]
     pub process_only: bool,
+    /// When the sandbox was ready (its filesystem built, nothing of its
+    /// own run yet), in Unix nanoseconds: what changed in its `/etc`
+    /// since is what a snapshot takes of it (`snapshots`).
+    #[serde(default)]
+    pub ready_ns: u64,
 }
 
 impl Meta {

@@ -652,6 +652,16 @@ pub trait Provider: Send + Sync {
         )))
     }
 
+    /// Pauses the sandbox keeping its files only (E2B's filesystem-only
+    /// pause): its processes end, so a resume starts it without them.
+    async fn pause_files_only(&self, id: &SandboxId) -> Result<SandboxInfo> {
+        let _ = id;
+        Err(ProviderError::Unsupported(format!(
+            "the {} provider cannot pause a sandbox keeping its files only",
+            self.kind()
+        )))
+    }
+
     /// Thaws a paused sandbox and sets its deadline to now + `timeout`
     /// seconds (its own timeout when `None`);
     /// [`ProviderError::AlreadyInState`] when it runs.
@@ -672,6 +682,13 @@ pub trait Provider: Send + Sync {
             "the {} provider cannot snapshot a sandbox",
             self.kind()
         )))
+    }
+
+    /// The limits a sandbox made from a snapshot of `source` asks for
+    /// (fork_sandbox): the source's, where they are what this provider
+    /// enforces.
+    fn fork_limits(&self, source: &SandboxInfo) -> Limits {
+        source.limits
     }
 
     /// Every snapshot, oldest first.

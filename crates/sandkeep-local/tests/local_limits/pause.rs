@@ -13,6 +13,7 @@ use sandkeep_local::LocalProvider;
 use sandkeep_provider::{CreateSpec, OnTimeout, Provider, ProviderError, SandboxId, SandboxState};
 
 use super::support::local::*;
+use super::support::ports::authority;
 use super::support::*;
 use super::{patience, root, run};
 
@@ -252,4 +253,99 @@ async fn a_paused_sandbox_of_a_dead_keeper_is_cleaned_up_with_its_processes() {
         || async { host_pids_with(&name).is_empty() },
     )
     .await;
+}
+
+/// `GET /` of an HTTP server through `url` on a fresh connection: the
+/// answer, or why there was none within `limit`.
+async fn http_get(url: &str, limit: Duration) -> Result<String, String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let exchange = async {
+        let mut s = tokio::net::TcpStream::connect(authority(url)).await?;
+        s.write_all(b"GET / HTTP/1.0\r\nHost: sandbox\r\n\r\n")
+            .await?;
+        let mut answer = Vec::new();
+        s.read_to_end(&mut answer).await?;
+        Ok::<_, std::io::Error>(text(&answer))
+    };
+    match tokio::time::timeout(limit, exchange).await {
+        Ok(Ok(answer)) => Ok(answer),
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(_) => Err(format!("no answer within {limit:?}")),
+    }
+}
+
+/// Connections to an exposed port of a paused sandbox resume it first
+/// (SPEC §17, as E2B's connect does): an HTTP server inside answers
+/// through the forward's url, several connections at once and a
+/// resume_sandbox racing them included, and the sandbox is running
+/// afterwards with a deadline ahead.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_to_a_forward_resumes_a_paused_sandbox() {
+    if !require(root(), "cgroup freezing is set up as root") {
+        return;
+    }
+    let (_home, p, info) = fresh_sandbox(120 * u64::from(patience())).await;
+    let id = &info.sandbox_id;
+    let out = sh(
+        &p,
+        id,
+        "mkdir -p /tmp/www && echo paused-hello > /tmp/www/index.html && \
+         (setsid python3 -m http.server 8000 --bind 127.0.0.1 --directory /tmp/www \
+          </dev/null >/dev/null 2>&1 &)",
+    )
+    .await;
+    assert_eq!(out.exit_code, Some(0), "{}", text(&out.stderr));
+    let url = p
+        .expose_port(id, sandkeep::provider::Port::new(8000).unwrap())
+        .await
+        .expect("expose")
+        .url;
+    until(
+        Duration::from_secs(20) * patience(),
+        "the server answering through the forward",
+        || async {
+            http_get(&url, Duration::from_secs(5))
+                .await
+                .is_ok_and(|a| a.contains("paused-hello"))
+        },
+    )
+    .await;
+
+    let limit = Duration::from_secs(20) * patience();
+    let gets = |n: usize| {
+        (0..n)
+            .map(|_| {
+                let url = url.clone();
+                tokio::spawn(async move { http_get(&url, limit).await })
+            })
+            .collect::<Vec<_>>()
+    };
+    let answered = |answer: Result<String, String>| {
+        let answer = answer.expect("an answer from the paused sandbox's server");
+        assert!(answer.contains("paused-hello"), "{answer}");
+    };
+
+    // The connections alone resume it.
+    p.pause(id).await.expect("pause");
+    for get in gets(4) {
+        answered(get.await.unwrap());
+    }
+    let now = p.info(id).await.expect("alive");
+    assert_eq!(now.state, SandboxState::Running);
+    assert!(
+        now.expires_at > sandkeep::provider::unix_now(),
+        "a deadline ahead: {now:?}"
+    );
+
+    // And a resume_sandbox racing them is safe: one of them resumes it.
+    p.pause(id).await.expect("pause again");
+    let racing = gets(4);
+    match p.resume(id, None).await {
+        Ok(_) | Err(ProviderError::AlreadyInState { .. }) => {}
+        Err(e) => panic!("a resume racing the connections: {e}"),
+    }
+    for get in racing {
+        answered(get.await.unwrap());
+    }
+    assert_eq!(p.info(id).await.unwrap().state, SandboxState::Running);
 }

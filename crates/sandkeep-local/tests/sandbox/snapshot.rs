@@ -101,3 +101,52 @@ async fn a_sandbox_from_a_snapshot_sees_the_files_not_the_processes() {
         .collect();
     assert!(left.is_empty(), "{left:?}");
 }
+
+/// A snapshot takes only what changed in `/etc` (every sandbox starts
+/// from the host's): one that changed one file there is small, and a
+/// sandbox from it has that change (an existing file changed in place,
+/// copied up by the overlay) and the rest of /etc as base has it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_snapshot_takes_what_changed_in_etc_not_all_of_it() {
+    let (_home, p, info) = fresh_sandbox(120).await;
+    let id = &info.sandbox_id;
+    let file = ["/etc/profile", "/etc/bash.bashrc", "/etc/environment"]
+        .into_iter()
+        .find(|f| std::path::Path::new(f).is_file())
+        .expect("a common file in the host's /etc");
+    let out = sh(
+        &p,
+        id,
+        &format!("echo '# changed-in-sandbox' >> {file} && echo ok"),
+    )
+    .await;
+    assert_eq!(text(&out.stdout), "ok\n", "{}", text(&out.stderr));
+    let snap = p.snapshot(id, None).await.expect("snapshot");
+    assert!(
+        snap.size_bytes < 512 * 1024,
+        "a snapshot of one changed file in /etc is small, not all of /etc: {} bytes",
+        snap.size_bytes
+    );
+    let copy = p
+        .create(CreateSpec {
+            template: snap.snapshot_id.clone(),
+            ..spec(120)
+        })
+        .await
+        .expect("create from the snapshot");
+    let seen = sh(
+        &p,
+        &copy.sandbox_id,
+        &format!("tail -n 1 {file}; test -s /etc/passwd && echo passwd"),
+    )
+    .await;
+    assert_eq!(
+        text(&seen.stdout),
+        "# changed-in-sandbox\npasswd\n",
+        "{}",
+        text(&seen.stderr)
+    );
+    p.kill(&copy.sandbox_id).await.unwrap();
+    p.kill(id).await.unwrap();
+    p.delete_snapshot(&snap.snapshot_id).await.unwrap();
+}

@@ -376,8 +376,8 @@ they are retained by a task.",
         title: "Pause a sandbox",
         about: "Freeze every process of a sandbox (they use no CPU) and stop its deadline, keeping \
 its files, processes and tasks as they are. get_task, list_tasks and wait_task read it as usual (a \
-task stays running; its own timeout counts wall time, pauses included); run_command, the file tools \
-and start_task resume it first. A paused sandbox survives a server restart, not a host reboot. \
+task stays running; its own timeout counts wall time, pauses included); run_command, the file tools, \
+start_task and a connection to one of its exposed ports resume it first. A paused sandbox survives a server restart, not a host reboot. \
 Pausing a paused sandbox is an error.",
         session_note: "",
         sessionless_note: "",

@@ -44,7 +44,7 @@ impl Service {
     }
 
     /// A snapshot of the sandbox, a new sandbox from it with the source's
-    /// network, limits and shares (its `envs` are not kept anywhere a
+    /// network, limits (as the provider repeats them) and shares (its `envs` are not kept anywhere a
     /// provider can read back), then the snapshot deleted: the new
     /// sandbox holds its own copy.
     pub async fn fork_sandbox(
@@ -58,6 +58,7 @@ impl Service {
             None => None,
         };
         let source = self.provider.info(&id).await?;
+        let limits = self.provider.fork_limits(&source);
         let snapshot = self.provider.snapshot(&id, None).await?;
         let created = self
             .provider
@@ -67,7 +68,7 @@ impl Service {
                 envs: Default::default(),
                 network: source.network,
                 allow_hosts: source.allow_hosts,
-                limits: source.limits,
+                limits,
                 shares: source.shares,
                 on_timeout: source.on_timeout,
             })

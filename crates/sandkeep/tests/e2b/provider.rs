@@ -1067,3 +1067,135 @@ async fn pause_and_resume_map_onto_e2bs_pause_and_connect() {
     assert_eq!(sh(&p, &id, "echo up").await, "up\n");
     p.kill(&id).await.expect("kill");
 }
+
+/// Snapshots mapped onto E2B's snapshot API (SPEC §17): a snapshot of a
+/// sandbox is listed with it, a sandbox created from it has its files,
+/// and once deleted it is gone (a second delete says so); a killed
+/// sandbox has no snapshot. fork_sandbox is these calls (the service's).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn snapshots_map_onto_e2bs_snapshot_api() {
+    let endpoint = Endpoint::start();
+    let p = provider(&endpoint);
+    let id = p.create(spec()).await.expect("create").sandbox_id;
+    sh(&p, &id, "echo before > ~/state.txt").await;
+    let name = format!("snap-{}", std::process::id());
+    let snap = p.snapshot(&id, Some(name.clone())).await.expect("snapshot");
+    assert_eq!(
+        (snap.snapshot_id.as_str(), &snap.sandbox_id),
+        (name.as_str(), &id)
+    );
+    let listed = p.list_snapshots().await.expect("list snapshots");
+    assert!(
+        listed
+            .iter()
+            .any(|s| s.snapshot_id == name && s.sandbox_id == id),
+        "{listed:?}"
+    );
+    let copy = p
+        .create(CreateSpec {
+            template: name.clone(),
+            ..spec()
+        })
+        .await
+        .expect("create from the snapshot")
+        .sandbox_id;
+    assert_eq!(sh(&p, &copy, "cat ~/state.txt").await, "before\n");
+    assert!(p.delete_snapshot(&name).await.expect("delete"));
+    assert!(!p.delete_snapshot(&name).await.expect("a second delete"));
+    let listed = p.list_snapshots().await.expect("list snapshots");
+    assert!(listed.iter().all(|s| s.snapshot_id != name), "{listed:?}");
+    p.kill(&copy).await.expect("kill the copy");
+
+    // fork_sandbox, through the CLI on the e2b provider: the source's
+    // resources are its template's, not limits asked for.
+    let home = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(bin())
+        .args(["sandbox", "fork", id.as_str(), "--json"])
+        .envs(endpoint.vars())
+        .env("SANDKEEP_HOME", home.path())
+        .output()
+        .expect("run sandkeep");
+    assert!(
+        out.status.success(),
+        "sandbox fork: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let forked: serde_json::Value = serde_json::from_slice(&out.stdout).expect("fork's JSON");
+    let fork = SandboxId::parse(forked["sandbox_id"].as_str().expect("an id")).unwrap();
+    assert_eq!(sh(&p, &fork, "cat ~/state.txt").await, "before\n");
+    p.kill(&fork).await.expect("kill the fork");
+    p.kill(&id).await.expect("kill");
+    match p.snapshot(&id, None).await {
+        Err(ProviderError::NoSuchSandbox(_)) => {}
+        other => panic!("a snapshot of a killed sandbox: {other:?}"),
+    }
+}
+
+/// An `on_timeout: pause` sandbox is created with E2B's `autoResume`, so
+/// a connection to an exposed port of it while paused resumes it first
+/// (SPEC §17), as a local forward does: here through the endpoint, as
+/// E2B's edge would route it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_on_timeout_pause_sandbox_is_resumed_by_a_request_for_its_port() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    if !require(
+        rustix::process::geteuid().is_root(),
+        "the endpoint's local sandboxes freeze as root",
+    ) {
+        return;
+    }
+    let endpoint = Endpoint::start();
+    if endpoint.shared() {
+        return eprintln!("skipped: a real E2B account's host names need its edge");
+    }
+    let p = provider(&endpoint);
+    let id = p
+        .create(CreateSpec {
+            on_timeout: sandkeep::provider::OnTimeout::Pause,
+            ..spec()
+        })
+        .await
+        .expect("create")
+        .sandbox_id;
+    sh(
+        &p,
+        &id,
+        "mkdir -p /tmp/www && printf woken > /tmp/www/index.html && \
+         (setsid python3 -m http.server 8000 --bind 127.0.0.1 --directory /tmp/www \
+          </dev/null >/dev/null 2>&1 &)",
+    )
+    .await;
+    let host = format!("8000-{id}.e2b.app");
+    let addr = endpoint.api_url.trim_start_matches("http://").to_owned();
+    let get = || async {
+        let mut s = tokio::net::TcpStream::connect(&addr).await.unwrap();
+        let request =
+            format!("GET /index.html HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
+        s.write_all(request.as_bytes()).await.unwrap();
+        let mut answer = String::new();
+        s.read_to_string(&mut answer).await.unwrap();
+        answer
+    };
+    let start = Instant::now();
+    while !get().await.starts_with("HTTP/1.1 200") {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "the server never answered"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    p.pause(&id).await.expect("pause");
+    let answer = tokio::time::timeout(Duration::from_secs(30), get())
+        .await
+        .expect("an answer within 30 s");
+    assert!(
+        answer.starts_with("HTTP/1.1 200") && answer.ends_with("woken"),
+        "{answer}"
+    );
+    assert_eq!(
+        p.info(&id).await.expect("info").state,
+        sandkeep::provider::SandboxState::Running
+    );
+    p.kill(&id).await.unwrap();
+}

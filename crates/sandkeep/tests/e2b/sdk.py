@@ -1067,6 +1067,90 @@ def _():
         sbx.kill()
 
 
+@check("auto_resume")
+def _():
+    # lifecycle auto_resume: traffic to a paused sandbox resumes it, a
+    # request for one of its ports as an envd call; without it, both answer
+    # E2B's 502 and it stays paused until connect. Its info carries the
+    # lifecycle.
+    # autoResume needs autoPause (the SDKs refuse it first; the API too).
+    request = urllib.request.Request(
+        os.environ["E2B_API_URL"] + "/sandboxes",
+        data=json.dumps({"templateID": "base", "autoResume": {"enabled": True}}).encode(),
+        headers={"X-API-Key": os.environ["E2B_API_KEY"], "Content-Type": "application/json"},
+        method="POST",
+    )
+    try:
+        urllib.request.urlopen(request, timeout=30)
+        raise AssertionError("autoResume without autoPause was accepted")
+    except urllib.error.HTTPError as e:
+        assert e.code == 400, e.code
+    sbx = make(lifecycle={"on_timeout": "pause", "auto_resume": True})
+    plain = make(lifecycle={"on_timeout": "pause"})
+    try:
+        assert Sandbox.get_info(sbx.sandbox_id).lifecycle == {
+            "on_timeout": "pause",
+            "auto_resume": True,
+        }, Sandbox.get_info(sbx.sandbox_id)
+        assert Sandbox.get_info(plain.sandbox_id).lifecycle == {
+            "on_timeout": "pause",
+            "auto_resume": False,
+        }, Sandbox.get_info(plain.sandbox_id)
+        for s in (sbx, plain):
+            s.files.write("/tmp/www/index.html", "served-by-" + s.sandbox_id)
+            s.commands.run(
+                "python3 -m http.server 8000 --bind 127.0.0.1 --directory /tmp/www",
+                background=True,
+                timeout=0,
+            )
+            _until(
+                "the server of " + s.sandbox_id,
+                lambda s=s: _through_endpoint(s.get_host(8000), "/index.html").status_code
+                == 200,
+            )
+            assert s.pause() is True
+        r = _through_endpoint(plain.get_host(8000), "/index.html")
+        assert r.status_code == 502 and "paused" in r.json()["message"], (r.status_code, r.text)
+        assert not plain.is_running()
+        assert Sandbox.get_info(plain.sandbox_id).state == SandboxState.PAUSED
+        r = _through_endpoint(sbx.get_host(8000), "/index.html", timeout=30.0)
+        assert (r.status_code, r.text) == (200, "served-by-" + sbx.sandbox_id), r.text
+        assert Sandbox.get_info(sbx.sandbox_id).state == SandboxState.RUNNING
+        assert sbx.pause() is True
+        assert sbx.commands.run("echo up").stdout == "up\n"
+        assert Sandbox.get_info(sbx.sandbox_id).state == SandboxState.RUNNING
+    finally:
+        sbx.kill()
+        plain.kill()
+
+
+@check("pause_filesystem_only")
+def _():
+    # pause(keep_memory=False): not running while paused, connect resumes
+    # the same sandbox with its files and without its processes (E2B's
+    # cold boot; the kernel's boot id stays the host's here).
+    sbx = make()
+    try:
+        sbx.files.write("/home/user/fs-only-marker.txt", "persisted")
+        sbx.commands.run("sleep 1000", background=True, timeout=0)
+        _until(
+            "the sleep running",
+            lambda: sbx.commands.run("pgrep -x sleep || true").stdout.strip() != "",
+        )
+        assert sbx.pause(keep_memory=False) is True
+        assert Sandbox.pause(sbx.sandbox_id, keep_memory=False) is False
+        assert not sbx.is_running()
+        assert Sandbox.get_info(sbx.sandbox_id).state == SandboxState.PAUSED
+        resumed = Sandbox.connect(sbx.sandbox_id, timeout=60)
+        assert resumed.sandbox_id == sbx.sandbox_id
+        assert resumed.is_running()
+        assert resumed.files.read("/home/user/fs-only-marker.txt") == "persisted"
+        r = resumed.commands.run("pgrep -x sleep || echo none")
+        assert r.stdout == "none\n", r
+    finally:
+        sbx.kill()
+
+
 @check("snapshots_and_fork")
 def _():
     # A snapshot holds the files, a sandbox made from it sees them and is

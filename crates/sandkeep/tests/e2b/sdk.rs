@@ -314,6 +314,16 @@ async fn sdk_network_update_is_unsupported_not_not_found() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sdk_auto_resume_wakes_on_traffic_and_only_with_it() {
+    sdk_check("auto_resume").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sdk_pause_filesystem_only_ends_the_processes_and_keeps_the_files() {
+    sdk_check("pause_filesystem_only").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sdk_snapshots_and_fork() {
     sdk_check("snapshots_and_fork").await;
 }
