@@ -3,10 +3,12 @@
 //!
 //! The archive is made **inside** the sandbox, by `tar` run as the sandbox
 //! user through its fork server, and restored inside the new sandbox the
-//! same way: the host opens the archive file and hands the descriptor over
-//! as that `tar`'s stdout (stdin to restore), so no host process reads a
-//! byte of it, let alone parses a file the sandbox wrote (SPEC §10), and
-//! the bytes are not copied through a pipe. It holds the places a sandbox
+//! same way. The archive comes out of the sandbox through a pipe that
+//! this process splices into the file, never reading a byte of it, let
+//! alone parsing a file the sandbox wrote (SPEC §10), and bounded by
+//! twice the sandbox's disk (the file's own descriptor in the sandbox
+//! could grow it on the host without bound); to restore, the new
+//! sandbox's `tar` gets the file, read-only, as its stdin. It holds the places a sandbox
 //! can write to: `/etc` (what changed), `/root`, `/tmp`, `/var/tmp` and
 //! every directory of its own at the top (`/home`, `/app`, …), each within
 //! its own file system (`--one-file-system`), so neither shares nor masks
@@ -14,9 +16,12 @@
 //! (`.tmp-…`) and renamed into place complete; deletion renames it aside
 //! first. `snapshot.json` is the host's own record.
 
+use std::io;
 use std::os::fd::OwnedFd;
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use serde::{Deserialize, Serialize};
 use tokio::io::AsyncReadExt;
@@ -219,11 +224,13 @@ pub async fn take(p: &LocalProvider, id: &SandboxId, name: String) -> Result<Sna
     finished
 }
 
-/// Runs [`TAKE`] in the sandbox with `file`, made now, as its stdout; the
-/// bytes written.
+/// Runs [`TAKE`] in the sandbox with a pipe as its stdout, which this
+/// process moves into `file`, made now (see [`drain`]); the bytes written.
 async fn archive_into(p: &LocalProvider, id: &SandboxId, file: &Path) -> Result<u64> {
-    let ready = p.live(id).await?.ready_ns;
+    let meta = p.live(id).await?;
+    let ready = meta.ready_ns;
     let since = format!("{}.{:09}", ready / 1_000_000_000, ready % 1_000_000_000);
+    let cap = archive_cap(meta.info.limits.disk_mib);
     let out = tokio::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
@@ -233,17 +240,83 @@ async fn archive_into(p: &LocalProvider, id: &SandboxId, file: &Path) -> Result<
         .map_err(io_err(format!("create {}", file.display())))?
         .into_std()
         .await;
+    let (from, into) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
+        .map_err(|e| io_err("make the archive's pipe")(e.into()))?;
     let spawned = p.spawn_onto(
         id,
         Program::Shell(format!("since={since}\n{TAKE}")),
         null().await?,
-        out.into(),
+        into,
     )?;
-    tar_done(spawned, "archiving the sandbox's files").await?;
-    let size = tokio::fs::metadata(file)
+    let exited = Arc::new(AtomicBool::new(false));
+    let drained = tokio::task::spawn_blocking({
+        let exited = exited.clone();
+        move || drain(&from, &out, cap, &exited)
+    });
+    let done = tar_done(spawned, "archiving the sandbox's files").await;
+    exited.store(true, Ordering::SeqCst);
+    let size = drained
         .await
-        .map_err(io_err(format!("stat {}", file.display())))?;
-    Ok(size.len())
+        .map_err(|e| ProviderError::Internal(format!("the archive's writer failed: {e}")))?
+        .map_err(io_err(format!("write {}", file.display())))?;
+    done?;
+    Ok(size)
+}
+
+/// The most an archive may hold: what a sandbox can write lives on its
+/// disk of `disk_mib`, and tar adds a 512-byte header per file (many empty
+/// files are many headers on no disk space) and a record of padding.
+fn archive_cap(disk_mib: Option<u64>) -> u64 {
+    let disk = disk_mib.unwrap_or(sandkeep_proto::limits::DISK_MIB_DEFAULT) << 20;
+    2 * disk + (1 << 20)
+}
+
+/// Moves the archive from `pipe` into `file` with `splice` (no byte
+/// through this process's memory) until the sandbox's `tar` has exited
+/// (`exited`) and the pipe is empty; the bytes moved, or an error past
+/// `cap`. The end is the `tar`'s exit, not the pipe's: another sandbox
+/// process may have taken the write end (through `/proc/PID/fd`) and
+/// keep it open, and whatever it writes counts against `cap`. The host
+/// file itself is never the sandbox's to write: an open descriptor of it
+/// in the sandbox could grow it on the host's disk without bound.
+fn drain(pipe: &OwnedFd, file: &std::fs::File, cap: u64, exited: &AtomicBool) -> io::Result<u64> {
+    use rustix::event::{PollFd, PollFlags, Timespec};
+    use rustix::pipe::SpliceFlags;
+    let mut moved = 0u64;
+    // Set once the exit was seen; the pipe is then drained of what the
+    // tar wrote before it, and the next empty read ends the copy.
+    let mut finished = false;
+    loop {
+        match rustix::pipe::splice(pipe, None, file, None, 1 << 20, SpliceFlags::NONBLOCK) {
+            Ok(0) => return Ok(moved),
+            Ok(n) => {
+                moved += n as u64;
+                if moved > cap {
+                    return Err(io::Error::other(format!(
+                        "the archive outgrew {} MiB, twice the sandbox's disk",
+                        cap >> 20
+                    )));
+                }
+            }
+            Err(rustix::io::Errno::AGAIN) if finished => return Ok(moved),
+            Err(rustix::io::Errno::AGAIN) => {
+                finished = exited.load(Ordering::SeqCst);
+                if !finished {
+                    let mut fds = [PollFd::new(pipe, PollFlags::IN)];
+                    let tick = Timespec {
+                        tv_sec: 0,
+                        tv_nsec: 20_000_000,
+                    };
+                    match rustix::event::poll(&mut fds, Some(&tick)) {
+                        Ok(_) | Err(rustix::io::Errno::INTR) => {}
+                        Err(e) => return Err(e.into()),
+                    }
+                }
+            }
+            Err(rustix::io::Errno::INTR) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
 }
 
 /// Restores snapshot archive `file` into the new sandbox `id`: its `tar`
@@ -287,4 +360,69 @@ async fn tar_done(spawned: sandkeep_provider::Spawned, what: &str) -> Result<()>
         )));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pipe() -> (OwnedFd, std::fs::File) {
+        let (r, w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).unwrap();
+        (r, w.into())
+    }
+
+    /// A write end kept open past the tar's exit (another sandbox process
+    /// holding it) neither holds the copy open nor loses what came before.
+    #[test]
+    fn the_copy_ends_with_the_tar_not_with_the_pipe() {
+        use std::io::Write;
+        let dir = tempfile::tempdir().unwrap();
+        let file = std::fs::File::create(dir.path().join("a.tar")).unwrap();
+        let (from, mut kept) = pipe();
+        kept.write_all(&[7u8; 4096]).unwrap();
+        let exited = Arc::new(AtomicBool::new(false));
+        let copy = std::thread::spawn({
+            let exited = exited.clone();
+            move || drain(&from, &file, 1 << 20, &exited)
+        });
+        exited.store(true, Ordering::SeqCst);
+        let moved = copy.join().unwrap().unwrap();
+        assert_eq!(moved, 4096);
+        assert_eq!(
+            std::fs::read(dir.path().join("a.tar")).unwrap(),
+            [7u8; 4096]
+        );
+        // What the holder writes afterwards goes nowhere near the file.
+        let _ = kept.write_all(b"later");
+        assert_eq!(
+            std::fs::metadata(dir.path().join("a.tar")).unwrap().len(),
+            4096
+        );
+    }
+
+    #[test]
+    fn an_archive_past_its_cap_fails() {
+        use std::io::Write;
+        let dir = tempfile::tempdir().unwrap();
+        let file = std::fs::File::create(dir.path().join("a.tar")).unwrap();
+        let (from, mut writer) = pipe();
+        let exited = AtomicBool::new(false);
+        let feeder = std::thread::spawn(move || {
+            let chunk = [0u8; 65536];
+            while writer.write_all(&chunk).is_ok() {}
+        });
+        let e = drain(&from, &file, 1 << 20, &exited).unwrap_err();
+        assert!(e.to_string().contains("outgrew"), "{e}");
+        drop(from);
+        feeder.join().unwrap();
+    }
+
+    #[test]
+    fn the_cap_is_twice_the_disk_and_a_record() {
+        assert_eq!(archive_cap(Some(64)), (128 << 20) + (1 << 20));
+        assert_eq!(
+            archive_cap(None),
+            2 * (sandkeep_proto::limits::DISK_MIB_DEFAULT << 20) + (1 << 20)
+        );
+    }
 }

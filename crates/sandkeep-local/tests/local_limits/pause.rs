@@ -296,7 +296,7 @@ async fn a_connection_to_a_forward_resumes_a_paused_sandbox() {
     .await;
     assert_eq!(out.exit_code, Some(0), "{}", text(&out.stderr));
     let url = p
-        .expose_port(id, sandkeep::provider::Port::new(8000).unwrap())
+        .expose_port(id, sandkeep_provider::Port::new(8000).unwrap())
         .await
         .expect("expose")
         .url;
@@ -333,7 +333,7 @@ async fn a_connection_to_a_forward_resumes_a_paused_sandbox() {
     let now = p.info(id).await.expect("alive");
     assert_eq!(now.state, SandboxState::Running);
     assert!(
-        now.expires_at > sandkeep::provider::unix_now(),
+        now.expires_at > sandkeep_provider::unix_now(),
         "a deadline ahead: {now:?}"
     );
 
