@@ -164,9 +164,7 @@ impl Flow {
         }
         Ok(Pumped::Budget)
     }
-}
 
-impl Flow {
     /// Moves up to `SMALL` bytes through this process's memory, and
     /// whether that left nothing to do until the next event. What `dst`
     /// does not take now waits in the (empty) pipe, ahead of anything
@@ -345,8 +343,6 @@ pub struct Relay {
     /// Held for the moment the descriptors run out (see
     /// `accept_connections`).
     spare: Option<OwnedFd>,
-    /// A round's events, kept to be filled again.
-    events: Vec<epoll::Event>,
 }
 
 fn spare_descriptor() -> Option<OwnedFd> {
@@ -401,7 +397,6 @@ impl Relay {
             free: Vec::new(),
             again: Vec::new(),
             spare: spare_descriptor(),
-            events: Vec::with_capacity(64),
         })
     }
 
@@ -419,14 +414,11 @@ impl Relay {
     /// One round: what the events say, and what the last round left.
     /// Never blocks.
     pub fn round(&mut self) {
+        let mut events = Vec::with_capacity(64);
         let waiting = std::mem::take(&mut self.again);
         for i in waiting {
             self.relay(i, BOTH);
         }
-        // Taken while its events are handled, and put back for the next
-        // round with its capacity.
-        let mut events = std::mem::take(&mut self.events);
-        events.clear();
         match epoll::wait(
             &self.epoll,
             rustix::buffer::spare_capacity(&mut events),
@@ -436,8 +428,11 @@ impl Relay {
             }),
         ) {
             Ok(_) => {}
-            Err(Errno::INTR) => {}
-            Err(e) => eprintln!("sandkeep keeper: the port forwards' epoll: {e}"),
+            Err(Errno::INTR) => return,
+            Err(e) => {
+                eprintln!("sandkeep keeper: the port forwards' epoll: {e}");
+                return;
+            }
         }
         for event in &events {
             match event.data.u64() {
@@ -448,7 +443,6 @@ impl Relay {
                 }
             }
         }
-        self.events = events;
     }
 
     fn insert(&mut self, slot: Slot) -> usize {
