@@ -15,7 +15,9 @@ use std::time::{Duration, Instant};
 use rustix::process::Signal;
 use sandkeep::provider::local::LocalProvider;
 use sandkeep::provider::{Program, Provider, SandboxId, SpawnRequest};
-use sandkeep::service::{GetTaskArgs, ListTasksArgs, Service, Session, StartTaskArgs, TaskResult};
+use sandkeep::service::{
+    GetTaskArgs, ListTasksArgs, Service, Session, StartTaskArgs, TaskResult, ToolError,
+};
 use sandkeep_proto::wire::shell_quote;
 use serde_json::json;
 use support::local::*;
@@ -138,6 +140,29 @@ impl Fixture {
             .task_helper(&self.sandbox)
             .await
             .expect("helper path")
+    }
+
+    /// A new process's pid in the sandbox: its pid namespace hands pids
+    /// out in order, so the difference between two of these counts the
+    /// processes started in between (and this call's own).
+    async fn next_pid(&self) -> i32 {
+        let out = sh(&self.local, &self.sandbox, "echo $$").await;
+        text(&out.stdout)
+            .trim()
+            .parse()
+            .unwrap_or_else(|_| panic!("a pid from the sandbox's shell: {out:?}"))
+    }
+
+    async fn cancel(&self, task: &str) -> Result<TaskResult, ToolError> {
+        self.service
+            .cancel_task(GetTaskArgs {
+                sandbox_id: self.sandbox.to_string(),
+                task_id: task.into(),
+                stdout_offset: None,
+                stderr_offset: None,
+                limit: None,
+            })
+            .await
     }
 
     /// The finished task read as every read must find it.
@@ -497,12 +522,57 @@ async fn a_lost_supervisor_reads_unknown_through_the_reader() {
             ("unknown".to_owned(), None)
         );
     }
+    // Nothing to signal and nothing confirmed: cancel_task says so with
+    // the state the reader saw.
+    match f.cancel(&f.running).await {
+        Err(ToolError::CancelNotConfirmed(r)) => {
+            assert_eq!((r.state.to_string(), r.exit_code), ("unknown".into(), None))
+        }
+        other => panic!("cancelling a lost task is not confirmed: {other:?}"),
+    }
     assert_eq!(f.reader(), reader, "the reader answered");
     let after = f.local.info(&f.sandbox).await.expect("info");
     assert_eq!(
         (after.expires_at, after.retained),
         (before.expires_at, before.retained),
         "reads neither renew nor retain"
+    );
+    f.finish().await;
+}
+
+/// cancel_task looks at the task through the reader: a task that is not
+/// running is answered from that look, as the `cancel` verb would answer
+/// it, without a helper process; only a running task's cancel starts one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_task_starts_a_helper_only_for_a_running_task() {
+    let f = Fixture::new().await;
+    let reader = f.reader();
+    let first = f.next_pid().await;
+    let per_look = f.next_pid().await - first;
+    let before = f.next_pid().await;
+    let r = f.cancel(&f.done).await.expect("cancel a finished task");
+    assert_eq!(
+        (
+            r.state.to_string(),
+            r.exit_code,
+            r.stdout.as_str(),
+            r.stderr.as_str()
+        ),
+        ("failed".to_owned(), Some(3), "out\u{fffd}é", "err"),
+        "its saved result, unchanged: {r:?}"
+    );
+    assert_eq!(
+        f.next_pid().await - before,
+        per_look,
+        "no process was started to cancel a finished task"
+    );
+    assert_eq!(f.reader(), reader, "the reader looked at the finished task");
+    let before = f.next_pid().await;
+    let r = f.cancel(&f.running).await.expect("cancel the running task");
+    assert_eq!(r.state.to_string(), "cancelled", "{r:?}");
+    assert!(
+        f.next_pid().await - before > per_look,
+        "the running task's cancel went to its supervisor through a helper"
     );
     f.finish().await;
 }
