@@ -22,7 +22,8 @@
 //!
 //! Run: `cargo bench -p sandkeep --bench reader` as root (it reads other
 //! users' `/proc` entries) (one `BENCH` line a figure
-//! for `scripts/bench`).
+//! for `scripts/bench`); `SANDKEEP_BENCH_PARTS=wait,http` runs only those
+//! of stdio, http, wait and memory.
 
 mod common;
 
@@ -264,32 +265,52 @@ async fn main() {
     assert_eq!(finished["state"], "succeeded", "{finished}");
 
     // stdio: get_task and tools/list interleaved, so drift hits both.
-    let (mut get, mut list) = (Vec::new(), Vec::new());
-    for _ in 0..STDIO_SAMPLES {
-        let t = Instant::now();
-        client.list_tools(None).await.expect("tools/list");
-        list.push(t.elapsed());
-        let t = Instant::now();
-        let v = call(&client, "get_task", handle.clone()).await;
-        get.push(t.elapsed());
-        assert_eq!(v["state"], "succeeded");
+    if part("stdio") {
+        let (mut get, mut list) = (Vec::new(), Vec::new());
+        for _ in 0..STDIO_SAMPLES {
+            let t = Instant::now();
+            client.list_tools(None).await.expect("tools/list");
+            list.push(t.elapsed());
+            let t = Instant::now();
+            let v = call(&client, "get_task", handle.clone()).await;
+            get.push(t.elapsed());
+            assert_eq!(v["state"], "succeeded");
+        }
+        let (get, list) = (median(get), median(list));
+        println!(
+            "stdio get_task median {:.3} ms (tools/list {:.3} ms)",
+            ms(get),
+            ms(list)
+        );
+        bench_line(
+            "reader.stdio_get_task",
+            ms(get),
+            "ms",
+            Some(ms(list)),
+            "<=1",
+        );
     }
-    let (get, list) = (median(get), median(list));
-    println!(
-        "stdio get_task median {:.3} ms (tools/list {:.3} ms)",
-        ms(get),
-        ms(list)
-    );
-    bench_line(
-        "reader.stdio_get_task",
-        ms(get),
-        "ms",
-        Some(ms(list)),
-        "<=1",
-    );
+    if part("http") {
+        http_part(home.path(), &handle).await;
+    }
+    if part("wait") {
+        wait_part(home.path(), &client, &sid).await;
+    }
+    call(&client, "kill_sandbox", json!({"sandbox_id": sid})).await;
+    drop(client);
+    if part("memory") {
+        memory_part().await;
+    }
+}
 
-    http_part(home.path(), &handle).await;
+/// `SANDKEEP_BENCH_PARTS` (comma-separated: stdio, http, wait, memory)
+/// runs only those parts; all by default.
+fn part(name: &str) -> bool {
+    std::env::var("SANDKEEP_BENCH_PARTS").map_or(true, |parts| parts.split(',').any(|p| p == name))
+}
 
+/// 100 waits on 100 tasks that end at once.
+async fn wait_part(home: &std::path::Path, client: &Arc<Client>, sid: &str) {
     // 100 tasks blocked opening one FIFO; one command opens it for
     // writing and closes it, and every task ends, printing when (the
     // sandbox's clock is the host's).
@@ -330,7 +351,7 @@ async fn main() {
     // behind the release's own): an exec through a provider of the same
     // state directory. The tasks end as the release's writer closes.
     let released = Instant::now();
-    let release = local_provider(home.path())
+    let release = local_provider(home)
         .exec(
             &sandkeep::provider::SandboxId::parse(&sid).unwrap(),
             common::exec_request(": > /tmp/go", 1024),
@@ -339,8 +360,28 @@ async fn main() {
         .expect("release the tasks");
     let release_took = released.elapsed();
     assert_eq!(release.exit_code, Some(0), "{release:?}");
-    // Each answer against its own task's end.
+    // Each answer against its own task's end, and where the time went:
+    // until the task's supervisor wrote its terminal record (that file's
+    // mtime), then until the answer.
     let mut latencies = Vec::with_capacity(WAITERS);
+    let (mut to_record, mut from_record) = (Vec::new(), Vec::new());
+    let records = call(
+        &client,
+        "run_command",
+        json!({"sandbox_id": sid, "command":
+               "cd ~/.local/state/sandkeep/tasks && stat -c '%n %.9Y' */state.json"}),
+    )
+    .await;
+    let recorded = |task: &str| -> f64 {
+        records["stdout"]
+            .as_str()
+            .and_then(|out| {
+                out.lines()
+                    .find_map(|l| l.strip_prefix(&format!("{task}/state.json ")))
+            })
+            .and_then(|t| t.trim().parse().ok())
+            .unwrap_or_else(|| panic!("the record time of {task}: {records}"))
+    };
     for (w, task) in waits.into_iter().zip(&tasks) {
         let (at, v) = w.await.unwrap();
         assert_eq!(v["state"], "succeeded", "{v}");
@@ -359,15 +400,26 @@ async fn main() {
             .unwrap()
             .as_secs_f64();
         latencies.push(Duration::from_secs_f64((at - ended).max(0.0)));
+        let record = recorded(task);
+        to_record.push(Duration::from_secs_f64((record - ended).max(0.0)));
+        from_record.push(Duration::from_secs_f64((at - record).max(0.0)));
     }
     latencies.sort();
+    to_record.sort();
+    from_record.sort();
     let last = latencies[WAITERS - 1];
     println!(
         "{WAITERS} wait_task answers after {WAITERS} tasks end at once: each answered at most {:.1} ms \
-         after its task's end (median {:.1} ms; the release's own round trip {:.1} ms)",
+         after its task's end (median {:.1} ms; the release's own round trip {:.1} ms); \
+         task end -> terminal record at most {:.1} ms (median {:.1}), record -> answer at most \
+         {:.1} ms (median {:.1})",
         ms(last),
         ms(latencies[WAITERS / 2]),
-        ms(release_took)
+        ms(release_took),
+        ms(to_record[WAITERS - 1]),
+        ms(to_record[WAITERS / 2]),
+        ms(from_record[WAITERS - 1]),
+        ms(from_record[WAITERS / 2]),
     );
     bench_line(
         "reader.wait_100_last_answer",
@@ -376,10 +428,6 @@ async fn main() {
         Some(ms(release_took)),
         "<=100",
     );
-    call(&client, "kill_sandbox", json!({"sandbox_id": sid})).await;
-    drop(client);
-
-    memory_part().await;
 }
 
 /// Idle sandboxes with a reader each: their host memory and CPU.
