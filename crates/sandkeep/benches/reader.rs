@@ -315,7 +315,7 @@ async fn wait_part(home: &std::path::Path, client: &Arc<Client>, sid: &str) {
     // writing and closes it, and every task ends, printing when (the
     // sandbox's clock is the host's).
     call(
-        &client,
+        client,
         "run_command",
         json!({"sandbox_id": sid, "command": "mkfifo /tmp/go"}),
     )
@@ -323,7 +323,7 @@ async fn wait_part(home: &std::path::Path, client: &Arc<Client>, sid: &str) {
     let mut tasks = Vec::with_capacity(WAITERS);
     for _ in 0..WAITERS {
         let t = call(
-            &client,
+            client,
             "start_task",
             json!({"sandbox_id": sid, "command": "cat /tmp/go; date +%s.%N"}),
         )
@@ -333,7 +333,7 @@ async fn wait_part(home: &std::path::Path, client: &Arc<Client>, sid: &str) {
     let waits: Vec<_> = tasks
         .iter()
         .map(|task| {
-            let client = Arc::clone(&client);
+            let client = Arc::clone(client);
             // Past the end time the task prints (`date +%s.%N`: always
             // 21 bytes), so that only the task's end answers the wait.
             let args = json!({"sandbox_id": sid, "task_id": task, "timeout": 120,
@@ -353,7 +353,7 @@ async fn wait_part(home: &std::path::Path, client: &Arc<Client>, sid: &str) {
     let released = Instant::now();
     let release = local_provider(home)
         .exec(
-            &sandkeep::provider::SandboxId::parse(&sid).unwrap(),
+            &sandkeep::provider::SandboxId::parse(sid).unwrap(),
             common::exec_request(": > /tmp/go", 1024),
         )
         .await
@@ -366,7 +366,7 @@ async fn wait_part(home: &std::path::Path, client: &Arc<Client>, sid: &str) {
     let mut latencies = Vec::with_capacity(WAITERS);
     let (mut to_record, mut from_record) = (Vec::new(), Vec::new());
     let records = call(
-        &client,
+        client,
         "run_command",
         json!({"sandbox_id": sid, "command":
                "cd ~/.local/state/sandkeep/tasks && stat -c '%n %.9Y' */state.json"}),
@@ -386,7 +386,7 @@ async fn wait_part(home: &std::path::Path, client: &Arc<Client>, sid: &str) {
         let (at, v) = w.await.unwrap();
         assert_eq!(v["state"], "succeeded", "{v}");
         let v = call(
-            &client,
+            client,
             "get_task",
             json!({"sandbox_id": sid, "task_id": task}),
         )
