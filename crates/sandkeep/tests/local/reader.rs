@@ -146,11 +146,7 @@ impl Fixture {
     /// out in order, so the difference between two of these counts the
     /// processes started in between (and this call's own).
     async fn next_pid(&self) -> i32 {
-        let out = sh(&self.local, &self.sandbox, "echo $$").await;
-        text(&out.stdout)
-            .trim()
-            .parse()
-            .unwrap_or_else(|_| panic!("a pid from the sandbox's shell: {out:?}"))
+        next_pid(&self.local, &self.sandbox).await
     }
 
     async fn cancel(&self, task: &str) -> Result<TaskResult, ToolError> {
@@ -183,6 +179,15 @@ impl Fixture {
     async fn finish(self) {
         assert!(self.local.kill(&self.sandbox).await.unwrap());
     }
+}
+
+/// See [`Fixture::next_pid`].
+async fn next_pid(local: &LocalProvider, sandbox: &SandboxId) -> i32 {
+    let out = sh(local, sandbox, "echo $$").await;
+    text(&out.stdout)
+        .trim()
+        .parse()
+        .unwrap_or_else(|_| panic!("a pid from the sandbox's shell: {out:?}"))
 }
 
 fn zombie(pid: i32) -> bool {
@@ -224,7 +229,7 @@ fn unread_requests(reader: i32) -> Option<usize> {
 
 /// Requests of every kind a read may carry: pages at, inside and past the
 /// logs, the smallest page, a task that does not exist, out-of-range and
-/// malformed requests, and `list`.
+/// malformed requests, `list`, and `changes` without a diff.
 fn requests(f: &Fixture) -> Vec<(&'static str, String)> {
     let status = |task: &str, out: u64, err: u64, limit: u64| {
         json!({"task_id": task, "stdout_offset": out, "stderr_offset": err, "limit": limit})
@@ -246,6 +251,8 @@ fn requests(f: &Fixture) -> Vec<(&'static str, String)> {
         ("status", json!({"task_id": f.done, "extra": 1}).to_string()),
         ("list", "{}".into()),
         ("list", r#"{"a": 1}"#.into()),
+        ("changes", r#"{"shares": [], "diff": false}"#.into()),
+        ("changes", r#"{"shares": [{"path": "/nowhere"}]}"#.into()),
     ]
 }
 
@@ -301,7 +308,7 @@ async fn the_reader_answers_byte_for_byte_as_the_one_shot_helper() {
         .unwrap();
     let refused = answers.next_line().await.unwrap().unwrap();
     assert!(
-        refused.starts_with("99 1 ") && refused.contains("answers status and list only"),
+        refused.starts_with("99 1 ") && refused.contains("answers status, list, changes only"),
         "{refused}"
     );
     assert_eq!(f.get(&f.running).await.state.to_string(), "running");
@@ -575,4 +582,78 @@ async fn cancel_task_starts_a_helper_only_for_a_running_task() {
         "the running task's cancel went to its supervisor through a helper"
     );
     f.finish().await;
+}
+
+/// list_changes is a read too: its list (without a diff) comes from the
+/// reader, without a helper process, and is the list the one-shot helper
+/// gives with the diff.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_changes_is_answered_by_the_reader() {
+    let home = state_dir();
+    let project = tempfile::Builder::new()
+        .prefix("sandkeep-reader-share")
+        .tempdir()
+        .unwrap();
+    std::fs::write(project.path().join("README"), "hello\n").unwrap();
+    std::fs::write(project.path().join("gone"), "bye\n").unwrap();
+    let path = std::fs::canonicalize(project.path()).unwrap();
+    let path = path.to_str().unwrap();
+    let local = provider(home.path());
+    let share = sandkeep_shares::ShareConfig::parse(&format!("{path}:cow"), home.path())
+        .expect("a cow share");
+    let service = Service::new(Arc::new(local.clone()), Vec::new()).with_shares(vec![share]);
+    let session = Session::new();
+    let call = |tool: &'static str, args: serde_json::Value| {
+        let (service, session) = (&service, &session);
+        async move {
+            service
+                .call_json(session, tool, args.as_object().cloned())
+                .await
+                .unwrap_or_else(|e| panic!("{tool}: {e}"))
+        }
+    };
+    let created = call("create_sandbox", json!({})).await;
+    let sb = created["sandbox_id"].as_str().unwrap().to_owned();
+    let sandbox = SandboxId::parse(&sb).unwrap();
+    call(
+        "run_command",
+        json!({"sandbox_id": sb, "command": "echo more >> README; echo new > added; rm gone"}),
+    )
+    .await;
+    let expected = json!([
+        {"path": format!("{path}/README"), "kind": "modified"},
+        {"path": format!("{path}/added"), "kind": "added"},
+        {"path": format!("{path}/gone"), "kind": "deleted"},
+    ]);
+    let listed = |diff: bool| call("list_changes", json!({"sandbox_id": sb, "diff": diff}));
+    let kinds = |v: &serde_json::Value| {
+        json!(
+            v["changes"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|c| json!({"path": c["path"], "kind": c["kind"]}))
+                .collect::<Vec<_>>()
+        )
+    };
+    // The first read starts the reader.
+    assert_eq!(kinds(&listed(false).await), expected);
+    let first = next_pid(&local, &sandbox).await;
+    let per_look = next_pid(&local, &sandbox).await - first;
+    let before = next_pid(&local, &sandbox).await;
+    let from_reader = listed(false).await;
+    assert_eq!(
+        next_pid(&local, &sandbox).await - before,
+        per_look,
+        "no process was started to list the changes"
+    );
+    assert_eq!(kinds(&from_reader), expected, "{from_reader}");
+    assert_eq!(from_reader["diff"], serde_json::Value::Null);
+    let with_diff = listed(true).await;
+    assert_eq!(with_diff["changes"], from_reader["changes"]);
+    assert!(
+        with_diff["diff"].as_str().unwrap().contains("+more"),
+        "{with_diff}"
+    );
+    assert!(local.kill(&sandbox).await.unwrap());
 }
