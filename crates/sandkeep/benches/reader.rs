@@ -350,6 +350,16 @@ async fn wait_part(home: &std::path::Path, client: &Arc<Client>, sid: &str) {
     // Released from outside the MCP server (its answers must not queue
     // behind the release's own): an exec through a provider of the same
     // state directory. The tasks end as the release's writer closes.
+    let probe = || -> Vec<(String, u64)> {
+        std::fs::read_dir("/proc").unwrap().flatten().filter_map(|e| {
+            let pid: u32 = e.file_name().to_string_lossy().parse().ok()?;
+            let c = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+            let c = String::from_utf8_lossy(&c).replace('\0', " ");
+            let keep = c.contains("sandkeep-task serve") || c.contains("wait --stream") || c.contains("sandkeep serve") || c.contains("__supervise");
+            keep.then(|| (if c.contains("__supervise") {"supervisors".to_owned()} else {c.chars().take(40).collect()}, cpu_ticks(pid)))
+        }).collect()
+    };
+    let before = probe();
     let released = Instant::now();
     let release = local_provider(home)
         .exec(
@@ -404,6 +414,11 @@ async fn wait_part(home: &std::path::Path, client: &Arc<Client>, sid: &str) {
         to_record.push(Duration::from_secs_f64((record - ended).max(0.0)));
         from_record.push(Duration::from_secs_f64((at - record).max(0.0)));
     }
+    let after = probe();
+    let mut sums: std::collections::BTreeMap<String, (i64, i64)> = Default::default();
+    for (k, t) in before { sums.entry(k).or_default().0 += t as i64; }
+    for (k, t) in after { sums.entry(k).or_default().1 += t as i64; }
+    for (k, (b, a)) in sums { println!("CPU {k}: {} ticks", a - b); }
     latencies.sort();
     to_record.sort();
     from_record.sort();
