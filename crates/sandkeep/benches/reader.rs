@@ -12,7 +12,9 @@
 //! - wait_task: 100 waits on 100 tasks that all end at once (they block on
 //!   one FIFO, released by one command run beside the server, and print
 //!   when they end); the longest time from a task's end to its answer
-//!   (target ≤ 100 ms), beside the release's own round trip.
+//!   (target ≤ 100 ms), beside the release's own round trip; then the same
+//!   on the e2b provider against a local `serve --e2b`, beside the local
+//!   figure.
 //!
 //! - memory: 1,000 idle sandboxes (`SANDKEEP_BENCH_READERS` to change),
 //!   each read once, so each has a reader: host memory per idle sandbox
@@ -293,11 +295,42 @@ async fn main() {
     if part("http") {
         http_part(home.path(), &handle).await;
     }
-    if part("wait") {
-        wait_part(home.path(), &client, &sid).await;
-    }
+    let local_wait = if part("wait") {
+        Some(wait_part("local", home.path(), &client, &sid).await)
+    } else {
+        None
+    };
     call(&client, "kill_sandbox", json!({"sandbox_id": sid})).await;
     drop(client);
+    if let Some((last, release_took)) = local_wait {
+        bench_line(
+            "reader.wait_100_last_answer",
+            ms(last),
+            "ms",
+            Some(ms(release_took)),
+            "<=100",
+        );
+        // The same on the e2b provider against a local `serve --e2b`,
+        // the local figure of this run beside it.
+        let endpoint_home = state_dir("sk-bench-reader-e2b-");
+        let (mut endpoint, env) = common::e2b_endpoint(endpoint_home.path());
+        let e2b_home = state_dir("sk-bench-reader-provider-");
+        let (_server, client) = stdio_server(e2b_home.path(), &env).await;
+        let client = Arc::new(client);
+        let sandbox = call(&client, "create_sandbox", json!({"timeout": 3600})).await;
+        let sid = sandbox["sandbox_id"].as_str().unwrap().to_owned();
+        let (e2b_last, _) = wait_part("e2b", endpoint_home.path(), &client, &sid).await;
+        call(&client, "kill_sandbox", json!({"sandbox_id": sid})).await;
+        bench_line(
+            "reader.e2b_wait_100_last_answer",
+            ms(e2b_last),
+            "ms",
+            Some(ms(last)),
+            "<=100",
+        );
+        let _ = endpoint.kill();
+        let _ = endpoint.wait();
+    }
     if part("memory") {
         memory_part().await;
     }
@@ -309,8 +342,16 @@ fn part(name: &str) -> bool {
     std::env::var("SANDKEEP_BENCH_PARTS").map_or(true, |parts| parts.split(',').any(|p| p == name))
 }
 
-/// 100 waits on 100 tasks that end at once.
-async fn wait_part(home: &std::path::Path, client: &Arc<Client>, sid: &str) {
+/// 100 waits on 100 tasks that end at once, in sandbox `sid` of the local
+/// provider on `home` (the e2b provider's too, through a local `serve
+/// --e2b`), asked of `client`: the longest task end -> answer, and the
+/// release's own round trip.
+async fn wait_part(
+    provider: &str,
+    home: &std::path::Path,
+    client: &Arc<Client>,
+    sid: &str,
+) -> (Duration, Duration) {
     // 100 tasks blocked opening one FIFO; one command opens it for
     // writing and closes it, and every task ends, printing when (the
     // sandbox's clock is the host's).
@@ -350,16 +391,6 @@ async fn wait_part(home: &std::path::Path, client: &Arc<Client>, sid: &str) {
     // Released from outside the MCP server (its answers must not queue
     // behind the release's own): an exec through a provider of the same
     // state directory. The tasks end as the release's writer closes.
-    let probe = || -> Vec<(String, u64)> {
-        std::fs::read_dir("/proc").unwrap().flatten().filter_map(|e| {
-            let pid: u32 = e.file_name().to_string_lossy().parse().ok()?;
-            let c = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
-            let c = String::from_utf8_lossy(&c).replace('\0', " ");
-            let keep = c.contains("sandkeep-task serve") || c.contains("wait --stream") || c.contains("sandkeep serve") || c.contains("__supervise");
-            keep.then(|| (if c.contains("__supervise") {"supervisors".to_owned()} else {c.chars().take(40).collect()}, cpu_ticks(pid)))
-        }).collect()
-    };
-    let before = probe();
     let released = Instant::now();
     let release = local_provider(home)
         .exec(
@@ -414,17 +445,12 @@ async fn wait_part(home: &std::path::Path, client: &Arc<Client>, sid: &str) {
         to_record.push(Duration::from_secs_f64((record - ended).max(0.0)));
         from_record.push(Duration::from_secs_f64((at - record).max(0.0)));
     }
-    let after = probe();
-    let mut sums: std::collections::BTreeMap<String, (i64, i64)> = Default::default();
-    for (k, t) in before { sums.entry(k).or_default().0 += t as i64; }
-    for (k, t) in after { sums.entry(k).or_default().1 += t as i64; }
-    for (k, (b, a)) in sums { println!("CPU {k}: {} ticks", a - b); }
     latencies.sort();
     to_record.sort();
     from_record.sort();
     let last = latencies[WAITERS - 1];
     println!(
-        "{WAITERS} wait_task answers after {WAITERS} tasks end at once: each answered at most {:.1} ms \
+        "{provider}: {WAITERS} wait_task answers after {WAITERS} tasks end at once: each answered at most {:.1} ms \
          after its task's end (median {:.1} ms; the release's own round trip {:.1} ms); \
          task end -> terminal record at most {:.1} ms (median {:.1}), record -> answer at most \
          {:.1} ms (median {:.1})",
@@ -436,13 +462,7 @@ async fn wait_part(home: &std::path::Path, client: &Arc<Client>, sid: &str) {
         ms(from_record[WAITERS - 1]),
         ms(from_record[WAITERS / 2]),
     );
-    bench_line(
-        "reader.wait_100_last_answer",
-        ms(last),
-        "ms",
-        Some(ms(release_took)),
-        "<=100",
-    );
+    (last, release_took)
 }
 
 /// Idle sandboxes with a reader each: their host memory and CPU.
