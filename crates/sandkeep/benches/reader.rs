@@ -8,7 +8,9 @@
 //!   same server (alternating rounds): the rate ratio (target ≥ 0.5×) and
 //!   get_task's p99 (target ≤ 25 ms).
 //! - stdio: get_task's median round trip through rmcp's client (target
-//!   ≤ 1 ms), beside `tools/list`'s on the same server.
+//!   ≤ 1 ms), beside `tools/list`'s on the same server; then the same on
+//!   the e2b provider against a local `serve --e2b` (target ≤ 1.5× the
+//!   local figure of the run).
 //! - wait_task: 100 waits on 100 tasks that all end at once (they block on
 //!   one FIFO, released by one command run beside the server, and print
 //!   when they end); the longest time from a task's end to its answer
@@ -253,34 +255,12 @@ async fn main() {
     let home = state_dir("sk-bench-reader-");
     let (_child, client) = stdio_server(home.path(), &[]).await;
     let client: Arc<Client> = Arc::new(client);
+    let (sid, handle) = finished_task(&client).await;
 
-    let sandbox = call(&client, "create_sandbox", json!({"timeout": 3600})).await;
-    let sid = sandbox["sandbox_id"].as_str().unwrap().to_owned();
-    let done = call(&client, "start_task", json!({"command": "echo done"})).await;
-    let handle = json!({"sandbox_id": sid, "task_id": done["task_id"]});
-    let finished = call(
-        &client,
-        "wait_task",
-        json!({"sandbox_id": sid, "task_id": done["task_id"], "timeout": 30}),
-    )
-    .await;
-    assert_eq!(finished["state"], "succeeded", "{finished}");
-
-    // stdio: get_task and tools/list interleaved, so drift hits both.
-    if part("stdio") {
-        let (mut get, mut list) = (Vec::new(), Vec::new());
-        for _ in 0..STDIO_SAMPLES {
-            let t = Instant::now();
-            client.list_tools(None).await.expect("tools/list");
-            list.push(t.elapsed());
-            let t = Instant::now();
-            let v = call(&client, "get_task", handle.clone()).await;
-            get.push(t.elapsed());
-            assert_eq!(v["state"], "succeeded");
-        }
-        let (get, list) = (median(get), median(list));
+    let local_get = if part("stdio") {
+        let (get, list) = stdio_medians(&client, &handle).await;
         println!(
-            "stdio get_task median {:.3} ms (tools/list {:.3} ms)",
+            "local: stdio get_task median {:.3} ms (tools/list {:.3} ms)",
             ms(get),
             ms(list)
         );
@@ -291,7 +271,10 @@ async fn main() {
             Some(ms(list)),
             "<=1",
         );
-    }
+        Some(get)
+    } else {
+        None
+    };
     if part("http") {
         http_part(home.path(), &handle).await;
     }
@@ -310,30 +293,88 @@ async fn main() {
             Some(ms(release_took)),
             "<=100",
         );
-        // The same on the e2b provider against a local `serve --e2b`,
-        // the local figure of this run beside it.
+    }
+
+    // The same reads on the e2b provider against a local `serve --e2b`,
+    // the local figures of this run beside them.
+    if local_get.is_some() || local_wait.is_some() {
         let endpoint_home = state_dir("sk-bench-reader-e2b-");
         let (mut endpoint, env) = common::e2b_endpoint(endpoint_home.path());
         let e2b_home = state_dir("sk-bench-reader-provider-");
         let (_server, client) = stdio_server(e2b_home.path(), &env).await;
         let client = Arc::new(client);
-        let sandbox = call(&client, "create_sandbox", json!({"timeout": 3600})).await;
-        let sid = sandbox["sandbox_id"].as_str().unwrap().to_owned();
-        let (e2b_last, _) = wait_part("e2b", endpoint_home.path(), &client, &sid).await;
+        let (sid, handle) = finished_task(&client).await;
+        if let Some(local_get) = local_get {
+            let (get, list) = stdio_medians(&client, &handle).await;
+            println!(
+                "e2b: stdio get_task median {:.3} ms (tools/list {:.3} ms); local {:.3} ms: {:.2}x",
+                ms(get),
+                ms(list),
+                ms(local_get),
+                ms(get) / ms(local_get)
+            );
+            bench_line(
+                "reader.e2b_stdio_get_task",
+                ms(get),
+                "ms",
+                Some(ms(local_get)),
+                "<=1.5x",
+            );
+        }
+        if let Some((local_last, _)) = local_wait {
+            let (last, _) = wait_part("e2b", endpoint_home.path(), &client, &sid).await;
+            bench_line(
+                "reader.e2b_wait_100_last_answer",
+                ms(last),
+                "ms",
+                Some(ms(local_last)),
+                "<=100",
+            );
+        }
         call(&client, "kill_sandbox", json!({"sandbox_id": sid})).await;
-        bench_line(
-            "reader.e2b_wait_100_last_answer",
-            ms(e2b_last),
-            "ms",
-            Some(ms(last)),
-            "<=100",
-        );
         let _ = endpoint.kill();
         let _ = endpoint.wait();
     }
     if part("memory") {
         memory_part().await;
     }
+}
+
+/// A new sandbox with one finished task: the sandbox and the task's handle.
+async fn finished_task(client: &Client) -> (String, Value) {
+    let sandbox = call(client, "create_sandbox", json!({"timeout": 3600})).await;
+    let sid = sandbox["sandbox_id"].as_str().unwrap().to_owned();
+    let done = call(
+        client,
+        "start_task",
+        json!({"sandbox_id": sid, "command": "echo done"}),
+    )
+    .await;
+    let handle = json!({"sandbox_id": sid, "task_id": done["task_id"]});
+    let finished = call(
+        client,
+        "wait_task",
+        json!({"sandbox_id": sid, "task_id": done["task_id"], "timeout": 30}),
+    )
+    .await;
+    assert_eq!(finished["state"], "succeeded", "{finished}");
+    (sid, handle)
+}
+
+/// get_task's and tools/list's median round trips over stdio,
+/// interleaved so that drift hits both.
+async fn stdio_medians(client: &Client, handle: &Value) -> (Duration, Duration) {
+    let (mut get, mut list) = (Vec::new(), Vec::new());
+    for _ in 0..STDIO_SAMPLES {
+        let t = Instant::now();
+        client.list_tools(None).await.expect("tools/list");
+        list.push(t.elapsed());
+        let t = Instant::now();
+        let v = call(client, "get_task", handle.clone()).await;
+        get.push(t.elapsed());
+        assert_eq!(v["state"], "succeeded");
+    }
+    (median(get), median(list))
 }
 
 /// `SANDKEEP_BENCH_PARTS` (comma-separated: stdio, http, wait, memory)
