@@ -457,7 +457,9 @@ pub const READER_VERBS: [&str; 3] = [verb::STATUS, verb::LIST, verb::CHANGES];
 pub const READER_IDLE_SECS: u64 = 60;
 
 /// The longest request line a reader takes (a status request is some
-/// hundred bytes): past it the reader exits, since only its host writes there.
+/// hundred bytes; a `changes` request names its shares' paths, and the host
+/// sends a longer one to a helper process instead): past it the reader
+/// exits, since only its host writes there.
 pub const READER_REQUEST_MAX: usize = 64 * 1024;
 
 /// One request line for a resident reader (`ID VERB JSON\n`).

@@ -13,9 +13,10 @@
 //! helper's file belongs to a host user the sandbox does not map, root's
 //! sandboxes, the kernel already refuses that; an ordinary user's sandbox
 //! maps the file's owner, and there this is what refuses it.) Each answer is
-//! exactly what the one-shot verb prints, computed afresh from the task
-//! directory: nothing is cached between requests, and like every reader it
-//! never writes a record nor signals anything.
+//! exactly what the one-shot verb prints (a `changes` asking for its diff
+//! is refused instead), computed afresh from the task directory or the
+//! shares' layers: nothing is cached between requests, and like every
+//! reader it never writes a record nor signals anything.
 //!
 //! It exits at the end of its stdin, when its stdout is gone, or after
 //! [`wire::READER_IDLE_SECS`] without a request; an idle reader sleeps in
