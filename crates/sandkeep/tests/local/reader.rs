@@ -3,7 +3,9 @@
 //! all go through one reader per sandbox; a reader killed or stopped in the
 //! middle of a read is replaced and the read answers correctly within 2 s;
 //! no process of the sandbox can reach its pipes to answer in its name; an
-//! idle reader uses no CPU.
+//! idle reader uses no CPU; cancel_task of a task that is not running and
+//! list_changes start no helper process; a long `changes` walk does not
+//! hold up a status read.
 
 use crate::support;
 
@@ -656,4 +658,62 @@ async fn list_changes_is_answered_by_the_reader() {
         "{with_diff}"
     );
     assert!(local.kill(&sandbox).await.unwrap());
+}
+
+/// A `changes` walk is answered by a thread of the reader's own: a status
+/// read asked after it is answered while the walk still reads (here two
+/// 2 GiB files compared byte for byte), not behind it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_changes_walk_does_not_hold_up_a_status_read() {
+    let f = Fixture::new().await;
+    let made = sh(
+        &f.local,
+        &f.sandbox,
+        "mkdir -p /tmp/walk/upper /tmp/walk/lower && \
+         truncate -s 2G /tmp/walk/upper/big /tmp/walk/lower/big",
+    )
+    .await;
+    assert_eq!(made.exit_code, Some(0), "{made:?}");
+    let spawned = f
+        .local
+        .spawn(
+            &f.sandbox,
+            SpawnRequest {
+                program: Program::Argv {
+                    argv: vec![f.helper().await, "serve".into()],
+                    env: Vec::new(),
+                },
+                cwd: None,
+                stdin: true,
+            },
+        )
+        .await
+        .expect("spawn a reader");
+    let mut stdin = spawned.stdin.expect("the reader's stdin");
+    let mut answers = BufReader::new(spawned.stdout).lines();
+    let walk = json!({"shares": [{"path": "/tmp/walk/upper", "upper": "/tmp/walk/upper",
+                                  "lower": "/tmp/walk/lower"}], "diff": false});
+    let status = json!({"task_id": f.done});
+    stdin
+        .write_all(format!("1 changes {walk}\n2 status {status}\n").as_bytes())
+        .await
+        .unwrap();
+    let mut next = async || {
+        tokio::time::timeout(Duration::from_secs(30), answers.next_line())
+            .await
+            .expect("the reader answers within 30 s")
+            .unwrap()
+            .expect("an answer line")
+    };
+    let first = next().await;
+    assert!(
+        first.starts_with("2 0 ") && first.contains("\"failed\""),
+        "the status read is answered first: {first}"
+    );
+    let second = next().await;
+    assert_eq!(
+        second, r#"1 0 {"changes":[],"truncated":false,"diff_truncated":false}"#,
+        "then the walk, which found the files equal"
+    );
+    f.finish().await;
 }
