@@ -19,11 +19,12 @@
 //! reader it never writes a record nor signals anything.
 //!
 //! It exits at the end of its stdin, when its stdout is gone, or after
-//! [`wire::READER_IDLE_SECS`] without a request; an idle reader sleeps in
-//! one `poll` and uses no CPU.
+//! [`wire::READER_IDLE_SECS`] without a request and no walk running; an
+//! idle reader sleeps in one `poll` and uses no CPU.
 
 use std::io::Write;
-use std::sync::mpsc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, mpsc};
 
 use rustix::event::{PollFd, PollFlags, Timespec};
 use sandkeep_proto::wire::{self, verb};
@@ -54,6 +55,8 @@ pub fn serve() -> i32 {
             PollFlags::IN,
         )];
         match rustix::event::poll(&mut fds, Some(&idle)) {
+            // A walk still running is not idleness: its answer is awaited.
+            Ok(0) if walker.busy() => continue,
             Ok(0) => return 0,
             Ok(_) => {}
             Err(rustix::io::Errno::INTR) => continue,
@@ -142,16 +145,24 @@ fn push_answer(answers: &mut Vec<u8>, id: u64, code: i32, reply: &str) {
 #[derive(Default)]
 struct Walker {
     requests: Option<mpsc::Sender<(u64, Result<String, HelperError>)>>,
+    /// Walks asked and not yet answered.
+    pending: Arc<AtomicUsize>,
 }
 
 impl Walker {
+    fn busy(&self) -> bool {
+        self.pending.load(Ordering::Acquire) > 0
+    }
+
     fn walk(&mut self, id: u64, request: Result<String, HelperError>) {
+        self.pending.fetch_add(1, Ordering::AcqRel);
         let mut work = (id, request);
         // A walker that is gone (it panicked) is started again.
         for _ in 0..2 {
             let requests = self.requests.get_or_insert_with(|| {
                 let (requests, walks) = mpsc::channel();
-                std::thread::spawn(move || walk_all(&walks));
+                let pending = Arc::clone(&self.pending);
+                std::thread::spawn(move || walk_all(&walks, &pending));
                 requests
             });
             match requests.send(work) {
@@ -165,8 +176,10 @@ impl Walker {
     }
 }
 
-fn walk_all(walks: &mpsc::Receiver<(u64, Result<String, HelperError>)>) {
+fn walk_all(walks: &mpsc::Receiver<(u64, Result<String, HelperError>)>, pending: &AtomicUsize) {
     for (id, request) in walks {
+        // Counted off when done, a walk that panics too.
+        let _done = Done(pending);
         let (reply, code) = crate::encode(
             request
                 .and_then(|j| crate::parse(Some(&j)))
@@ -177,6 +190,14 @@ fn walk_all(walks: &mpsc::Receiver<(u64, Result<String, HelperError>)>) {
         // A failed write means the host is gone: the main loop ends at
         // its stdin's end.
         write_answers(&line);
+    }
+}
+
+struct Done<'a>(&'a AtomicUsize);
+
+impl Drop for Done<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
