@@ -447,15 +447,19 @@ pub struct WaitReply {
 /// one-shot command line, with the caller's number in front) and writes
 /// reply lines `ID CODE JSON`: `CODE` and `JSON` are the exit code and the
 /// stdout the one-shot helper would give (`JSON` is compact, so it holds no
-/// newline). Requests are answered in order. It exits at the end of its
-/// stdin or after [`READER_IDLE_SECS`] without a request.
-pub const READER_VERBS: [&str; 2] = [verb::STATUS, verb::LIST];
+/// newline). Requests are answered in order, except `changes` (without
+/// its diff), a walk that may be long and is answered when it is done: the
+/// caller matches answers by `ID`. It exits at the end of its stdin or
+/// after [`READER_IDLE_SECS`] without a request.
+pub const READER_VERBS: [&str; 3] = [verb::STATUS, verb::LIST, verb::CHANGES];
 
 /// How long a resident reader stays without a request before it exits.
 pub const READER_IDLE_SECS: u64 = 60;
 
 /// The longest request line a reader takes (a status request is some
-/// hundred bytes): past it the reader exits, since only its host writes there.
+/// hundred bytes; a `changes` request names its shares' paths, and the host
+/// sends a longer one to a helper process instead): past it the reader
+/// exits, since only its host writes there.
 pub const READER_REQUEST_MAX: usize = 64 * 1024;
 
 /// One request line for a resident reader (`ID VERB JSON\n`).

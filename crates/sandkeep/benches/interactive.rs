@@ -10,10 +10,9 @@
 
 mod common;
 
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use common::{Client, EXE, bench_line, call, median, ms, state_dir, stdio_server};
+use common::{Client, bench_line, call, e2b_endpoint, median, ms, state_dir, stdio_server};
 use serde_json::json;
 
 const SAMPLES: usize = 30;
@@ -61,45 +60,6 @@ async fn round_trips(client: &Client, sid: &str, pty: bool) -> Vec<Duration> {
     )
     .await;
     samples
-}
-
-/// `sandkeep serve --e2b` on a free loopback port: the process, and the
-/// environment that points the e2b provider at it.
-fn e2b_endpoint(home: &std::path::Path) -> (std::process::Child, Vec<(&'static str, String)>) {
-    const KEY: &str = "e2b_interactive_bench";
-    let log = home.join("endpoint.log");
-    let child = std::process::Command::new(EXE)
-        .args(["serve", "--e2b", "127.0.0.1:0", "--api-key", KEY])
-        .env("SANDKEEP_HOME", home)
-        .env("SANDKEEP_LOG", "sandkeep=info")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log).expect("endpoint log"))
-        .spawn()
-        .expect("spawn sandkeep serve --e2b");
-    let started = Instant::now();
-    let url = loop {
-        let text = std::fs::read_to_string(&log).unwrap_or_default();
-        let complete = &text[..text.rfind('\n').map_or(0, |i| i + 1)];
-        if let Some(url) = complete
-            .lines()
-            .find_map(|l| l.split("E2B-compatible endpoint at ").nth(1))
-        {
-            break url.trim().to_owned();
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(20),
-            "serve --e2b printed no address within 20 s:\n{text}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let env = vec![
-        ("SANDKEEP_PROVIDER", "e2b".to_owned()),
-        ("E2B_API_KEY", KEY.to_owned()),
-        ("E2B_API_URL", url.clone()),
-        ("E2B_SANDBOX_URL", url),
-    ];
-    (child, env)
 }
 
 /// The medians of a pipe and a pty task's round trips on one server.

@@ -8,11 +8,15 @@
 //!   same server (alternating rounds): the rate ratio (target ≥ 0.5×) and
 //!   get_task's p99 (target ≤ 25 ms).
 //! - stdio: get_task's median round trip through rmcp's client (target
-//!   ≤ 1 ms), beside `tools/list`'s on the same server.
+//!   ≤ 1 ms), beside `tools/list`'s on the same server; then the same on
+//!   the e2b provider against a local `serve --e2b` (target ≤ 1.5× the
+//!   local figure of the run).
 //! - wait_task: 100 waits on 100 tasks that all end at once (they block on
 //!   one FIFO, released by one command run beside the server, and print
 //!   when they end); the longest time from a task's end to its answer
-//!   (target ≤ 100 ms), beside the release's own round trip.
+//!   (target ≤ 100 ms), beside the release's own round trip; then the same
+//!   on the e2b provider against a local `serve --e2b`, beside the local
+//!   figure.
 //!
 //! - memory: 1,000 idle sandboxes (`SANDKEEP_BENCH_READERS` to change),
 //!   each read once, so each has a reader: host memory per idle sandbox
@@ -22,7 +26,8 @@
 //!
 //! Run: `cargo bench -p sandkeep --bench reader` as root (it reads other
 //! users' `/proc` entries) (one `BENCH` line a figure
-//! for `scripts/bench`).
+//! for `scripts/bench`); `SANDKEEP_BENCH_PARTS=wait,http` runs only those
+//! of stdio, http, wait and memory.
 
 mod common;
 
@@ -250,51 +255,149 @@ async fn main() {
     let home = state_dir("sk-bench-reader-");
     let (_child, client) = stdio_server(home.path(), &[]).await;
     let client: Arc<Client> = Arc::new(client);
+    let (sid, handle) = finished_task(&client).await;
 
-    let sandbox = call(&client, "create_sandbox", json!({"timeout": 3600})).await;
+    let local_get = if part("stdio") {
+        let (get, list) = stdio_medians(&client, &handle).await;
+        println!(
+            "local: stdio get_task median {:.3} ms (tools/list {:.3} ms)",
+            ms(get),
+            ms(list)
+        );
+        bench_line(
+            "reader.stdio_get_task",
+            ms(get),
+            "ms",
+            Some(ms(list)),
+            "<=1",
+        );
+        Some(get)
+    } else {
+        None
+    };
+    if part("http") {
+        http_part(home.path(), &handle).await;
+    }
+    let local_wait = if part("wait") {
+        Some(wait_part("local", home.path(), &client, &sid).await)
+    } else {
+        None
+    };
+    call(&client, "kill_sandbox", json!({"sandbox_id": sid})).await;
+    drop(client);
+    if let Some((last, release_took)) = local_wait {
+        bench_line(
+            "reader.wait_100_last_answer",
+            ms(last),
+            "ms",
+            Some(ms(release_took)),
+            "<=100",
+        );
+    }
+
+    // The same reads on the e2b provider against a local `serve --e2b`,
+    // the local figures of this run beside them.
+    if local_get.is_some() || local_wait.is_some() {
+        let endpoint_home = state_dir("sk-bench-reader-e2b-");
+        let (mut endpoint, env) = common::e2b_endpoint(endpoint_home.path());
+        let e2b_home = state_dir("sk-bench-reader-provider-");
+        let (_server, client) = stdio_server(e2b_home.path(), &env).await;
+        let client = Arc::new(client);
+        let (sid, handle) = finished_task(&client).await;
+        if let Some(local_get) = local_get {
+            let (get, list) = stdio_medians(&client, &handle).await;
+            println!(
+                "e2b: stdio get_task median {:.3} ms (tools/list {:.3} ms); local {:.3} ms: {:.2}x",
+                ms(get),
+                ms(list),
+                ms(local_get),
+                ms(get) / ms(local_get)
+            );
+            bench_line(
+                "reader.e2b_stdio_get_task",
+                ms(get),
+                "ms",
+                Some(ms(local_get)),
+                "<=1.5x",
+            );
+        }
+        if let Some((local_last, _)) = local_wait {
+            let (last, _) = wait_part("e2b", endpoint_home.path(), &client, &sid).await;
+            bench_line(
+                "reader.e2b_wait_100_last_answer",
+                ms(last),
+                "ms",
+                Some(ms(local_last)),
+                "<=100",
+            );
+        }
+        call(&client, "kill_sandbox", json!({"sandbox_id": sid})).await;
+        let _ = endpoint.kill();
+        let _ = endpoint.wait();
+    }
+    if part("memory") {
+        memory_part().await;
+    }
+}
+
+/// A new sandbox with one finished task: the sandbox and the task's handle.
+async fn finished_task(client: &Client) -> (String, Value) {
+    let sandbox = call(client, "create_sandbox", json!({"timeout": 3600})).await;
     let sid = sandbox["sandbox_id"].as_str().unwrap().to_owned();
-    let done = call(&client, "start_task", json!({"command": "echo done"})).await;
+    let done = call(
+        client,
+        "start_task",
+        json!({"sandbox_id": sid, "command": "echo done"}),
+    )
+    .await;
     let handle = json!({"sandbox_id": sid, "task_id": done["task_id"]});
     let finished = call(
-        &client,
+        client,
         "wait_task",
         json!({"sandbox_id": sid, "task_id": done["task_id"], "timeout": 30}),
     )
     .await;
     assert_eq!(finished["state"], "succeeded", "{finished}");
+    (sid, handle)
+}
 
-    // stdio: get_task and tools/list interleaved, so drift hits both.
+/// get_task's and tools/list's median round trips over stdio,
+/// interleaved so that drift hits both.
+async fn stdio_medians(client: &Client, handle: &Value) -> (Duration, Duration) {
     let (mut get, mut list) = (Vec::new(), Vec::new());
     for _ in 0..STDIO_SAMPLES {
         let t = Instant::now();
         client.list_tools(None).await.expect("tools/list");
         list.push(t.elapsed());
         let t = Instant::now();
-        let v = call(&client, "get_task", handle.clone()).await;
+        let v = call(client, "get_task", handle.clone()).await;
         get.push(t.elapsed());
         assert_eq!(v["state"], "succeeded");
     }
-    let (get, list) = (median(get), median(list));
-    println!(
-        "stdio get_task median {:.3} ms (tools/list {:.3} ms)",
-        ms(get),
-        ms(list)
-    );
-    bench_line(
-        "reader.stdio_get_task",
-        ms(get),
-        "ms",
-        Some(ms(list)),
-        "<=1",
-    );
+    (median(get), median(list))
+}
 
-    http_part(home.path(), &handle).await;
+/// `SANDKEEP_BENCH_PARTS` (comma-separated: stdio, http, wait, memory)
+/// runs only those parts; all by default.
+fn part(name: &str) -> bool {
+    std::env::var("SANDKEEP_BENCH_PARTS").map_or(true, |parts| parts.split(',').any(|p| p == name))
+}
 
+/// 100 waits on 100 tasks that end at once, in sandbox `sid` of the local
+/// provider on `home` (the e2b provider's too, through a local `serve
+/// --e2b`), asked of `client`: the longest task end -> answer, and the
+/// release's own round trip.
+async fn wait_part(
+    provider: &str,
+    home: &std::path::Path,
+    client: &Arc<Client>,
+    sid: &str,
+) -> (Duration, Duration) {
     // 100 tasks blocked opening one FIFO; one command opens it for
     // writing and closes it, and every task ends, printing when (the
     // sandbox's clock is the host's).
     call(
-        &client,
+        client,
         "run_command",
         json!({"sandbox_id": sid, "command": "mkfifo /tmp/go"}),
     )
@@ -302,7 +405,7 @@ async fn main() {
     let mut tasks = Vec::with_capacity(WAITERS);
     for _ in 0..WAITERS {
         let t = call(
-            &client,
+            client,
             "start_task",
             json!({"sandbox_id": sid, "command": "cat /tmp/go; date +%s.%N"}),
         )
@@ -312,7 +415,7 @@ async fn main() {
     let waits: Vec<_> = tasks
         .iter()
         .map(|task| {
-            let client = Arc::clone(&client);
+            let client = Arc::clone(client);
             // Past the end time the task prints (`date +%s.%N`: always
             // 21 bytes), so that only the task's end answers the wait.
             let args = json!({"sandbox_id": sid, "task_id": task, "timeout": 120,
@@ -330,22 +433,42 @@ async fn main() {
     // behind the release's own): an exec through a provider of the same
     // state directory. The tasks end as the release's writer closes.
     let released = Instant::now();
-    let release = local_provider(home.path())
+    let release = local_provider(home)
         .exec(
-            &sandkeep::provider::SandboxId::parse(&sid).unwrap(),
+            &sandkeep::provider::SandboxId::parse(sid).unwrap(),
             common::exec_request(": > /tmp/go", 1024),
         )
         .await
         .expect("release the tasks");
     let release_took = released.elapsed();
     assert_eq!(release.exit_code, Some(0), "{release:?}");
-    // Each answer against its own task's end.
+    // Each answer against its own task's end, and where the time went:
+    // until the task's supervisor wrote its terminal record (that file's
+    // mtime), then until the answer.
     let mut latencies = Vec::with_capacity(WAITERS);
+    let (mut to_record, mut from_record) = (Vec::new(), Vec::new());
+    let records = call(
+        client,
+        "run_command",
+        json!({"sandbox_id": sid, "command":
+               "cd ~/.local/state/sandkeep/tasks && stat -c '%n %.9Y' */state.json"}),
+    )
+    .await;
+    let recorded = |task: &str| -> f64 {
+        records["stdout"]
+            .as_str()
+            .and_then(|out| {
+                out.lines()
+                    .find_map(|l| l.strip_prefix(&format!("{task}/state.json ")))
+            })
+            .and_then(|t| t.trim().parse().ok())
+            .unwrap_or_else(|| panic!("the record time of {task}: {records}"))
+    };
     for (w, task) in waits.into_iter().zip(&tasks) {
         let (at, v) = w.await.unwrap();
         assert_eq!(v["state"], "succeeded", "{v}");
         let v = call(
-            &client,
+            client,
             "get_task",
             json!({"sandbox_id": sid, "task_id": task}),
         )
@@ -359,27 +482,28 @@ async fn main() {
             .unwrap()
             .as_secs_f64();
         latencies.push(Duration::from_secs_f64((at - ended).max(0.0)));
+        let record = recorded(task);
+        to_record.push(Duration::from_secs_f64((record - ended).max(0.0)));
+        from_record.push(Duration::from_secs_f64((at - record).max(0.0)));
     }
     latencies.sort();
+    to_record.sort();
+    from_record.sort();
     let last = latencies[WAITERS - 1];
     println!(
-        "{WAITERS} wait_task answers after {WAITERS} tasks end at once: each answered at most {:.1} ms \
-         after its task's end (median {:.1} ms; the release's own round trip {:.1} ms)",
+        "{provider}: {WAITERS} wait_task answers after {WAITERS} tasks end at once: each answered at most {:.1} ms \
+         after its task's end (median {:.1} ms; the release's own round trip {:.1} ms); \
+         task end -> terminal record at most {:.1} ms (median {:.1}), record -> answer at most \
+         {:.1} ms (median {:.1})",
         ms(last),
         ms(latencies[WAITERS / 2]),
-        ms(release_took)
+        ms(release_took),
+        ms(to_record[WAITERS - 1]),
+        ms(to_record[WAITERS / 2]),
+        ms(from_record[WAITERS - 1]),
+        ms(from_record[WAITERS / 2]),
     );
-    bench_line(
-        "reader.wait_100_last_answer",
-        ms(last),
-        "ms",
-        Some(ms(release_took)),
-        "<=100",
-    );
-    call(&client, "kill_sandbox", json!({"sandbox_id": sid})).await;
-    drop(client);
-
-    memory_part().await;
+    (last, release_took)
 }
 
 /// Idle sandboxes with a reader each: their host memory and CPU.

@@ -1,7 +1,8 @@
 //! Benchmark of host shares (SPEC §13) on a 10,000-file tree, each figure
 //! with its baseline measured in the same run: `create_sandbox` with one
 //! cow share against one without; `list_changes` with 10 and 1,000
-//! changed files against `git status` of the same tree; `apply_changes`
+//! changed files against `git status` of the same tree (and, printed
+//! beside it, the same walk as one helper process); `apply_changes`
 //! of 100 changed files against `cp` of the same files.
 //!
 //! Run: `cargo bench -p sandkeep --bench shares` (as root, like `local`).
@@ -15,12 +16,14 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{bench_line, local_provider, median, ms, state_dir};
-use sandkeep::provider::Provider;
+use common::{bench_line, exec_request, local_provider, median, ms, state_dir};
+use sandkeep::provider::{Provider, SandboxId};
 use sandkeep::service::{
     ApplyChangesArgs, CreateSandboxArgs, KillSandboxArgs, ListChangesArgs, RunCommandArgs, Service,
     Session,
 };
+use sandkeep_proto::shares::ChangesRequest;
+use sandkeep_proto::wire;
 use sandkeep_shares::ShareConfig;
 
 const DIRS: usize = 100;
@@ -65,7 +68,7 @@ fn main() {
     let provider: Arc<dyn Provider> = Arc::new(local_provider(home.path()));
     let cow = format!("{}:cow", root.display());
     let share = ShareConfig::parse(&cow, home.path()).expect("share");
-    let service = Service::new(provider, Vec::new()).with_shares(vec![share]);
+    let service = Service::new(Arc::clone(&provider), Vec::new()).with_shares(vec![share]);
     let session = Session::stateless();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -135,6 +138,29 @@ fn main() {
             }
         };
 
+        // The same walk as one helper process: how list_changes read
+        // before the resident reader answered it (the exec alone).
+        let one_shot = |id: &str| {
+            let (provider, id) = (&provider, SandboxId::parse(id).expect("a sandbox id"));
+            async move {
+                let info = provider.info(&id).await.expect("info");
+                let request = ChangesRequest {
+                    shares: provider.share_layers(&info).expect("layers"),
+                    diff: false,
+                };
+                let helper = provider.task_helper(&id).await.expect("helper");
+                let line = wire::helper_command_line(&helper, wire::verb::CHANGES, &request);
+                let t = Instant::now();
+                let out = provider
+                    .exec(&id, exec_request(line, 16 << 20))
+                    .await
+                    .expect("changes");
+                let took = t.elapsed();
+                assert_eq!(out.exit_code, Some(0), "{out:?}");
+                took
+            }
+        };
+
         // Create, interleaved so that both see the same machine.
         let (mut plain, mut shared) = (Vec::new(), Vec::new());
         for i in 0..ROUNDS + 2 {
@@ -166,18 +192,21 @@ fn main() {
                 format!("for f in $(ls -d d*/* | head -n {changed}); do echo changed >> $f; done"),
             )
             .await;
-            let (mut ours, mut theirs) = (Vec::new(), Vec::new());
+            let (mut ours, mut theirs, mut helper) = (Vec::new(), Vec::new(), Vec::new());
             for _ in 0..ROUNDS {
                 let (n, t) = list(&id).await;
                 assert_eq!(n, changed);
                 ours.push(t);
                 theirs.push(git_status());
+                helper.push(one_shot(&id).await);
             }
-            let (ours, theirs) = (median(ours), median(theirs));
+            let (ours, theirs, helper) = (median(ours), median(theirs), median(helper));
             eprintln!(
-                "list_changes, {changed} changes: {:.2} ms; git status: {:.2} ms",
+                "list_changes, {changed} changes: {:.2} ms; git status: {:.2} ms; \
+                 the walk as one helper process: {:.2} ms",
                 ms(ours),
-                ms(theirs)
+                ms(theirs),
+                ms(helper)
             );
             bench_line(name, ms(ours), "ms", Some(ms(theirs)), target);
             kill(id).await;

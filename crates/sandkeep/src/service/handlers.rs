@@ -414,31 +414,51 @@ impl Service {
 
     pub async fn get_task(&self, args: GetTaskArgs) -> Result<TaskResult, ToolError> {
         let (id, request) = status_request(&args)?;
-        let status: TaskStatus = self
-            .readers
+        let status = self.read_status(&id, &request).await?;
+        Ok(self.task_result(&id, status))
+    }
+
+    /// The task's `status`, through the sandbox's resident reader.
+    async fn read_status(
+        &self,
+        id: &SandboxId,
+        request: &StatusRequest,
+    ) -> Result<TaskStatus, ToolError> {
+        self.readers
             .read(
                 self.provider.as_ref(),
                 &self.helpers,
-                &id,
+                id,
                 wire::verb::STATUS,
-                &request,
+                request,
             )
             .await
-            .map_err(|e| helper_error(e, &id, &request.task_id))?;
-        Ok(self.task_result(&id, status))
+            .map_err(|e| helper_error(e, id, &request.task_id))
     }
 
     pub async fn cancel_task(&self, args: CancelTaskArgs) -> Result<TaskResult, ToolError> {
         let (id, request) = status_request(&args)?;
-        let reply: CancelReply = helper::call(
-            self.provider.as_ref(),
-            &self.helpers,
-            &id,
-            wire::verb::CANCEL,
-            &request,
-        )
-        .await
-        .map_err(|e| helper_error(e, &id, &request.task_id))?;
+        // Only a running task has a supervisor to ask. Any other state is
+        // what the `cancel` verb would answer after its own look (the saved
+        // result, confirmed when terminal; `unknown`, unconfirmed), so the
+        // reader's look answers it without a helper process.
+        let status = self.read_status(&id, &request).await?;
+        let reply = if status.summary.state == TaskState::Running {
+            helper::call(
+                self.provider.as_ref(),
+                &self.helpers,
+                &id,
+                wire::verb::CANCEL,
+                &request,
+            )
+            .await
+            .map_err(|e| helper_error(e, &id, &request.task_id))?
+        } else {
+            CancelReply {
+                confirmed: status.summary.state.is_terminal(),
+                status,
+            }
+        };
         let result = self.task_result(&id, reply.status);
         if reply.confirmed {
             Ok(result)

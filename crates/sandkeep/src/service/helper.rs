@@ -8,6 +8,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
+use sandkeep_proto::limits::{CHANGES_DIFF_MAX_BYTES, CHANGES_MAX};
 use sandkeep_proto::wire::{self, ErrorKind, ErrorReply};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -22,6 +23,25 @@ pub(super) const CALL_TIMEOUT: Duration = Duration::from_secs(20);
 /// The helper's replies are one JSON object; a status page is at most two
 /// 64 KiB pages, JSON-escaped (up to 6 bytes per byte).
 const REPLY_LIMIT: usize = 2 * 6 * 65_536 + 65_536;
+
+/// How long a walk of a sandbox's share changes (`changes`) may take.
+const CHANGES_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// The `changes` reply: 10,000 entries and the diff, JSON-escaped.
+const CHANGES_REPLY_LIMIT: usize = CHANGES_MAX * 512 + 6 * CHANGES_DIFF_MAX_BYTES;
+
+/// The longest reply of any verb.
+pub(super) const LONGEST_REPLY: usize = CHANGES_REPLY_LIMIT;
+
+/// How long a call of `verb` may take, and the most bytes of its reply
+/// read back: a `changes` walk grows with what the sandbox wrote.
+pub(super) fn bounds(verb: &str) -> (Duration, usize) {
+    if verb == wire::verb::CHANGES {
+        (CHANGES_TIMEOUT, CHANGES_REPLY_LIMIT)
+    } else {
+        (CALL_TIMEOUT, REPLY_LIMIT)
+    }
+}
 
 #[derive(Debug)]
 pub(super) enum HelperError {
@@ -94,11 +114,12 @@ pub(super) async fn call_with_stdin<Req: Serialize, Rep: DeserializeOwned>(
     request: &Req,
     stdin: Vec<u8>,
 ) -> Result<Rep, HelperError> {
+    let (timeout, reply_limit) = bounds(verb);
     let call = Call {
         verb,
         stdin: Some(stdin),
-        timeout: CALL_TIMEOUT,
-        reply_limit: REPLY_LIMIT,
+        timeout,
+        reply_limit,
     };
     run(provider, paths, sandbox, call, request).await
 }
@@ -123,11 +144,12 @@ pub(super) async fn call_within<Req: Serialize, Rep: DeserializeOwned>(
     request: &Req,
     wait: Duration,
 ) -> Result<Rep, HelperError> {
+    let (timeout, reply_limit) = bounds(verb);
     let call = Call {
         verb,
         stdin: None,
-        timeout: CALL_TIMEOUT + wait,
-        reply_limit: REPLY_LIMIT,
+        timeout: timeout + wait,
+        reply_limit,
     };
     run(provider, paths, sandbox, call, request).await
 }
@@ -148,26 +170,6 @@ async fn run<Req: Serialize, Rep: DeserializeOwned>(
         paths.forget(sandbox);
     }
     result
-}
-
-/// [`call`] for a verb with a reply larger than a status page (`changes`:
-/// thousands of entries and a diff) and its own timeout.
-pub(super) async fn call_with<Req: Serialize, Rep: DeserializeOwned>(
-    provider: &dyn Provider,
-    paths: &HelperPaths,
-    sandbox: &SandboxId,
-    verb: &str,
-    request: &Req,
-    timeout: Duration,
-    reply_limit: usize,
-) -> Result<Rep, HelperError> {
-    let call = Call {
-        verb,
-        stdin: None,
-        timeout,
-        reply_limit,
-    };
-    run(provider, paths, sandbox, call, request).await
 }
 
 impl HelperError {

@@ -1,7 +1,8 @@
 //! The resident reader of each sandbox: one `sandkeep-task serve` per
 //! sandbox that is read, answering `status` and `list` (get_task, the
-//! answers of wait_task, list_tasks, the MCP Tasks extension's reads, the
-//! CLI's) without a process start per call.
+//! answers of wait_task, cancel_task's first look, list_tasks, the MCP
+//! Tasks extension's reads, the CLI's) and `changes` without a diff
+//! (list_changes) without a process start per call.
 //!
 //! The reader runs inside the sandbox with the sandbox user's rights, as
 //! the one-shot helper does: no host process parses the task files. It is
@@ -13,9 +14,10 @@
 //!
 //! A reader is trusted to answer, never to answer in time: a reader that
 //! dies (its stdout ends) is replaced and the read asked again of the new
-//! one; a reader that leaves a read unanswered for [`ANSWER_WITHIN`] is
-//! killed and that read goes the old way, a helper process per call
-//! ([`helper::call`]), as does every read where no reader can be started.
+//! one; a reader that leaves a read unanswered for [`ANSWER_WITHIN`] (a
+//! `changes` walk: the one-shot helper's own timeout) is killed and that
+//! read goes the old way, a helper process per call ([`helper::call`]), as
+//! does every read where no reader can be started.
 //! So a read is never slower than the bounded wait plus today's call, and
 //! its answer is always a helper's answer to that very request.
 
@@ -46,9 +48,9 @@ const START_WITHIN: Duration = Duration::from_secs(5);
 /// reader that died under it) before it goes the old way.
 const ATTEMPTS: usize = 2;
 
-/// The longest reply line a reader may write: a status page of two 64 KiB
-/// pages, JSON-escaped, with room to spare. A longer one is not a reader's.
-const REPLY_LINE_MAX: u64 = 2 * 6 * 65_536 + 65_536;
+/// The longest reply line a reader may write: the longest reply of any
+/// verb, behind its number and code. A longer one is not a reader's.
+const REPLY_LINE_MAX: u64 = helper::LONGEST_REPLY as u64 + 64;
 
 /// Every sandbox's reader. One per [`super::Service`].
 #[derive(Default)]
@@ -86,7 +88,7 @@ struct Answer {
 enum Lost {
     /// Its output ended before the answer: it died or was ended.
     Died,
-    /// No answer within [`ANSWER_WITHIN`].
+    /// No answer within its bound.
     Wedged,
 }
 
@@ -111,7 +113,23 @@ impl Readers {
         request: &Req,
     ) -> Result<Rep, HelperError> {
         debug_assert!(wire::READER_VERBS.contains(&verb), "{verb} is not a read");
-        for _ in 0..ATTEMPTS {
+        let line = wire::reader_request_line(0, verb, request);
+        // A walk's time grows with what the sandbox wrote: it is given as
+        // long as a helper process would be. Status reads take well under
+        // a millisecond.
+        let within = if verb == wire::verb::CHANGES {
+            helper::bounds(verb).0
+        } else {
+            ANSWER_WITHIN
+        };
+        // A request the reader would refuse to read (only a `changes` of
+        // many long share paths comes near) goes the old way at once.
+        let attempts = if line.len() > wire::READER_REQUEST_MAX {
+            0
+        } else {
+            ATTEMPTS
+        };
+        for _ in 0..attempts {
             let (slot, reader) = match self.reader(provider, paths, sandbox).await {
                 Ok(found) => found,
                 Err(NoReader::Provider(e)) => return Err(HelperError::Provider(e)),
@@ -120,14 +138,14 @@ impl Readers {
                     break;
                 }
             };
-            match reader.ask(verb, request).await {
+            match reader.ask(verb, request, within).await {
                 Ok(answer) => return helper::decode(Some(answer.code), &answer.json, b""),
                 Err(Lost::Died) => self.forget(sandbox, &slot),
                 Err(Lost::Wedged) => {
                     tracing::warn!(
                         %sandbox,
-                        "the resident task reader did not answer within {} ms; replacing it",
-                        ANSWER_WITHIN.as_millis()
+                        "the resident task reader did not answer {verb} within {} ms; replacing it",
+                        within.as_millis()
                     );
                     let _ = reader.process.kill_group();
                     self.forget(sandbox, &slot);
@@ -239,7 +257,12 @@ impl Readers {
 }
 
 impl Reader {
-    async fn ask<Req: Serialize>(&self, verb: &str, request: &Req) -> Result<Answer, Lost> {
+    async fn ask<Req: Serialize>(
+        &self,
+        verb: &str,
+        request: &Req,
+        within: Duration,
+    ) -> Result<Answer, Lost> {
         let (answer, answered) = oneshot::channel();
         let id = {
             let mut pending = lock(&self.pending);
@@ -264,7 +287,7 @@ impl Reader {
         {
             return Err(Lost::Died);
         }
-        match tokio::time::timeout(ANSWER_WITHIN, answered).await {
+        match tokio::time::timeout(within, answered).await {
             Ok(Ok(answer)) => Ok(answer),
             Ok(Err(_)) => Err(Lost::Died),
             Err(_) => Err(Lost::Wedged),

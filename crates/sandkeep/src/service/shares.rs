@@ -8,7 +8,7 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use sandkeep_proto::limits::{CHANGES_MAX, SHARES_MAX};
+use sandkeep_proto::limits::SHARES_MAX;
 use sandkeep_proto::shares::{
     Change, ChangeKind, ChangesReply, ChangesRequest, EntryType, ExportRequest, Share, ShareMode,
 };
@@ -134,11 +134,6 @@ pub struct ApplyChangesResult {
     pub conflicts: Vec<ConflictEntry>,
 }
 
-/// How long a walk of the changes may take.
-const CHANGES_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(120);
-/// The helper's reply: 10,000 entries and the diff, JSON-escaped.
-const CHANGES_REPLY_LIMIT: usize = CHANGES_MAX * 512 + 6 * 262_144;
-
 impl Service {
     /// The same service with the operator's shares: what `create_sandbox`
     /// mounts by default and the only host paths it may name.
@@ -215,16 +210,28 @@ impl Service {
             shares,
             diff: args.diff.unwrap_or(false),
         };
-        let reply: ChangesReply = helper::call_with(
-            self.provider.as_ref(),
-            &self.helpers,
-            &id,
-            wire::verb::CHANGES,
-            &request,
-            CHANGES_TIMEOUT,
-            CHANGES_REPLY_LIMIT,
-        )
-        .await
+        // The list alone is a read for the resident reader; a diff (up to
+        // 256 KiB of text in one answer) is the one-shot helper's.
+        let reply: ChangesReply = if request.diff {
+            helper::call(
+                self.provider.as_ref(),
+                &self.helpers,
+                &id,
+                wire::verb::CHANGES,
+                &request,
+            )
+            .await
+        } else {
+            self.readers
+                .read(
+                    self.provider.as_ref(),
+                    &self.helpers,
+                    &id,
+                    wire::verb::CHANGES,
+                    &request,
+                )
+                .await
+        }
         .map_err(|e| e.into_tool_error(&id))?;
         Ok(ListChangesResult {
             sandbox_id: id.to_string(),

@@ -700,8 +700,15 @@ async fn bench_round_trips_e2b_vs_local() {
         );
         // The machine-readable line of the benches, for scripts/bench.
         let (l, e) = (local[i].as_secs_f64() * 1e3, e2b[i].as_secs_f64() * 1e3);
+        // A read goes through the sandbox's resident reader: one
+        // SendInput on the e2b provider, a pipe write locally.
+        let target = if *tool == "get_task" {
+            "<=1.5x"
+        } else {
+            "<=3x"
+        };
         println!(
-            "BENCH name=e2b_provider.{tool} value={e:.3} unit=ms baseline={l:.3} ratio={:.3} target=<=3x",
+            "BENCH name=e2b_provider.{tool} value={e:.3} unit=ms baseline={l:.3} ratio={:.3} target={target}",
             e / l
         );
     }

@@ -3,7 +3,9 @@
 //! all go through one reader per sandbox; a reader killed or stopped in the
 //! middle of a read is replaced and the read answers correctly within 2 s;
 //! no process of the sandbox can reach its pipes to answer in its name; an
-//! idle reader uses no CPU.
+//! idle reader uses no CPU; cancel_task of a task that is not running and
+//! list_changes start no helper process; a long `changes` walk does not
+//! hold up a status read.
 
 use crate::support;
 
@@ -15,7 +17,9 @@ use std::time::{Duration, Instant};
 use rustix::process::Signal;
 use sandkeep::provider::local::LocalProvider;
 use sandkeep::provider::{Program, Provider, SandboxId, SpawnRequest};
-use sandkeep::service::{GetTaskArgs, ListTasksArgs, Service, Session, StartTaskArgs, TaskResult};
+use sandkeep::service::{
+    GetTaskArgs, ListTasksArgs, Service, Session, StartTaskArgs, TaskResult, ToolError,
+};
 use sandkeep_proto::wire::shell_quote;
 use serde_json::json;
 use support::local::*;
@@ -140,6 +144,25 @@ impl Fixture {
             .expect("helper path")
     }
 
+    /// A new process's pid in the sandbox: its pid namespace hands pids
+    /// out in order, so the difference between two of these counts the
+    /// processes started in between (and this call's own).
+    async fn next_pid(&self) -> i32 {
+        next_pid(&self.local, &self.sandbox).await
+    }
+
+    async fn cancel(&self, task: &str) -> Result<TaskResult, ToolError> {
+        self.service
+            .cancel_task(GetTaskArgs {
+                sandbox_id: self.sandbox.to_string(),
+                task_id: task.into(),
+                stdout_offset: None,
+                stderr_offset: None,
+                limit: None,
+            })
+            .await
+    }
+
     /// The finished task read as every read must find it.
     async fn check_done(&self) {
         let r = self.get(&self.done).await;
@@ -158,6 +181,15 @@ impl Fixture {
     async fn finish(self) {
         assert!(self.local.kill(&self.sandbox).await.unwrap());
     }
+}
+
+/// See [`Fixture::next_pid`].
+async fn next_pid(local: &LocalProvider, sandbox: &SandboxId) -> i32 {
+    let out = sh(local, sandbox, "echo $$").await;
+    text(&out.stdout)
+        .trim()
+        .parse()
+        .unwrap_or_else(|_| panic!("a pid from the sandbox's shell: {out:?}"))
 }
 
 fn zombie(pid: i32) -> bool {
@@ -199,7 +231,7 @@ fn unread_requests(reader: i32) -> Option<usize> {
 
 /// Requests of every kind a read may carry: pages at, inside and past the
 /// logs, the smallest page, a task that does not exist, out-of-range and
-/// malformed requests, and `list`.
+/// malformed requests, `list`, and `changes` without a diff.
 fn requests(f: &Fixture) -> Vec<(&'static str, String)> {
     let status = |task: &str, out: u64, err: u64, limit: u64| {
         json!({"task_id": task, "stdout_offset": out, "stderr_offset": err, "limit": limit})
@@ -221,6 +253,8 @@ fn requests(f: &Fixture) -> Vec<(&'static str, String)> {
         ("status", json!({"task_id": f.done, "extra": 1}).to_string()),
         ("list", "{}".into()),
         ("list", r#"{"a": 1}"#.into()),
+        ("changes", r#"{"shares": [], "diff": false}"#.into()),
+        ("changes", r#"{"shares": [{"path": "/nowhere"}]}"#.into()),
     ]
 }
 
@@ -276,7 +310,7 @@ async fn the_reader_answers_byte_for_byte_as_the_one_shot_helper() {
         .unwrap();
     let refused = answers.next_line().await.unwrap().unwrap();
     assert!(
-        refused.starts_with("99 1 ") && refused.contains("answers status and list only"),
+        refused.starts_with("99 1 ") && refused.contains("answers status, list, changes only"),
         "{refused}"
     );
     assert_eq!(f.get(&f.running).await.state.to_string(), "running");
@@ -497,12 +531,189 @@ async fn a_lost_supervisor_reads_unknown_through_the_reader() {
             ("unknown".to_owned(), None)
         );
     }
+    // Nothing to signal and nothing confirmed: cancel_task says so with
+    // the state the reader saw.
+    match f.cancel(&f.running).await {
+        Err(ToolError::CancelNotConfirmed(r)) => {
+            assert_eq!((r.state.to_string(), r.exit_code), ("unknown".into(), None))
+        }
+        other => panic!("cancelling a lost task is not confirmed: {other:?}"),
+    }
     assert_eq!(f.reader(), reader, "the reader answered");
     let after = f.local.info(&f.sandbox).await.expect("info");
     assert_eq!(
         (after.expires_at, after.retained),
         (before.expires_at, before.retained),
         "reads neither renew nor retain"
+    );
+    f.finish().await;
+}
+
+/// cancel_task looks at the task through the reader: a task that is not
+/// running is answered from that look, as the `cancel` verb would answer
+/// it, without a helper process; only a running task's cancel starts one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_task_starts_a_helper_only_for_a_running_task() {
+    let f = Fixture::new().await;
+    let reader = f.reader();
+    let first = f.next_pid().await;
+    let per_look = f.next_pid().await - first;
+    let before = f.next_pid().await;
+    let r = f.cancel(&f.done).await.expect("cancel a finished task");
+    assert_eq!(
+        (
+            r.state.to_string(),
+            r.exit_code,
+            r.stdout.as_str(),
+            r.stderr.as_str()
+        ),
+        ("failed".to_owned(), Some(3), "out\u{fffd}é", "err"),
+        "its saved result, unchanged: {r:?}"
+    );
+    assert_eq!(
+        f.next_pid().await - before,
+        per_look,
+        "no process was started to cancel a finished task"
+    );
+    assert_eq!(f.reader(), reader, "the reader looked at the finished task");
+    let before = f.next_pid().await;
+    let r = f.cancel(&f.running).await.expect("cancel the running task");
+    assert_eq!(r.state.to_string(), "cancelled", "{r:?}");
+    assert!(
+        f.next_pid().await - before > per_look,
+        "the running task's cancel went to its supervisor through a helper"
+    );
+    f.finish().await;
+}
+
+/// list_changes is a read too: its list (without a diff) comes from the
+/// reader, without a helper process, and is the list the one-shot helper
+/// gives with the diff.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_changes_is_answered_by_the_reader() {
+    let home = state_dir();
+    let project = tempfile::Builder::new()
+        .prefix("sandkeep-reader-share")
+        .tempdir()
+        .unwrap();
+    std::fs::write(project.path().join("README"), "hello\n").unwrap();
+    std::fs::write(project.path().join("gone"), "bye\n").unwrap();
+    let path = std::fs::canonicalize(project.path()).unwrap();
+    let path = path.to_str().unwrap();
+    let local = provider(home.path());
+    let share = sandkeep_shares::ShareConfig::parse(&format!("{path}:cow"), home.path())
+        .expect("a cow share");
+    let service = Service::new(Arc::new(local.clone()), Vec::new()).with_shares(vec![share]);
+    let session = Session::new();
+    let call = |tool: &'static str, args: serde_json::Value| {
+        let (service, session) = (&service, &session);
+        async move {
+            service
+                .call_json(session, tool, args.as_object().cloned())
+                .await
+                .unwrap_or_else(|e| panic!("{tool}: {e}"))
+        }
+    };
+    let created = call("create_sandbox", json!({})).await;
+    let sb = created["sandbox_id"].as_str().unwrap().to_owned();
+    let sandbox = SandboxId::parse(&sb).unwrap();
+    call(
+        "run_command",
+        json!({"sandbox_id": sb, "command": "echo more >> README; echo new > added; rm gone"}),
+    )
+    .await;
+    let expected = json!([
+        {"path": format!("{path}/README"), "kind": "modified"},
+        {"path": format!("{path}/added"), "kind": "added"},
+        {"path": format!("{path}/gone"), "kind": "deleted"},
+    ]);
+    let listed = |diff: bool| call("list_changes", json!({"sandbox_id": sb, "diff": diff}));
+    let kinds = |v: &serde_json::Value| {
+        json!(
+            v["changes"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|c| json!({"path": c["path"], "kind": c["kind"]}))
+                .collect::<Vec<_>>()
+        )
+    };
+    // The first read starts the reader.
+    assert_eq!(kinds(&listed(false).await), expected);
+    let first = next_pid(&local, &sandbox).await;
+    let per_look = next_pid(&local, &sandbox).await - first;
+    let before = next_pid(&local, &sandbox).await;
+    let from_reader = listed(false).await;
+    assert_eq!(
+        next_pid(&local, &sandbox).await - before,
+        per_look,
+        "no process was started to list the changes"
+    );
+    assert_eq!(kinds(&from_reader), expected, "{from_reader}");
+    assert_eq!(from_reader["diff"], serde_json::Value::Null);
+    let with_diff = listed(true).await;
+    assert_eq!(with_diff["changes"], from_reader["changes"]);
+    assert!(
+        with_diff["diff"].as_str().unwrap().contains("+more"),
+        "{with_diff}"
+    );
+    assert!(local.kill(&sandbox).await.unwrap());
+}
+
+/// A `changes` walk is answered by a thread of the reader's own: a status
+/// read asked after it is answered while the walk still reads (here two
+/// 2 GiB files compared byte for byte), not behind it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_changes_walk_does_not_hold_up_a_status_read() {
+    let f = Fixture::new().await;
+    let made = sh(
+        &f.local,
+        &f.sandbox,
+        "mkdir -p /tmp/walk/upper /tmp/walk/lower && \
+         truncate -s 2G /tmp/walk/upper/big /tmp/walk/lower/big",
+    )
+    .await;
+    assert_eq!(made.exit_code, Some(0), "{made:?}");
+    let spawned = f
+        .local
+        .spawn(
+            &f.sandbox,
+            SpawnRequest {
+                program: Program::Argv {
+                    argv: vec![f.helper().await, "serve".into()],
+                    env: Vec::new(),
+                },
+                cwd: None,
+                stdin: true,
+            },
+        )
+        .await
+        .expect("spawn a reader");
+    let mut stdin = spawned.stdin.expect("the reader's stdin");
+    let mut answers = BufReader::new(spawned.stdout).lines();
+    let walk = json!({"shares": [{"path": "/tmp/walk/upper", "upper": "/tmp/walk/upper",
+                                  "lower": "/tmp/walk/lower"}], "diff": false});
+    let status = json!({"task_id": f.done});
+    stdin
+        .write_all(format!("1 changes {walk}\n2 status {status}\n").as_bytes())
+        .await
+        .unwrap();
+    let mut next = async || {
+        tokio::time::timeout(Duration::from_secs(30), answers.next_line())
+            .await
+            .expect("the reader answers within 30 s")
+            .unwrap()
+            .expect("an answer line")
+    };
+    let first = next().await;
+    assert!(
+        first.starts_with("2 0 ") && first.contains("\"failed\""),
+        "the status read is answered first: {first}"
+    );
+    let second = next().await;
+    assert_eq!(
+        second, r#"1 0 {"changes":[],"truncated":false,"diff_truncated":false}"#,
+        "then the walk, which found the files equal"
     );
     f.finish().await;
 }
