@@ -440,11 +440,13 @@ async fn a_wedged_reader_is_replaced_and_the_read_answers_within_2_s() {
         std::future::ready(zombie(reader))
     })
     .await;
-    // The next read starts a fresh reader and is answered at once.
+    // The next read starts a fresh reader and is answered without the
+    // stopped one's wait (bounded as the first read is: a reader's start
+    // on a loaded 2-core machine has taken more than half a second).
     let started = Instant::now();
     f.check_done().await;
     assert!(
-        started.elapsed() < Duration::from_millis(500),
+        started.elapsed() < REPLACED_WITHIN,
         "{:?}",
         started.elapsed()
     );

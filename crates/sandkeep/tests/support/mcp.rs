@@ -110,15 +110,21 @@ pub fn tid(v: &Value) -> String {
     v["task_id"].as_str().expect("a task_id").to_owned()
 }
 
+/// The longest any test's tool call may take: far beyond the slowest one
+/// (a 100 MiB transfer on a loaded machine), so that a call the server
+/// never answers (a lost connection once left a test waiting for 16
+/// minutes) fails the test with a message instead of stalling the suite.
+const CALL_BOUND: std::time::Duration = std::time::Duration::from_secs(300);
+
 /// Calls a tool with JSON arguments.
 pub async fn call(client: &Client, tool: &str, args: Value) -> CallToolResult {
     let mut params = CallToolRequestParams::new(tool.to_owned());
     if let Value::Object(map) = args {
         params = params.with_arguments(map);
     }
-    client
-        .call_tool(params)
+    tokio::time::timeout(CALL_BOUND, client.call_tool(params))
         .await
+        .unwrap_or_else(|_| panic!("{tool}: no answer within {CALL_BOUND:?}"))
         .unwrap_or_else(|e| panic!("{tool}: protocol error {e}"))
 }
 
