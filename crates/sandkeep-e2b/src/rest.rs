@@ -311,38 +311,10 @@ impl Rest {
 
     /// The ids of the snapshots taken of sandbox `id`, all pages.
     pub async fn snapshots_of(&self, id: &str) -> Result<Vec<String>, RestError> {
-        let mut out = Vec::new();
-        let mut next: Option<String> = None;
-        loop {
-            let path = {
-                let mut query = form_urlencoded::Serializer::new(String::new());
-                query
-                    .append_pair("sandboxID", id)
-                    .append_pair("limit", "100");
-                if let Some(token) = &next {
-                    query.append_pair("nextToken", token);
-                }
-                format!("/snapshots?{}", query.finish())
-            };
-            let (status, headers, bytes) = self.call(Method::GET, &path, None, true).await?;
-            if !status.is_success() {
-                return Err(Self::failed(status, &bytes));
-            }
-            let page: Vec<SnapshotId> =
-                serde_json::from_slice(&bytes).map_err(|e| RestError::Status {
-                    status: status.as_u16(),
-                    message: format!("unreadable snapshot list: {e}"),
-                })?;
-            out.extend(page.into_iter().map(|s| s.snapshot_id));
-            next = headers
-                .get("x-next-token")
-                .and_then(|v| v.to_str().ok())
-                .filter(|t| !t.is_empty())
-                .map(str::to_owned);
-            if next.is_none() {
-                return Ok(out);
-            }
-        }
+        let page: Vec<SnapshotId> = self
+            .all_pages("/snapshots", &[("sandboxID", id)], "snapshot list")
+            .await?;
+        Ok(page.into_iter().map(|s| s.snapshot_id).collect())
     }
 
     /// Deletes a snapshot (a template to E2B): `Ok(false)` when there was
@@ -366,29 +338,44 @@ impl Rest {
         let metadata: String = form_urlencoded::Serializer::new(String::new())
             .extend_pairs(filter)
             .finish();
+        self.all_pages(
+            "/v2/sandboxes",
+            &[("metadata", &metadata), ("state", "running,paused")],
+            "sandbox list",
+        )
+        .await
+    }
+
+    /// Every item of a paged list at `path` with the query `pairs`: pages
+    /// of 100, each asked with the `x-next-token` of the one before, until
+    /// a page comes without one. `what` names the list in errors.
+    async fn all_pages<T: serde::de::DeserializeOwned>(
+        &self,
+        path: &str,
+        pairs: &[(&str, &str)],
+        what: &str,
+    ) -> Result<Vec<T>, RestError> {
         let mut out = Vec::new();
         let mut next: Option<String> = None;
         loop {
-            let path = {
+            // Built in a block of its own: the serializer is not `Send`
+            // and must not live across the await.
+            let url = {
                 let mut query = form_urlencoded::Serializer::new(String::new());
-                query
-                    .append_pair("metadata", &metadata)
-                    .append_pair("state", "running,paused")
-                    .append_pair("limit", "100");
+                query.extend_pairs(pairs).append_pair("limit", "100");
                 if let Some(token) = &next {
                     query.append_pair("nextToken", token);
                 }
-                format!("/v2/sandboxes?{}", query.finish())
+                format!("{path}?{}", query.finish())
             };
-            let (status, headers, bytes) = self.call(Method::GET, &path, None, true).await?;
+            let (status, headers, bytes) = self.call(Method::GET, &url, None, true).await?;
             if !status.is_success() {
                 return Err(Self::failed(status, &bytes));
             }
-            let page: Vec<Detail> =
-                serde_json::from_slice(&bytes).map_err(|e| RestError::Status {
-                    status: status.as_u16(),
-                    message: format!("unreadable sandbox list: {e}"),
-                })?;
+            let page: Vec<T> = serde_json::from_slice(&bytes).map_err(|e| RestError::Status {
+                status: status.as_u16(),
+                message: format!("unreadable {what}: {e}"),
+            })?;
             out.extend(page);
             next = headers
                 .get("x-next-token")
