@@ -150,3 +150,102 @@ async fn a_snapshot_takes_what_changed_in_etc_not_all_of_it() {
     p.kill(id).await.unwrap();
     p.delete_snapshot(&snap.snapshot_id).await.unwrap();
 }
+
+/// A sandbox process, as sandbox root, trying to take the snapshot's
+/// output from its `tar` (pidfd_getfd, or opening /proc/PID/fd/1) and to
+/// write 10 MiB to it after the snapshot is done; it says what it got.
+const THIEF_PY: &str = r#"
+import ctypes, os, sys, time
+libc = ctypes.CDLL(None, use_errno=True)
+SYS_PIDFD_OPEN, SYS_PIDFD_GETFD = 434, 438
+def tar():
+    for pid in os.listdir('/proc'):
+        if pid.isdigit():
+            try:
+                cmd = open('/proc/%s/cmdline' % pid, 'rb').read()
+            except OSError:
+                continue
+            if cmd.startswith(b'tar\0') and b'--create' in cmd:
+                return int(pid)
+def take(pid):
+    pidfd = libc.syscall(SYS_PIDFD_OPEN, pid, 0)
+    if pidfd >= 0:
+        fd = libc.syscall(SYS_PIDFD_GETFD, pidfd, 1, 0)
+        if fd >= 0:
+            return fd
+    try:
+        return os.open('/proc/%d/fd/1' % pid, os.O_WRONLY)
+    except OSError:
+        return -1
+open('/tmp/thief-ready', 'w').close()
+deadline, seen, fd = time.time() + 60, False, -1
+while fd < 0 and time.time() < deadline and not os.path.exists('/tmp/thief-go'):
+    pid = tar()
+    if pid:
+        seen = True
+        fd = take(pid)
+while not os.path.exists('/tmp/thief-go'):
+    time.sleep(0.01)
+if fd < 0:
+    print('refused' if seen else 'no tar seen')
+    sys.exit(0)
+written = 0
+try:
+    for _ in range(160):
+        written += os.write(fd, b'x' * 65536)
+    print('wrote', written)
+except OSError as e:
+    print('taken; refused after', written, 'errno', e.errno)
+"#;
+
+/// A sandbox process that tries to take the snapshot's output from its
+/// `tar` and write to it afterwards changes nothing on the host: the
+/// archive keeps the size the snapshot reported. (When the archive file's
+/// own descriptor was the tar's stdout, a process that got it could grow
+/// the host file without bound, past every limit of the sandbox; here the
+/// kernel refuses sandbox root the tar's descriptors, and should a host
+/// allow it, what it gets is the pipe, closed once the snapshot is done.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sandbox_process_that_takes_the_snapshots_output_cannot_write_to_the_host() {
+    if !support::require(
+        std::path::Path::new("/usr/bin/python3").exists(),
+        "the thief is a python3 script (the base template shows the host's /usr)",
+    ) {
+        return;
+    }
+    let (home, p, info) = fresh_sandbox(120).await;
+    let id = &info.sandbox_id;
+    let setup = format!(
+        "head -c 67108864 /dev/zero > /root/big && cat > /tmp/thief.py <<'PY'\n{THIEF_PY}\nPY\n\
+         setsid python3 /tmp/thief.py </dev/null >/tmp/thief.out 2>&1 & \
+         for i in $(seq 500); do [ -e /tmp/thief-ready ] && break; sleep 0.01; done; echo ok"
+    );
+    let out = sh(&p, id, &setup).await;
+    assert_eq!(text(&out.stdout), "ok\n", "{}", text(&out.stderr));
+    let name = format!("snap-thief-{}", tag(""));
+    let snap = p.snapshot(id, Some(name.clone())).await.expect("snapshot");
+    let said = sh(
+        &p,
+        id,
+        "touch /tmp/thief-go; for i in $(seq 1000); do grep -q . /tmp/thief.out && break; sleep 0.01; done; \
+         cat /tmp/thief.out",
+    )
+    .await;
+    let said = text(&said.stdout);
+    assert!(
+        !said.is_empty() && !said.starts_with("no tar seen"),
+        "the thief: {said}"
+    );
+    let archive = home.path().join("snapshots").join(&name).join("files.tar");
+    let on_host = std::fs::metadata(&archive).expect("the archive").len();
+    assert_eq!(
+        on_host, snap.size_bytes,
+        "the archive grew on the host after the snapshot; the thief said: {said}"
+    );
+    assert!(
+        !said.starts_with("wrote"),
+        "the thief wrote somewhere: {said}"
+    );
+    assert!(p.kill(id).await.unwrap());
+    assert!(p.delete_snapshot(&name).await.unwrap());
+}
