@@ -85,6 +85,22 @@ impl SmallBody {
     pub fn bytes(&self) -> &[u8] {
         &self.0
     }
+
+    /// The body as JSON, or `T`'s default when there is none (the SDKs
+    /// send no body for an optional one); malformed JSON is a 400.
+    pub fn json_or_default<T: Default + serde::de::DeserializeOwned>(
+        &self,
+    ) -> Result<T, rest::ApiError> {
+        if self.0.is_empty() {
+            return Ok(T::default());
+        }
+        serde_json::from_slice(&self.0).map_err(|e| {
+            rest::ApiError(
+                axum::http::StatusCode::BAD_REQUEST,
+                format!("invalid body: {e}"),
+            )
+        })
+    }
 }
 
 /// Why a [`SmallBody`] was refused; as a response, E2B's REST error (413).

@@ -19,11 +19,9 @@ use serde::Deserialize;
 
 use sandkeep_provider::{ProviderError, SandboxId, SandboxState};
 
-use super::rest::{self, error, provider_error, sandbox_id};
+use super::rest::{self, MAX_TIMEOUT, error, provider_error, sandbox_id};
 use super::{E2b, SmallBody};
 
-/// The longest timeout a sandbox may ask for (E2B's Pro plan's 24 h).
-const MAX_TIMEOUT: u64 = 86_400;
 /// A resume's timeout when none is given (E2B's default).
 const RESUME_TIMEOUT: u64 = 300;
 
@@ -44,13 +42,9 @@ pub async fn pause(
         Ok(id) => id,
         Err(r) => return r.into_response(),
     };
-    let request: PauseBody = if body.bytes().is_empty() {
-        PauseBody::default()
-    } else {
-        match serde_json::from_slice(body.bytes()) {
-            Ok(r) => r,
-            Err(e) => return error(StatusCode::BAD_REQUEST, format!("invalid body: {e}")),
-        }
+    let request: PauseBody = match body.json_or_default() {
+        Ok(r) => r,
+        Err(e) => return e.into_response(),
     };
     let paused = if request.memory == Some(false) {
         e2b.provider.pause_files_only(&id).await
@@ -79,13 +73,9 @@ pub async fn resume_v1(
         Ok(id) => id,
         Err(r) => return r.into_response(),
     };
-    let request: ResumeBody = if body.bytes().is_empty() {
-        ResumeBody::default()
-    } else {
-        match serde_json::from_slice(body.bytes()) {
-            Ok(r) => r,
-            Err(e) => return error(StatusCode::BAD_REQUEST, format!("invalid body: {e}")),
-        }
+    let request: ResumeBody = match body.json_or_default() {
+        Ok(r) => r,
+        Err(e) => return e.into_response(),
     };
     resume(&e2b, &id, request.timeout).await
 }

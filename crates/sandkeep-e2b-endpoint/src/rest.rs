@@ -22,7 +22,7 @@ use sandkeep_provider::{
 };
 
 /// The longest timeout a sandbox may ask for (E2B's Pro plan's 24 h).
-const MAX_TIMEOUT: u64 = 86_400;
+pub(crate) const MAX_TIMEOUT: u64 = 86_400;
 /// The default timeout of a v2 create without one.
 const DEFAULT_TIMEOUT_V2: u64 = 300;
 /// The default timeout of a v1 create without one (E2B's API: 15 s).

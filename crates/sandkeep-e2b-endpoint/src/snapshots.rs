@@ -17,26 +17,16 @@ use serde_json::{Value, json};
 
 use sandkeep_provider::{CreateSpec, SnapshotInfo};
 
-use super::rest::{self, ApiError, error, provider_error, sandbox_id};
+use super::rest::{self, ApiError, MAX_TIMEOUT, error, provider_error, sandbox_id};
 use super::{E2b, Record, SmallBody};
 
 /// The most forks one call may ask for.
 const MAX_FORKS: u32 = 10;
 /// A fork's timeout when none is given (E2B's default).
 const FORK_TIMEOUT: u64 = 15;
-/// The longest timeout a sandbox may ask for (E2B's Pro plan's 24 h).
-const MAX_TIMEOUT: u64 = 86_400;
 
 fn snapshot_json(s: &SnapshotInfo) -> Value {
     json!({"snapshotID": s.snapshot_id, "names": [s.snapshot_id]})
-}
-
-fn body<T: Default + for<'de> Deserialize<'de>>(body: &SmallBody) -> Result<T, ApiError> {
-    if body.bytes().is_empty() {
-        return Ok(T::default());
-    }
-    serde_json::from_slice(body.bytes())
-        .map_err(|e| ApiError(StatusCode::BAD_REQUEST, format!("invalid body: {e}")))
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -54,7 +44,7 @@ pub async fn create(
         Ok(id) => id,
         Err(r) => return r.into_response(),
     };
-    let request: SnapshotBody = match body(&raw) {
+    let request: SnapshotBody = match raw.json_or_default() {
         Ok(b) => b,
         Err(r) => return r.into_response(),
     };
@@ -130,7 +120,7 @@ pub async fn fork(State(e2b): State<Arc<E2b>>, Path(id): Path<String>, raw: Smal
         Ok(id) => id,
         Err(r) => return r.into_response(),
     };
-    let request: ForkBody = match body(&raw) {
+    let request: ForkBody = match raw.json_or_default() {
         Ok(b) => b,
         Err(r) => return r.into_response(),
     };
