@@ -3,8 +3,9 @@
 //! says: the helper upload (once, verified, repeated when it is deleted or
 //! altered inside), retention racing a session end across providers and
 //! server processes, SPEC.md §9's path with the server SIGKILLed, a task
-//! read long after envd forgot its process, a setsid escapee, and a start
-//! whose envd call breaks after it was forwarded.
+//! read long after envd forgot its process, a setsid escapee, a start
+//! whose envd call breaks after it was forwarded, and a sandbox list that
+//! spans two of E2B's pages.
 
 use crate::support;
 
@@ -1205,4 +1206,52 @@ async fn an_on_timeout_pause_sandbox_is_resumed_by_a_request_for_its_port() {
         sandkeep::provider::SandboxState::Running
     );
     p.kill(&id).await.unwrap();
+}
+
+/// E2B lists sandboxes in pages (the provider asks for 100 at a time) and
+/// names the next page in `x-next-token`: with 101 sandboxes of this
+/// owner, list_sandboxes must follow it, or the 101st is never listed
+/// (nor found by `sandbox list`, nor ended by its reaper).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sandbox_list_follows_e2bs_next_page_token() {
+    const SANDBOXES: usize = 101;
+    // Each commits E2B's default 2 GiB (the e2b provider sets no limits):
+    // the endpoint's host ceilings must let 101 idle ones be.
+    let endpoint = Endpoint::start_with(&[
+        ("SANDKEEP_MAX_TOTAL_MEMORY_MIB", "262144"),
+        ("SANDKEEP_MAX_SANDBOXES", "128"),
+    ]);
+    let p = Arc::new(provider(&endpoint));
+    let mut created = std::collections::BTreeSet::new();
+    // A few at a time: a loaded CI machine makes each create slower, not
+    // the test flakier.
+    let ids: Vec<usize> = (0..SANDBOXES).collect();
+    for chunk in ids.chunks(4) {
+        let creates: Vec<_> = chunk
+            .iter()
+            .map(|_| {
+                let p = Arc::clone(&p);
+                tokio::spawn(async move { p.create(spec()).await.expect("create").sandbox_id })
+            })
+            .collect();
+        for c in creates {
+            created.insert(c.await.unwrap());
+        }
+    }
+    let listed: std::collections::BTreeSet<SandboxId> = p
+        .list()
+        .await
+        .expect("list")
+        .into_iter()
+        .map(|info| info.sandbox_id)
+        .collect();
+    let missing: Vec<_> = created.difference(&listed).collect();
+    assert!(
+        missing.is_empty(),
+        "{} of {SANDBOXES} sandboxes not listed (a page not followed?): {missing:?}",
+        missing.len()
+    );
+    for id in &created {
+        p.kill(id).await.expect("kill");
+    }
 }
