@@ -33,6 +33,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use futures_util::{StreamExt as _, stream};
 use sandkeep_envd_wire::filesystem::{ListDirRequest, MoveRequest, PathRequest};
 use sandkeep_provider::{
     CreateSpec, ExecOutput, ExecRequest, FileEntry, FileKind, Layers, Limits, Network, OnTimeout,
@@ -65,6 +66,8 @@ const META_NETWORK: &str = "sandkeep_network";
 const EXEC_GRACE: Duration = Duration::from_secs(10);
 /// The bound of the provider's own short scripts.
 const SCRIPT_TIMEOUT: Duration = Duration::from_secs(60);
+/// How many sandboxes' retention marks a list reads at once.
+const LIST_CHECKS: usize = 8;
 
 /// Counts of what this provider sent, for benchmarks and tests.
 #[derive(Debug, Default)]
@@ -496,6 +499,16 @@ impl E2bProvider {
         }
     }
 
+    /// `info` with its retention mark, which lives in the sandbox: read
+    /// with an envd call, so not of a paused sandbox, which the call would
+    /// resume (autoResume); a paused one shows as not retained.
+    async fn with_retained(&self, mut info: SandboxInfo) -> SandboxInfo {
+        if info.state == SandboxState::Running {
+            info.retained = self.retained(&info.sandbox_id).await;
+        }
+        info
+    }
+
     async fn retained(&self, id: &SandboxId) -> bool {
         matches!(
             self.script(id, script::READ_FATE)
@@ -674,19 +687,11 @@ impl Provider for E2bProvider {
             .list(&self.owner_filter())
             .await
             .map_err(|e| api_error(e, None))?;
-        let infos: Vec<(SandboxInfo, Detail)> = details
-            .into_iter()
-            .filter_map(|d| self.info_from(&d).map(|i| (i, d)))
-            .collect();
-        let checks = infos.into_iter().map(|(mut info, _)| async move {
-            info.retained = self.retained(&info.sandbox_id).await;
-            info
-        });
-        let mut out = Vec::new();
-        for check in checks {
-            out.push(check.await);
-        }
-        Ok(out)
+        // One envd call a sandbox, a few at a time: one after the other, a
+        // list of a hundred sandboxes took a hundred round trips to E2B.
+        let infos: Vec<SandboxInfo> = details.iter().filter_map(|d| self.info_from(d)).collect();
+        let checks = infos.into_iter().map(|info| self.with_retained(info));
+        Ok(stream::iter(checks).buffered(LIST_CHECKS).collect().await)
     }
 
     /// A remote sandbox's cow shares are copies, compared with the
@@ -708,9 +713,8 @@ impl Provider for E2bProvider {
     }
 
     async fn info(&self, id: &SandboxId) -> Result<SandboxInfo> {
-        let mut info = self.refresh(id).await?.info;
-        info.retained = self.retained(id).await;
-        Ok(info)
+        let info = self.refresh(id).await?.info;
+        Ok(self.with_retained(info).await)
     }
 
     async fn exec(&self, id: &SandboxId, request: ExecRequest) -> Result<ExecOutput> {

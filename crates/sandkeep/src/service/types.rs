@@ -257,7 +257,8 @@ pub struct SandboxEntry {
     /// Unix seconds.
     pub expires_at: u64,
     /// True once a task was started in it: no session end destroys it; it
-    /// lives until expires_at or kill_sandbox.
+    /// lives until expires_at or kill_sandbox. (On the e2b provider a
+    /// paused sandbox shows false: reading its mark would resume it.)
     pub retained: bool,
     /// The isolation level the sandbox got.
     pub isolation: String,

@@ -1255,3 +1255,46 @@ async fn the_sandbox_list_follows_e2bs_next_page_token() {
         p.kill(id).await.expect("kill");
     }
 }
+
+/// Pausing, listing or looking at a sandbox must not wake it: an
+/// `on_timeout: pause` sandbox is created with E2B's autoResume, so any
+/// envd call (such as reading its retention mark) would resume it, and
+/// keep it billed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pausing_listing_and_looking_leave_a_paused_sandbox_paused() {
+    use sandkeep::provider::SandboxState;
+
+    if !require(
+        rustix::process::geteuid().is_root(),
+        "the endpoint's local sandboxes freeze as root",
+    ) {
+        return;
+    }
+    let endpoint = Endpoint::start();
+    let p = provider(&endpoint);
+    let id = p
+        .create(CreateSpec {
+            on_timeout: sandkeep::provider::OnTimeout::Pause,
+            ..spec()
+        })
+        .await
+        .expect("create")
+        .sandbox_id;
+    let paused = p.pause(&id).await.expect("pause");
+    assert_eq!(paused.state, SandboxState::Paused);
+    let listed = p.list().await.expect("list");
+    let state = |infos: &[sandkeep::provider::SandboxInfo]| {
+        infos
+            .iter()
+            .find(|i| i.sandbox_id == id)
+            .map(|i| i.state)
+            .expect("the sandbox is listed")
+    };
+    assert_eq!(state(&listed), SandboxState::Paused);
+    assert_eq!(
+        p.info(&id).await.expect("info").state,
+        SandboxState::Paused,
+        "the list resumed the sandbox"
+    );
+    p.kill(&id).await.unwrap();
+}
