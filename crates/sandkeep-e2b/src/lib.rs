@@ -499,6 +499,15 @@ impl E2bProvider {
         }
     }
 
+    /// Whether this process saw the sandbox retained (a fate, once
+    /// decided, is kept).
+    fn seen_retained(&self, id: &SandboxId) -> bool {
+        self.retained
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains(id)
+    }
+
     /// `info` with its retention mark, which lives in the sandbox: read
     /// with an envd call, so not of a paused sandbox, which the call would
     /// resume (autoResume); a paused one shows as not retained.
@@ -669,8 +678,21 @@ impl Provider for E2bProvider {
     }
 
     async fn kill_unless_retained(&self, id: &SandboxId) -> Result<Release> {
+        if self.seen_retained(id) {
+            return Ok(Release::Retained);
+        }
+        // The fate is decided in the sandbox, by an envd call, which
+        // resumes a paused one (autoResume): a retained one is paused
+        // again, as it was.
+        let paused =
+            matches!(self.refresh(id).await, Ok(k) if k.info.state == SandboxState::Paused);
         match self.decide(id, Fate::Released).await {
-            Ok(Fate::Retained) => Ok(Release::Retained),
+            Ok(Fate::Retained) => {
+                if paused {
+                    self.pause(id).await?;
+                }
+                Ok(Release::Retained)
+            }
             Ok(Fate::Released) => Ok(if self.kill(id).await? {
                 Release::Destroyed
             } else {
@@ -966,13 +988,15 @@ impl Provider for E2bProvider {
     }
 
     async fn retain(&self, id: &SandboxId) -> Result<()> {
-        let retained = || self.retained.lock().unwrap_or_else(|p| p.into_inner());
-        if retained().contains(id) {
+        if self.seen_retained(id) {
             return Ok(());
         }
         match self.decide(id, Fate::Retained).await? {
             Fate::Retained => {
-                retained().insert(id.clone());
+                self.retained
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(id.clone());
                 Ok(())
             }
             // Its session ended first and it is being destroyed.

@@ -1298,3 +1298,46 @@ async fn pausing_listing_and_looking_leave_a_paused_sandbox_paused() {
     );
     p.kill(&id).await.unwrap();
 }
+
+/// A session's end leaves a retained paused sandbox paused, whether the
+/// provider that ends it saw the retention itself or (another server
+/// process) must read the mark in the sandbox, which resumes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_end_leaves_a_retained_paused_sandbox_paused() {
+    use sandkeep::provider::SandboxState;
+
+    if !require(
+        rustix::process::geteuid().is_root(),
+        "the endpoint's local sandboxes freeze as root",
+    ) {
+        return;
+    }
+    let endpoint = Endpoint::start();
+    let p = provider(&endpoint);
+    let id = p
+        .create(CreateSpec {
+            on_timeout: sandkeep::provider::OnTimeout::Pause,
+            ..spec()
+        })
+        .await
+        .expect("create")
+        .sandbox_id;
+    p.retain(&id).await.expect("retain");
+    p.pause(&id).await.expect("pause");
+    for (who, p) in [
+        ("the same provider", &p),
+        ("another server's", &provider(&endpoint)),
+    ] {
+        assert_eq!(
+            p.kill_unless_retained(&id).await.expect("session end"),
+            Release::Retained,
+            "{who}"
+        );
+        assert_eq!(
+            p.info(&id).await.expect("info").state,
+            SandboxState::Paused,
+            "{who}: the session's end resumed the sandbox"
+        );
+    }
+    p.kill(&id).await.unwrap();
+}
