@@ -168,6 +168,10 @@ pub struct NewSandbox {
     /// SDKs' `lifecycle: {onTimeout: "pause"}`).
     #[serde(default)]
     auto_pause: Option<bool>,
+    /// `false`: that pause keeps the files only, its processes end (the
+    /// SDKs' `on_timeout: {mode: "filesystem"}` / `keep_memory: False`).
+    #[serde(default)]
+    auto_pause_memory: Option<bool>,
     /// `{"enabled": true}`: traffic resumes the sandbox while paused (the
     /// SDKs' `lifecycle: {autoResume: true}`, which needs `onTimeout:
     /// "pause"`).
@@ -200,13 +204,18 @@ async fn create(e2b: &E2b, body: &[u8], default_timeout: u64) -> Response {
         Ok(p) => p,
         Err(e) => return error(StatusCode::BAD_REQUEST, e),
     };
-    let auto_pause = request.auto_pause == Some(true);
+    let on_timeout = match (request.auto_pause, request.auto_pause_memory) {
+        (Some(true), Some(false)) => OnTimeout::PauseFiles,
+        (Some(true), _) => OnTimeout::Pause,
+        _ => OnTimeout::Kill,
+    };
     let auto_resume = request.auto_resume.is_some_and(|a| a.enabled);
-    if auto_resume && !auto_pause {
+    if auto_resume && on_timeout != OnTimeout::Pause {
         return error(
             StatusCode::BAD_REQUEST,
-            "autoResume needs autoPause (lifecycle onTimeout \"pause\"): a sandbox that is \
-             killed at its deadline is never paused",
+            "autoResume needs autoPause (lifecycle onTimeout \"pause\") keeping the memory: a \
+             sandbox killed at its deadline is never paused, and one paused keeping its files \
+             only is resumed by connect",
         );
     }
     let spec = CreateSpec {
@@ -217,11 +226,7 @@ async fn create(e2b: &E2b, body: &[u8], default_timeout: u64) -> Response {
         allow_hosts: policy.allow_hosts,
         limits: Default::default(),
         shares: e2b.shares.clone(),
-        on_timeout: if auto_pause {
-            OnTimeout::Pause
-        } else {
-            OnTimeout::Kill
-        },
+        on_timeout,
     };
     let info = match e2b.provider.create(spec).await {
         Ok(info) => info,
@@ -374,8 +379,14 @@ pub async fn info(State(e2b): State<Arc<E2b>>, Path(id): Path<String>) -> Respon
             let mut v = listed_json(&info, &record);
             v["envdAccessToken"] = json!(record.access_token);
             v["allowInternetAccess"] = json!(info.network != Some(Network::None));
+            // E2B names a filesystem-only auto-pause "pause" too.
+            let on_timeout = if info.on_timeout.pauses() {
+                "pause"
+            } else {
+                "kill"
+            };
             v["lifecycle"] = json!({
-                "onTimeout": info.on_timeout.to_string(),
+                "onTimeout": on_timeout,
                 "autoResume": record.auto_resume,
             });
             Json(v).into_response()

@@ -610,10 +610,11 @@ impl Provider for E2bProvider {
                 env_vars: &spec.envs,
                 secure: true,
                 allow_internet_access: network == Network::Internet,
-                auto_pause: spec.on_timeout == OnTimeout::Pause,
+                auto_pause: spec.on_timeout.pauses(),
+                auto_pause_memory: (spec.on_timeout == OnTimeout::PauseFiles).then_some(false),
                 // A connection to an exposed port resumes a paused sandbox
                 // (SPEC §17); E2B's proxy does so only with `autoResume`,
-                // which it takes only with `autoPause`.
+                // which it takes only with a pause that keeps the memory.
                 auto_resume: (spec.on_timeout == OnTimeout::Pause)
                     .then_some(rest::AutoResume { enabled: true }),
             })

@@ -43,6 +43,10 @@ pub struct NewSandbox<'a> {
     /// The deadline pauses instead of killing (`on_timeout: pause`).
     #[serde(rename = "autoPause")]
     pub auto_pause: bool,
+    /// `false`: that pause keeps the files only (`on_timeout:
+    /// pause_files`); absent: E2B's default, a full pause.
+    #[serde(rename = "autoPauseMemory", skip_serializing_if = "Option::is_none")]
+    pub auto_pause_memory: Option<bool>,
     /// Traffic to the sandbox while paused resumes it (E2B's `autoResume`,
     /// which needs `autoPause`).
     #[serde(rename = "autoResume", skip_serializing_if = "Option::is_none")]

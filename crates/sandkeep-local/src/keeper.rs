@@ -888,8 +888,13 @@ fn watch(dir: &SandboxDir, sandbox: &mut Running) {
                     expires_at = m.info.expires_at;
                     continue;
                 }
-                Ok(m) if m.info.on_timeout == OnTimeout::Pause => {
-                    match pause::pause(dir) {
+                Ok(m) if m.info.on_timeout.pauses() => {
+                    let pause = if m.info.on_timeout == OnTimeout::PauseFiles {
+                        pause::pause_files_only
+                    } else {
+                        pause::pause
+                    };
+                    match pause(dir) {
                         Ok(_) | Err(ProviderError::AlreadyInState { .. }) => paused = true,
                         Err(e) => {
                             eprintln!(

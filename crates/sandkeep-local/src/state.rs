@@ -363,7 +363,7 @@ impl Meta {
     pub fn in_service(&self, now: u64) -> bool {
         self.info.expires_at > now
             || self.info.state == SandboxState::Paused
-            || self.info.on_timeout == OnTimeout::Pause
+            || self.info.on_timeout.pauses()
     }
 }
 

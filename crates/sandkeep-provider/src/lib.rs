@@ -154,6 +154,17 @@ pub enum OnTimeout {
     Kill,
     /// It is paused, to be resumed later (E2B's auto-pause).
     Pause,
+    /// It is paused keeping its files only: its processes end, so a resume
+    /// starts it without them (E2B's filesystem-only auto-pause,
+    /// `autoPauseMemory: false`).
+    PauseFiles,
+}
+
+impl OnTimeout {
+    /// Whether the deadline pauses the sandbox rather than destroying it.
+    pub fn pauses(self) -> bool {
+        self != Self::Kill
+    }
 }
 
 impl fmt::Display for OnTimeout {
@@ -161,6 +172,7 @@ impl fmt::Display for OnTimeout {
         f.write_str(match self {
             Self::Kill => "kill",
             Self::Pause => "pause",
+            Self::PauseFiles => "pause_files",
         })
     }
 }

@@ -2,7 +2,8 @@
 //! sandbox's processes get no CPU and go on where they were when resumed,
 //! commands on it still run (outside the freezer: how the task tools
 //! read a paused sandbox), its deadline does not fire, an `on_timeout:
-//! pause` sandbox pauses at its deadline, the state outlives the provider
+//! pause` sandbox pauses at its deadline (a `pause_files` one ending its
+//! processes), the state outlives the provider
 //! that set it, a paused sandbox can be killed, and the wrong transition
 //! is refused. Here (as the rest of this binary) under cgroup v1's
 //! freezer, and under v2's `cgroup.freeze` in scripts/cgroup-v2-vm.
@@ -221,6 +222,45 @@ async fn on_timeout_pause_pauses_at_the_deadline_and_a_paused_sandbox_can_be_kil
         || async { host_pids_with(&name).is_empty() },
     )
     .await;
+}
+
+/// `on_timeout: pause_files` (E2B's filesystem-only auto-pause): at the
+/// deadline the sandbox's processes end and it pauses; resumed, its files
+/// are there and its processes are not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_timeout_pause_files_ends_the_processes_at_the_deadline_and_keeps_the_files() {
+    if !require(root(), "cgroup freezing is set up as root") {
+        return;
+    }
+    let home = state_dir();
+    let p = provider(home.path());
+    let info = p
+        .create(CreateSpec {
+            on_timeout: OnTimeout::PauseFiles,
+            ..spec(8 * u64::from(patience()))
+        })
+        .await
+        .expect("create");
+    let id = &info.sandbox_id;
+    let name = tag("autopause-files-");
+    start_counter(&p, id, &name).await;
+    until(
+        Duration::from_secs(15) * patience(),
+        "the sandbox paused at its deadline",
+        || async { p.info(id).await.expect("alive").state == SandboxState::Paused },
+    )
+    .await;
+    until(
+        Duration::from_secs(10),
+        "no process left of the sandbox's counter",
+        || async { host_pids_with(&name).is_empty() },
+    )
+    .await;
+    p.resume(id, Some(60)).await.expect("resume");
+    let kept = count(&p, id).await;
+    assert!(kept > 0, "the counter's file kept");
+    assert!(host_pids_with(&name).is_empty(), "a process came back");
+    assert!(p.kill(id).await.unwrap());
 }
 
 /// A paused sandbox whose keeper was SIGKILLed is cleaned up by the next

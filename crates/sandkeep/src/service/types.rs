@@ -277,7 +277,9 @@ pub struct SandboxEntry {
     /// "running", or "paused" (every process frozen, no deadline until
     /// resume_sandbox).
     pub state: String,
-    /// What its deadline does: "kill" or "pause".
+    /// What its deadline does: "kill", "pause", or "pause_files" (a pause
+    /// that ends its processes and keeps its files: E2B's filesystem-only
+    /// auto-pause, asked for through the E2B endpoint).
     pub on_timeout: String,
 }
 

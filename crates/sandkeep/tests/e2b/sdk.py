@@ -1151,6 +1151,47 @@ def _():
         sbx.kill()
 
 
+@check("auto_pause_filesystem_only")
+def _():
+    # lifecycle on_timeout {action: pause, mode: filesystem}: at the deadline
+    # the processes end and the files stay; connect resumes it without
+    # them. Its info says "pause" as E2B's does. With auto_resume it is
+    # refused (the SDKs refuse it first; the API too).
+    request = urllib.request.Request(
+        os.environ["E2B_API_URL"] + "/sandboxes",
+        data=json.dumps(
+            {
+                "templateID": "base",
+                "autoPause": True,
+                "autoPauseMemory": False,
+                "autoResume": {"enabled": True},
+            }
+        ).encode(),
+        headers={"X-API-Key": os.environ["E2B_API_KEY"], "Content-Type": "application/json"},
+        method="POST",
+    )
+    try:
+        urllib.request.urlopen(request, timeout=30)
+        raise AssertionError("autoResume with a filesystem-only autoPause was accepted")
+    except urllib.error.HTTPError as e:
+        assert e.code == 400, e.code
+    sbx = make(timeout=5, lifecycle={"on_timeout": {"action": "pause", "mode": "filesystem"}})
+    try:
+        sbx.files.write("/home/user/auto-fs-marker.txt", "persisted")
+        sbx.commands.run("sleep 1000", background=True, timeout=0)
+        _until(
+            "the pause at the deadline",
+            lambda: Sandbox.get_info(sbx.sandbox_id).state == SandboxState.PAUSED,
+        )
+        assert Sandbox.get_info(sbx.sandbox_id).lifecycle["on_timeout"] == "pause"
+        resumed = Sandbox.connect(sbx.sandbox_id, timeout=60)
+        assert resumed.files.read("/home/user/auto-fs-marker.txt") == "persisted"
+        r = resumed.commands.run("pgrep -x sleep || echo none")
+        assert r.stdout == "none\n", r
+    finally:
+        sbx.kill()
+
+
 @check("snapshots_and_fork")
 def _():
     # A snapshot holds the files, a sandbox made from it sees them and is

@@ -324,6 +324,11 @@ async fn sdk_pause_filesystem_only_ends_the_processes_and_keeps_the_files() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sdk_a_filesystem_only_auto_pause_ends_the_processes_at_the_deadline() {
+    sdk_check("auto_pause_filesystem_only").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sdk_snapshots_and_fork() {
     sdk_check("snapshots_and_fork").await;
 }
