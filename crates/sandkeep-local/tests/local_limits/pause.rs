@@ -180,6 +180,27 @@ async fn the_deadline_waits_while_paused_and_the_state_outlives_the_server() {
     .await;
 }
 
+/// A sandbox of a new state directory whose deadline, a few seconds
+/// away, does `on_timeout`.
+async fn short_lived(
+    on_timeout: OnTimeout,
+) -> (
+    tempfile::TempDir,
+    LocalProvider,
+    sandkeep_provider::SandboxInfo,
+) {
+    let home = state_dir();
+    let p = provider(home.path());
+    let info = p
+        .create(CreateSpec {
+            on_timeout,
+            ..spec(8 * u64::from(patience()))
+        })
+        .await
+        .expect("create");
+    (home, p, info)
+}
+
 /// `on_timeout: pause`: at the deadline the sandbox pauses, its processes
 /// kept; resumed, they go on; killed while paused, nothing is left.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -187,15 +208,7 @@ async fn on_timeout_pause_pauses_at_the_deadline_and_a_paused_sandbox_can_be_kil
     if !require(root(), "cgroup freezing is set up as root") {
         return;
     }
-    let home = state_dir();
-    let p = provider(home.path());
-    let info = p
-        .create(CreateSpec {
-            on_timeout: OnTimeout::Pause,
-            ..spec(8 * u64::from(patience()))
-        })
-        .await
-        .expect("create");
+    let (_home, p, info) = short_lived(OnTimeout::Pause).await;
     let id = &info.sandbox_id;
     assert_eq!(info.on_timeout, OnTimeout::Pause);
     let name = tag("autopause-");
@@ -232,15 +245,7 @@ async fn on_timeout_pause_files_ends_the_processes_at_the_deadline_and_keeps_the
     if !require(root(), "cgroup freezing is set up as root") {
         return;
     }
-    let home = state_dir();
-    let p = provider(home.path());
-    let info = p
-        .create(CreateSpec {
-            on_timeout: OnTimeout::PauseFiles,
-            ..spec(8 * u64::from(patience()))
-        })
-        .await
-        .expect("create");
+    let (_home, p, info) = short_lived(OnTimeout::PauseFiles).await;
     let id = &info.sandbox_id;
     let name = tag("autopause-files-");
     start_counter(&p, id, &name).await;

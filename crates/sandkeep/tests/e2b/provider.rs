@@ -1139,24 +1139,17 @@ async fn snapshots_map_onto_e2bs_snapshot_api() {
     }
 }
 
-/// An `on_timeout: pause` sandbox is created with E2B's `autoResume`, so
-/// a connection to an exposed port of it while paused resumes it first
-/// (SPEC §17), as a local forward does: here through the endpoint, as
-/// E2B's edge would route it.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_on_timeout_pause_sandbox_is_resumed_by_a_request_for_its_port() {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-
+/// A new endpoint and an `on_timeout: pause` sandbox of it, which the e2b
+/// provider creates with E2B's autoResume; `None` (skipped, loudly, or
+/// failed under CI) where the endpoint's local sandboxes cannot freeze.
+async fn auto_resume_sandbox() -> Option<(Endpoint, E2bProvider, SandboxId)> {
     if !require(
         rustix::process::geteuid().is_root(),
         "the endpoint's local sandboxes freeze as root",
     ) {
-        return;
+        return None;
     }
     let endpoint = Endpoint::start();
-    if endpoint.shared() {
-        return eprintln!("skipped: a real E2B account's host names need its edge");
-    }
     let p = provider(&endpoint);
     let id = p
         .create(CreateSpec {
@@ -1166,6 +1159,24 @@ async fn an_on_timeout_pause_sandbox_is_resumed_by_a_request_for_its_port() {
         .await
         .expect("create")
         .sandbox_id;
+    Some((endpoint, p, id))
+}
+
+/// An `on_timeout: pause` sandbox is created with E2B's `autoResume`, so
+/// a connection to an exposed port of it while paused resumes it first
+/// (SPEC §17), as a local forward does: here through the endpoint, as
+/// E2B's edge would route it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_on_timeout_pause_sandbox_is_resumed_by_a_request_for_its_port() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let Some((endpoint, p, id)) = auto_resume_sandbox().await else {
+        return;
+    };
+    if endpoint.shared() {
+        p.kill(&id).await.unwrap();
+        return eprintln!("skipped: a real E2B account's host names need its edge");
+    }
     sh(
         &p,
         &id,
@@ -1264,22 +1275,9 @@ async fn the_sandbox_list_follows_e2bs_next_page_token() {
 async fn pausing_listing_and_looking_leave_a_paused_sandbox_paused() {
     use sandkeep::provider::SandboxState;
 
-    if !require(
-        rustix::process::geteuid().is_root(),
-        "the endpoint's local sandboxes freeze as root",
-    ) {
+    let Some((_endpoint, p, id)) = auto_resume_sandbox().await else {
         return;
-    }
-    let endpoint = Endpoint::start();
-    let p = provider(&endpoint);
-    let id = p
-        .create(CreateSpec {
-            on_timeout: sandkeep::provider::OnTimeout::Pause,
-            ..spec()
-        })
-        .await
-        .expect("create")
-        .sandbox_id;
+    };
     let paused = p.pause(&id).await.expect("pause");
     assert_eq!(paused.state, SandboxState::Paused);
     let listed = p.list().await.expect("list");
@@ -1306,22 +1304,9 @@ async fn pausing_listing_and_looking_leave_a_paused_sandbox_paused() {
 async fn a_session_end_leaves_a_retained_paused_sandbox_paused() {
     use sandkeep::provider::SandboxState;
 
-    if !require(
-        rustix::process::geteuid().is_root(),
-        "the endpoint's local sandboxes freeze as root",
-    ) {
+    let Some((endpoint, p, id)) = auto_resume_sandbox().await else {
         return;
-    }
-    let endpoint = Endpoint::start();
-    let p = provider(&endpoint);
-    let id = p
-        .create(CreateSpec {
-            on_timeout: sandkeep::provider::OnTimeout::Pause,
-            ..spec()
-        })
-        .await
-        .expect("create")
-        .sandbox_id;
+    };
     p.retain(&id).await.expect("retain");
     p.pause(&id).await.expect("pause");
     for (who, p) in [

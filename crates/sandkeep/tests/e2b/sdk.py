@@ -1067,6 +1067,21 @@ def _():
         sbx.kill()
 
 
+def _refused_create(fields, what):
+    # A create the SDKs would refuse themselves, sent raw: the API's 400.
+    request = urllib.request.Request(
+        os.environ["E2B_API_URL"] + "/sandboxes",
+        data=json.dumps({"templateID": "base", **fields}).encode(),
+        headers={"X-API-Key": os.environ["E2B_API_KEY"], "Content-Type": "application/json"},
+        method="POST",
+    )
+    try:
+        urllib.request.urlopen(request, timeout=30)
+        raise AssertionError(what + " was accepted")
+    except urllib.error.HTTPError as e:
+        assert e.code == 400, e.code
+
+
 @check("auto_resume")
 def _():
     # lifecycle auto_resume: traffic to a paused sandbox resumes it, a
@@ -1074,17 +1089,7 @@ def _():
     # E2B's 502 and it stays paused until connect. Its info carries the
     # lifecycle.
     # autoResume needs autoPause (the SDKs refuse it first; the API too).
-    request = urllib.request.Request(
-        os.environ["E2B_API_URL"] + "/sandboxes",
-        data=json.dumps({"templateID": "base", "autoResume": {"enabled": True}}).encode(),
-        headers={"X-API-Key": os.environ["E2B_API_KEY"], "Content-Type": "application/json"},
-        method="POST",
-    )
-    try:
-        urllib.request.urlopen(request, timeout=30)
-        raise AssertionError("autoResume without autoPause was accepted")
-    except urllib.error.HTTPError as e:
-        assert e.code == 400, e.code
+    _refused_create({"autoResume": {"enabled": True}}, "autoResume without autoPause")
     sbx = make(lifecycle={"on_timeout": "pause", "auto_resume": True})
     plain = make(lifecycle={"on_timeout": "pause"})
     try:
@@ -1157,24 +1162,10 @@ def _():
     # the processes end and the files stay; connect resumes it without
     # them. Its info says "pause" as E2B's does. With auto_resume it is
     # refused (the SDKs refuse it first; the API too).
-    request = urllib.request.Request(
-        os.environ["E2B_API_URL"] + "/sandboxes",
-        data=json.dumps(
-            {
-                "templateID": "base",
-                "autoPause": True,
-                "autoPauseMemory": False,
-                "autoResume": {"enabled": True},
-            }
-        ).encode(),
-        headers={"X-API-Key": os.environ["E2B_API_KEY"], "Content-Type": "application/json"},
-        method="POST",
+    _refused_create(
+        {"autoPause": True, "autoPauseMemory": False, "autoResume": {"enabled": True}},
+        "autoResume with a filesystem-only autoPause",
     )
-    try:
-        urllib.request.urlopen(request, timeout=30)
-        raise AssertionError("autoResume with a filesystem-only autoPause was accepted")
-    except urllib.error.HTTPError as e:
-        assert e.code == 400, e.code
     sbx = make(timeout=5, lifecycle={"on_timeout": {"action": "pause", "mode": "filesystem"}})
     try:
         sbx.files.write("/home/user/auto-fs-marker.txt", "persisted")
