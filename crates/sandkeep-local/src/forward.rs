@@ -50,6 +50,10 @@ const FIRST_SLOT: u64 = 1;
 /// and which one.
 const SIDES: u64 = 2;
 /// The pipe of each direction of a connection: what one `splice` moves.
+/// A 1 MiB pipe took fewer splices but no less CPU per MiB in all (the
+/// server's rose as the keeper's fell; so did `SPLICE_F_MORE` and 4 MiB
+/// socket buffers): what a bulk transfer costs here is the kernel's work
+/// for the second loopback connection (docs/benchmarks-log.md, 20:30).
 const PIPE_BYTES: usize = 256 * 1024;
 /// Splices per connection and direction in one round: 4 MiB, a few
 /// milliseconds.

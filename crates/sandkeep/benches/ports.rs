@@ -35,7 +35,7 @@ const ROUNDS: usize = 3;
 const HTTP_PORT: u16 = 8000;
 const SINK_PORT: u16 = 9000;
 
-const SERVER: &str = r#"import socket, sys, threading
+const SERVER: &str = r#"import socket, sys, threading, time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 class Ok(BaseHTTPRequestHandler):
@@ -52,13 +52,13 @@ class Ok(BaseHTTPRequestHandler):
         pass
 
 def count(conn):
-    n = 0
+    n, cpu = 0, time.thread_time()
     while True:
         b = conn.recv(1 << 20)
         if not b:
             break
         n += len(b)
-    conn.sendall(str(n).encode())
+    conn.sendall(f"{n} {time.thread_time() - cpu}".encode())
     conn.close()
 
 def sink():
@@ -72,6 +72,15 @@ ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), Ok).serve_forever()
 
 const CLIENT: &str = r#"import http.client, json, socket, statistics, sys, time
 host, http_port, sink_port = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+# The keeper's pid on the host side, whose CPU time is read around the
+# transfer; "0" inside, where it cannot be seen.
+keeper = sys.argv[4]
+
+def keeper_ns():
+    if keeper == "0":
+        return 0
+    with open(f"/proc/{keeper}/schedstat") as f:
+        return int(f.read().split()[0])
 
 def first():
     t = time.perf_counter()
@@ -85,15 +94,19 @@ def first():
 firsts = [first() for _ in range(50)]
 chunk = b"x" * (1 << 20)
 s = socket.create_connection((host, sink_port))
-t = time.perf_counter()
+t, cpu, kept = time.perf_counter(), time.process_time(), keeper_ns()
 for _ in range(100):
     s.sendall(chunk)
 s.shutdown(socket.SHUT_WR)
-n = int(s.recv(64))
+n, server_cpu = s.recv(64).split()
 took = time.perf_counter() - t
-assert n == 100 << 20, n
+assert int(n) == 100 << 20, n
 print(json.dumps({"first_ms": statistics.median(firsts) * 1e3,
-                  "mib_s": 100 / took}))
+                  "mib_s": 100 / took,
+                  # CPU per MiB of each process of the transfer, in µs.
+                  "client_us": (time.process_time() - cpu) * 1e4,
+                  "server_us": float(server_cpu) * 1e4,
+                  "keeper_us": (keeper_ns() - kept) / 1e5}))
 "#;
 
 /// Request latency, paired: one client process on the host with two
@@ -128,6 +141,9 @@ print(json.dumps({"fwd_ms": statistics.median(took[fwd][1:]) * 1e3,
 struct Figures {
     first_ms: f64,
     mib_s: f64,
+    client_us: f64,
+    server_us: f64,
+    keeper_us: f64,
 }
 
 #[derive(Debug, Deserialize)]
@@ -184,7 +200,7 @@ fn main() {
             .await
             .expect("start the servers");
         let inside = |host: &str, http: u16, sink: u16| {
-            let command = format!("python3 /tmp/client.py {host} {http} {sink}");
+            let command = format!("python3 /tmp/client.py {host} {http} {sink} 0");
             let (service, session, id) = (&service, &session, id.clone());
             async move {
                 let out = service
@@ -259,7 +275,7 @@ fn main() {
         let mut keeper_ns = 0;
         for _ in 0..ROUNDS {
             ins.push(inside("127.0.0.1", HTTP_PORT, SINK_PORT).await);
-            fwd.push(on_host(http, sink));
+            fwd.push(on_host(http, sink, keeper));
             // The keeper has joined the sandbox's network namespace.
             let before = cpu_ns(keeper);
             lat.push(paired(http, keeper, HTTP_PORT));
@@ -276,7 +292,29 @@ fn main() {
         let lat_fwd = median(lat.iter().map(|l| l.fwd_ms).collect());
         let (first_in, first_fwd) = (med(&ins, |f| f.first_ms), med(&fwd, |f| f.first_ms));
         let grown = pss_after.saturating_sub(pss_before);
+        for (f, i) in fwd.iter().zip(&ins) {
+            println!(
+                "  100 MiB, one round: {:.0} MiB/s through the forward, {:.0} inside ({:.2}x)",
+                f.mib_s,
+                i.mib_s,
+                f.mib_s / i.mib_s
+            );
+        }
         println!("100 MiB: {rate_fwd:.0} MiB/s through the forward, {rate_in:.0} MiB/s inside");
+        let cpu = |v: &[Figures]| {
+            let m = |f: fn(&Figures) -> f64| med(v, f);
+            format!(
+                "client {:.0}, keeper {:.0}, server {:.0}",
+                m(|f| f.client_us),
+                m(|f| f.keeper_us),
+                m(|f| f.server_us)
+            )
+        };
+        println!(
+            "CPU per MiB, µs: through the forward {}; inside {}",
+            cpu(&fwd),
+            cpu(&ins)
+        );
         println!(
             "HTTP keep-alive request, in turns: {lat_fwd:.3} ms through the forward, {lat_in:.3} ms in the sandbox's namespace"
         );
@@ -305,10 +343,15 @@ fn median(mut x: Vec<f64>) -> f64 {
 }
 
 /// The client's figures through the forward, run on the host.
-fn on_host(http: u16, sink: u16) -> Figures {
+fn on_host(http: u16, sink: u16, keeper: u32) -> Figures {
     host_python(
         CLIENT,
-        &["127.0.0.1".into(), http.to_string(), sink.to_string()],
+        &[
+            "127.0.0.1".into(),
+            http.to_string(),
+            sink.to_string(),
+            keeper.to_string(),
+        ],
     )
 }
 
