@@ -132,9 +132,10 @@ struct Round {
 /// request one after another, as wrk does: the request's bytes written
 /// whole, the answer read until the chunked body's last chunk and checked
 /// by a substring. No HTTP client library: the client shares the server's
-/// two cores, and a general client's own work per call (reqwest's, measured
-/// at 2026-12-07 20:55 as about half of the p99 wrk sees against the same
-/// server) would be counted as the server's tail.
+/// two cores, and a general client's own work per call is counted as the
+/// server's tail (with reqwest here the p99 was 97–108 ms where wrk saw
+/// 22–38 ms against the same server: docs/benchmarks-log.md, 2026-12-07
+/// 20:30).
 async fn round(url: &str, ask: Ask, handle: &Value) -> Round {
     let (method, name, body) = match ask {
         Ask::ToolsList => modern_request("tools/list", json!({})),
