@@ -350,8 +350,9 @@ pub struct Meta {
     #[serde(default)]
     pub process_only: bool,
     /// When the sandbox was ready (its filesystem built, nothing of its
-    /// own run yet), in Unix nanoseconds: what changed in its `/etc`
-    /// since is what a snapshot takes of it (`snapshots`).
+    /// own run yet), in Unix nanoseconds on the clock of file change
+    /// times (`sys::file_clock_now_ns`): what changed in its `/etc` since
+    /// is what a snapshot takes of it (`snapshots`).
     #[serde(default)]
     pub ready_ns: u64,
 }
