@@ -816,10 +816,14 @@ impl Provider for E2bProvider {
         })
     }
 
-    /// The snapshots of this owner's sandboxes, running or paused: E2B's
-    /// list says which sandbox a snapshot was taken of only when asked by
-    /// sandbox, so a killed sandbox's snapshots are not listed (they can
-    /// still be created from and deleted by id). Size and time unknown (0).
+    /// The snapshots of this owner's sandboxes, running or paused. E2B's
+    /// `GET /snapshots` without `sandboxID` lists every snapshot of the
+    /// team, but each as its id and names alone: not the sandbox it was
+    /// taken of, nor whose it is (other servers' and people's under the
+    /// same key), nor its size or time. Asked by sandbox, it answers for
+    /// running and paused ones only, so a killed sandbox's snapshots are
+    /// not listed (they can still be created from and deleted by id).
+    /// Size and time unknown (0).
     async fn list_snapshots(&self) -> Result<Vec<SnapshotInfo>> {
         let sandboxes = self
             .rest

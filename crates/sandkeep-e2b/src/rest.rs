@@ -322,10 +322,12 @@ impl Rest {
     }
 
     /// Deletes a snapshot (a template to E2B): `Ok(false)` when there was
-    /// none.
+    /// none. The id is one path segment however it is written (E2B's are
+    /// `team-slug/name:tag`), encoded as E2B's SDKs encode it.
     pub async fn delete_template(&self, id: &str) -> Result<bool, RestError> {
+        let segment: String = form_urlencoded::byte_serialize(id.as_bytes()).collect();
         let (status, _, bytes) = self
-            .call(Method::DELETE, &format!("/templates/{id}"), None, true)
+            .call(Method::DELETE, &format!("/templates/{segment}"), None, true)
             .await?;
         match status {
             s if s.is_success() => Ok(true),

@@ -452,7 +452,7 @@ fn start(home: &Home, dir: &SandboxDir) -> Result<Running, SetupError> {
         init,
         helper,
         process_only,
-        ready_ns: sandkeep_provider::unix_now_ns(),
+        ready_ns: sys::file_clock_now_ns(),
     };
     state::write_json(&dir.meta(), &meta).map_err(|source| SetupError::Record {
         step: "write",

@@ -350,8 +350,12 @@ pub struct Meta {
     #[serde(default)]
     pub process_only: bool,
     /// When the sandbox was ready (its filesystem built, nothing of its
-    /// own run yet), in Unix nanoseconds: what changed in its `/etc`
-    /// since is what a snapshot takes of it (`snapshots`).
+    /// own run yet), in Unix nanoseconds on the clock of file change
+    /// times (`sys::file_clock_now_ns`): what changed in its `/etc` since
+    /// is what a snapshot takes of it (`snapshots`). A change in the
+    /// clock tick before it is taken too (an `/etc` snapshot of the host
+    /// made by this very create, when its last files fall in that tick):
+    /// a larger snapshot, never one short of a change.
     #[serde(default)]
     pub ready_ns: u64,
 }

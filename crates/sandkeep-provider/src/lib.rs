@@ -276,6 +276,23 @@ pub fn snapshot_id_ok(name: &str) -> bool {
         && name.as_bytes()[0].is_ascii_alphanumeric()
 }
 
+/// Whether `id` may name an existing snapshot (to delete it): a snapshot
+/// id ([`snapshot_id_ok`]) or E2B's form of one, `[namespace/]name[:tag]`
+/// with each part one (E2B's snapshots are `team-slug/name:tag`, or
+/// `templateID:tag` when unnamed). A provider that makes paths of ids
+/// checks [`snapshot_id_ok`] itself.
+pub fn snapshot_ref_ok(id: &str) -> bool {
+    let (rest, tag) = match id.rsplit_once(':') {
+        Some((rest, tag)) => (rest, Some(tag)),
+        None => (id, None),
+    };
+    let (namespace, name) = match rest.split_once('/') {
+        Some((namespace, name)) => (Some(namespace), name),
+        None => (None, rest),
+    };
+    snapshot_id_ok(name) && namespace.is_none_or(snapshot_id_ok) && tag.is_none_or(snapshot_id_ok)
+}
+
 /// A saved copy of a sandbox's files (SPEC §17): usable as a template.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SnapshotInfo {
@@ -731,7 +748,30 @@ pub trait Provider: Send + Sync {
 
 #[cfg(test)]
 mod tests {
-    use super::Program;
+    use super::{Program, snapshot_id_ok, snapshot_ref_ok};
+
+    /// E2B's snapshot ids pass where an existing snapshot is named, never
+    /// where a local id becomes a path; no form of `..` or an absolute path
+    /// passes either.
+    #[test]
+    fn e2b_snapshot_ids_name_a_snapshot_but_are_no_local_ids() {
+        for id in [
+            "snap-1",
+            "team-slug/my-snapshot:default",
+            "abc123:default",
+            "team/x",
+        ] {
+            assert!(snapshot_ref_ok(id), "{id}");
+        }
+        for id in ["team-slug/my-snapshot:default", "abc123:default"] {
+            assert!(!snapshot_id_ok(id), "{id}");
+        }
+        for id in [
+            "", "..", "../x", "/x", "a/../b", "a/b/c", "a:", ":a", "a/", "/", "a:b:c/d", ".x/y",
+        ] {
+            assert!(!snapshot_ref_ok(id), "{id}");
+        }
+    }
 
     /// A shell given `to_shell`'s line runs exactly the argv, with the
     /// environment added, whatever the words hold.

@@ -15,7 +15,7 @@ impl Service {
         let name = args
             .name
             .as_deref()
-            .map(|n| validate::snapshot_id("name", n))
+            .map(validate::snapshot_name)
             .transpose()?;
         let snapshot = self.provider.snapshot(&id, name).await?;
         Ok(SnapshotResult::from(snapshot))
@@ -35,7 +35,7 @@ impl Service {
         &self,
         args: DeleteSnapshotArgs,
     ) -> Result<DeleteSnapshotResult, ToolError> {
-        let id = validate::snapshot_id("snapshot_id", &args.snapshot_id)?;
+        let id = validate::snapshot_id(&args.snapshot_id)?;
         let deleted = self.provider.delete_snapshot(&id).await?;
         Ok(DeleteSnapshotResult {
             snapshot_id: id,

@@ -59,11 +59,11 @@ pub(crate) fn allowed(tool: &str, param: &str) -> Option<String> {
         (_, "template") => "a non-empty string naming a template, default \"base\"".into(),
         (_, "envs") => "an object mapping variable names (no '=' or NUL) to string values".into(),
         (_, "sandbox_id") => "a sandbox id string of 1-64 characters a-z, 0-9 and '-'".into(),
-        (_, "snapshot_id" | "name") => {
-            "a string of 1-64 characters A-Z, a-z, 0-9, '_', '.' and '-', starting with a letter \
-             or digit"
-                .into()
-        }
+        (_, "name") => SNAPSHOT_NAME_RULE.into(),
+        (_, "snapshot_id") => format!(
+            "{SNAPSHOT_NAME_RULE}, or E2B's form of a snapshot id, [namespace/]name[:tag] with \
+             each part such a string"
+        ),
         ("fork_sandbox", "timeout") => format!(
             "an integer from {SANDBOX_TIMEOUT_MIN} to {SANDBOX_TIMEOUT_MAX} (seconds), default \
              the sandbox's own timeout"
@@ -279,9 +279,23 @@ pub(super) fn port(v: u64) -> Result<crate::provider::Port, ToolError> {
         })
 }
 
-/// A snapshot id or name (it names a directory and a template).
-pub(super) fn snapshot_id(field: &str, v: &str) -> Result<String, ToolError> {
-    if crate::provider::snapshot_id_ok(v) {
+/// What a snapshot's name may be (it names a directory and a template).
+const SNAPSHOT_NAME_RULE: &str =
+    "a string of 1-64 characters A-Z, a-z, 0-9, '_', '.' and '-', starting with a letter or digit";
+
+/// A new snapshot's name.
+pub(super) fn snapshot_name(v: &str) -> Result<String, ToolError> {
+    snapshot(crate::provider::snapshot_id_ok, "name", v)
+}
+
+/// An existing snapshot's id: a name, or E2B's form of an id (an e2b
+/// provider's snapshots; the local provider knows none of that form).
+pub(super) fn snapshot_id(v: &str) -> Result<String, ToolError> {
+    snapshot(crate::provider::snapshot_ref_ok, "snapshot_id", v)
+}
+
+fn snapshot(ok: fn(&str) -> bool, field: &str, v: &str) -> Result<String, ToolError> {
+    if ok(v) {
         return Ok(v.to_owned());
     }
     Err(ToolError::invalid(

@@ -119,6 +119,22 @@ async fn fork_copies_the_files_not_the_processes_and_snapshots_are_listed_and_de
     );
     let again = ok(c, "delete_snapshot", json!({"snapshot_id": "after-build"})).await;
     assert_eq!(again["deleted"], false);
+    // E2B's form of an id is one to name (its snapshots have it), though
+    // no snapshot here has it; a path is none.
+    let e2b_form = ok(
+        c,
+        "delete_snapshot",
+        json!({"snapshot_id": "team-slug/after-build:default"}),
+    )
+    .await;
+    assert_eq!(e2b_form["deleted"], false, "{e2b_form}");
+    let path = err(
+        c,
+        "delete_snapshot",
+        json!({"snapshot_id": "../after-build"}),
+    )
+    .await;
+    assert!(path.contains("`snapshot_id`"), "{path}");
     let gone = err(c, "create_sandbox", json!({"template": "after-build"})).await;
     assert!(gone.contains("unknown template"), "{gone}");
     for sandbox in [&id, &copy, &from] {
