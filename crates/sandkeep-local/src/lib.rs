@@ -356,6 +356,14 @@ impl LocalProvider {
         SandboxId::parse(&format!("sb-{hex}")).map_err(ProviderError::Internal)
     }
 
+    /// A snapshot's generated id, `snap-` and 16 hex digits.
+    fn new_snapshot_id() -> Result<String> {
+        Ok(format!(
+            "snap-{}",
+            Self::new_id()?.as_str().trim_start_matches("sb-")
+        ))
+    }
+
     /// The live record of a sandbox, cleaning it up when its keeper is gone.
     async fn live(&self, id: &SandboxId) -> Result<Meta> {
         let dir = self.home.sandbox(id);
@@ -588,12 +596,50 @@ impl Provider for LocalProvider {
         self.live(id).await?;
         let name = match name {
             Some(name) => name,
-            None => format!(
-                "snap-{}",
-                Self::new_id()?.as_str().trim_start_matches("sb-")
-            ),
+            None => Self::new_snapshot_id()?,
         };
         snapshots::take(self, id, name).await
+    }
+
+    /// The snapshot is taken while the new sandbox is made from `base`
+    /// (each takes about as long as the other), then restored into it
+    /// and deleted: a fork costs less than a snapshot and a create one
+    /// after the other.
+    async fn fork(&self, source: &SandboxId, spec: CreateSpec) -> Result<SandboxInfo> {
+        self.live(source).await?;
+        let name = Self::new_snapshot_id()?;
+        let spec = CreateSpec {
+            template: name.clone(),
+            ..spec
+        };
+        let (snapshot, created) = tokio::join!(
+            snapshots::take(self, source, name.clone()),
+            self.create_from(spec, None)
+        );
+        let restored = match (&snapshot, &created) {
+            (Ok(_), Ok(info)) => match snapshots::archive(&self.home, &name) {
+                Some(archive) => snapshots::restore(self, &info.sandbox_id, &archive).await,
+                None => Err(ProviderError::Unavailable(format!(
+                    "the fork's snapshot {name} is gone"
+                ))),
+            },
+            _ => Ok(()),
+        };
+        let deleted = if snapshot.is_ok() {
+            self.delete_snapshot(&name).await.map(drop)
+        } else {
+            Ok(())
+        };
+        match (snapshot, created, restored) {
+            (Ok(_), Ok(info), Ok(())) => deleted.map(|()| info),
+            (Err(e), created, _) | (_, created, Err(e)) => {
+                if let Ok(info) = created {
+                    let _ = self.kill(&info.sandbox_id).await;
+                }
+                Err(e)
+            }
+            (_, Err(e), _) => Err(e),
+        }
     }
 
     async fn list_snapshots(&self) -> Result<Vec<SnapshotInfo>> {

@@ -720,6 +720,24 @@ pub trait Provider: Send + Sync {
         source.limits
     }
 
+    /// A new sandbox as `spec` says (but for its template) with the files
+    /// of running sandbox `source` (fork_sandbox): a snapshot of it, a
+    /// create from that snapshot, then the snapshot deleted, as the new
+    /// sandbox holds its own copy.
+    async fn fork(&self, source: &SandboxId, spec: CreateSpec) -> Result<SandboxInfo> {
+        let snapshot = self.snapshot(source, None).await?;
+        let created = self
+            .create(CreateSpec {
+                template: snapshot.snapshot_id.clone(),
+                ..spec
+            })
+            .await;
+        let deleted = self.delete_snapshot(&snapshot.snapshot_id).await;
+        let info = created?;
+        deleted?;
+        Ok(info)
+    }
+
     /// Every snapshot, oldest first.
     async fn list_snapshots(&self) -> Result<Vec<SnapshotInfo>> {
         Ok(Vec::new())

@@ -43,10 +43,9 @@ impl Service {
         })
     }
 
-    /// A snapshot of the sandbox, a new sandbox from it with the source's
-    /// network, limits (as the provider repeats them) and shares (its `envs` are not kept anywhere a
-    /// provider can read back), then the snapshot deleted: the new
-    /// sandbox holds its own copy.
+    /// A new sandbox with the files of the source (the provider's fork)
+    /// and its network, limits (as the provider repeats them) and shares
+    /// (its `envs` are not kept anywhere a provider can read back).
     pub async fn fork_sandbox(
         &self,
         session: &Session,
@@ -59,23 +58,22 @@ impl Service {
         };
         let source = self.provider.info(&id).await?;
         let limits = self.provider.fork_limits(&source);
-        let snapshot = self.provider.snapshot(&id, None).await?;
-        let created = self
+        let info = self
             .provider
-            .create(CreateSpec {
-                template: snapshot.snapshot_id.clone(),
-                timeout: timeout.unwrap_or(source.timeout),
-                envs: Default::default(),
-                network: source.network,
-                allow_hosts: source.allow_hosts,
-                limits,
-                shares: source.shares,
-                on_timeout: source.on_timeout,
-            })
-            .await;
-        let deleted = self.provider.delete_snapshot(&snapshot.snapshot_id).await;
-        let info = created?;
-        deleted?;
+            .fork(
+                &id,
+                CreateSpec {
+                    template: source.template,
+                    timeout: timeout.unwrap_or(source.timeout),
+                    envs: Default::default(),
+                    network: source.network,
+                    allow_hosts: source.allow_hosts,
+                    limits,
+                    shares: source.shares,
+                    on_timeout: source.on_timeout,
+                },
+            )
+            .await?;
         self.adopt_created(session, info).await
     }
 }
