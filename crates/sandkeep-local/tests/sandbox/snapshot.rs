@@ -2,7 +2,8 @@
 //! files a sandbox wrote (its home, /etc, /tmp, a directory of its own at
 //! the top), not its processes; a sandbox created from it sees them; the
 //! snapshot's size is what was written; names are unique and deletion
-//! makes the template unknown; a gone sandbox cannot be snapshotted.
+//! makes the template unknown; a gone sandbox cannot be snapshotted; a
+//! fork has the files and leaves no snapshot.
 
 use crate::support;
 
@@ -354,4 +355,39 @@ async fn a_sandbox_process_that_takes_the_snapshots_output_cannot_write_to_the_h
     );
     assert!(p.kill(id).await.unwrap());
     assert!(p.delete_snapshot(&name).await.unwrap());
+}
+
+/// A fork (its snapshot taken while its sandbox is made) has the source's
+/// files and leaves no snapshot behind; a fork of a sandbox that is gone
+/// fails and leaves no sandbox and no snapshot either.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fork_has_the_files_and_leaves_no_snapshot_and_a_failed_one_leaves_nothing() {
+    let (_home, p, info) = fresh_sandbox(120).await;
+    let id = &info.sandbox_id;
+    let out = sh(
+        &p,
+        id,
+        "mkdir -p /app && echo built > /app/state && echo ok",
+    )
+    .await;
+    assert_eq!(text(&out.stdout), "ok\n", "{}", text(&out.stderr));
+    let fork = p.fork(id, spec(60)).await.expect("fork");
+    assert!(fork.template.starts_with("snap-"), "{fork:?}");
+    let read = sh(&p, &fork.sandbox_id, "cat /app/state").await;
+    assert_eq!(text(&read.stdout), "built\n", "{}", text(&read.stderr));
+    assert!(
+        p.list_snapshots().await.unwrap().is_empty(),
+        "the fork's snapshot kept"
+    );
+    p.kill(&fork.sandbox_id).await.unwrap();
+    p.kill(id).await.unwrap();
+    match p.fork(id, spec(60)).await {
+        Err(ProviderError::NoSuchSandbox(_)) => {}
+        other => panic!("a fork of a killed sandbox: {other:?}"),
+    }
+    assert!(p.list().await.unwrap().is_empty(), "a sandbox left");
+    assert!(
+        p.list_snapshots().await.unwrap().is_empty(),
+        "a snapshot left"
+    );
 }
