@@ -374,10 +374,6 @@ fn start(home: &Home, dir: &SandboxDir) -> Result<Running, SetupError> {
         host_dirs(home, dir, base)?;
     }
     let helper = helper_path(&spec, dir, process_only)?;
-    if !process_only {
-        dir.new_boot_id()
-            .map_err(SetupError::host_files("write the sandbox's boot id"))?;
-    }
     let listener = listen(dir)?;
     let ports = forward::listen(dir).map_err(SetupError::host_files("listen for port requests"))?;
     let (report_r, report_w) = rustix::net::socketpair(

@@ -163,18 +163,12 @@ pub fn pause(dir: &SandboxDir) -> Result<SandboxInfo> {
 /// Pauses the sandbox of `dir` keeping its files only (E2B's
 /// filesystem-only pause): its processes are killed and the empty work
 /// cgroup frozen, so a resume starts with none of them, as a cold boot
-/// would, and with a new boot id (a namespaced sandbox's own, see
-/// `rootfs`; a process-only one shows the host's).
+/// would (the kernel, and so its boot id, stays the host's).
 pub fn pause_files_only(dir: &SandboxDir) -> Result<SandboxInfo> {
     transition(dir, SandboxState::Paused, |work, _| {
         work.empty()
             .and_then(|()| work.freeze())
-            .map_err(|e| ProviderError::Unavailable(format!("cannot pause the sandbox: {e}")))?;
-        if dir.boot_id().exists() {
-            dir.new_boot_id()
-                .map_err(io_err("write the sandbox's new boot id"))?;
-        }
-        Ok(())
+            .map_err(|e| ProviderError::Unavailable(format!("cannot pause the sandbox: {e}")))
     })
 }
 

@@ -212,13 +212,6 @@ pub fn build(
         MountPropagationFlags::REC | MountPropagationFlags::PRIVATE,
     )
     .map_err(ctx("make / private"))?;
-    // Taken before the disk hides the sandbox's directory.
-    let boot_id = rustix::mount::open_tree(
-        rustix::fs::CWD,
-        dir.boot_id(),
-        OpenTreeFlags::OPEN_TREE_CLONE | OpenTreeFlags::OPEN_TREE_CLOEXEC,
-    )
-    .map_err(ctx("open_tree the sandbox's boot id"))?;
     let nosuid = MountFlags::NOSUID | MountFlags::NODEV;
     // Over the sandbox's own directory, seen so in this mount namespace
     // only: nothing of the sandbox's is made on the host's filesystem
@@ -350,7 +343,6 @@ pub fn build(
             bind(&p, &p, true)?;
         }
     }
-    show_boot_id(&root, boot_id)?;
     build_dev(&disk, &root.join("dev"))?;
     if let Some(cgroup) = memory_cgroup {
         show_cgroup(&root, cgroup)?;
@@ -580,32 +572,6 @@ fn overlay(
         }
         Err(e) => Err(e),
     }
-}
-
-/// The sandbox's own kernel boot id (`SandboxDir::new_boot_id`), bound
-/// read-only over the kernel's: a sandbox is a machine of its own to
-/// programs that tell boots apart by it, and a filesystem-only pause's
-/// resume a reboot. Locked, as every mount here, once the init leaves
-/// the namespace's owner.
-fn show_boot_id(root: &Path, tree: OwnedFd) -> Result<(), BuildError> {
-    let target = root.join("proc/sys/kernel/random/boot_id");
-    if !target.is_file() {
-        return Ok(());
-    }
-    rustix::mount::move_mount(
-        tree.as_fd(),
-        "",
-        rustix::fs::CWD,
-        &target,
-        MoveMountFlags::MOVE_MOUNT_F_EMPTY_PATH,
-    )
-    .map_err(ctx("move_mount the boot id"))?;
-    rustix::mount::mount_remount(
-        &target,
-        MountFlags::BIND | MountFlags::RDONLY | MountFlags::NOSUID | MountFlags::NODEV,
-        "",
-    )
-    .map_err(ctx("make the boot id read-only"))
 }
 
 fn idmapped_lower(

@@ -294,41 +294,6 @@ impl SandboxDir {
     pub fn tmp(&self) -> PathBuf {
         self.path.join("tmp")
     }
-    /// The namespaced sandbox's kernel boot id, bound read-only over its
-    /// `/proc/sys/kernel/random/boot_id` (see [`Self::new_boot_id`]).
-    pub fn boot_id(&self) -> PathBuf {
-        self.path.join("boot_id")
-    }
-    /// Writes a new random boot id, in place (the sandbox's bind shows
-    /// this very file): at create, and at a filesystem-only pause, whose
-    /// resume is a cold boot to E2B's SDKs (their tests compare boot ids).
-    pub fn new_boot_id(&self) -> std::io::Result<()> {
-        use std::io::Write;
-        use std::os::unix::fs::OpenOptionsExt;
-        let hex = sandkeep_provider::random_hex(16).map_err(std::io::Error::other)?;
-        let mut file = std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o644)
-            .open(self.boot_id())?;
-        file.write_all(uuid_v4(&hex).as_bytes())
-    }
-}
-
-/// A version-4 UUID, as the kernel writes a boot id (with its newline),
-/// from 32 random hex digits.
-fn uuid_v4(hex: &str) -> String {
-    let variant = u8::from_str_radix(&hex[16..17], 16).unwrap_or(0) & 0x3 | 0x8;
-    format!(
-        "{}-{}-4{}-{:x}{}-{}\n",
-        &hex[0..8],
-        &hex[8..12],
-        &hex[13..16],
-        variant,
-        &hex[17..20],
-        &hex[20..32]
-    )
 }
 
 /// What the provider asks the keeper to build.
@@ -489,18 +454,6 @@ fn open_up(path: &Path) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_boot_id_is_a_version_4_uuid_as_the_kernel_writes_it() {
-        assert_eq!(
-            uuid_v4("0123456789abcdeffedcba9876543210"),
-            "01234567-89ab-4def-bedc-ba9876543210\n"
-        );
-        assert_eq!(
-            uuid_v4("ffffffffffffffff7fffffffffffffff"),
-            "ffffffff-ffff-4fff-bfff-ffffffffffff\n"
-        );
-    }
 
     #[test]
     fn a_path_is_normalised_before_it_is_checked() {
