@@ -461,13 +461,17 @@ async fn assert_confined_from_the_start(
     )
     .await;
     assert_eq!(text(&out.stdout), "started\n", "{}", text(&out.stderr));
+    // The `sleep` itself: the shell and `setsid` that start it carry the
+    // marker too, for a moment.
+    let sleep = format!("sleep 1000.{marker}");
+    let sleeping = || host_pids_where(|cmd| cmd.starts_with(&sleep));
     until(
         Duration::from_secs(5),
         "the sandbox's command visible on the host",
-        || async { !host_pids_with(&format!("1000.{marker}")).is_empty() },
+        || async { !sleeping().is_empty() },
     )
     .await;
-    let command = host_pids_with(&format!("1000.{marker}"))[0];
+    let command = sleeping()[0];
     let init = recorded_pid(home, id, "init");
     let leaf = format!("/sandkeep/{}", id.as_str());
     // Commands run in the freezing leaf's child `w` (pause, SPEC §17).
