@@ -10,6 +10,19 @@ use crate::support;
 use sandkeep_provider::{CreateSpec, Provider, ProviderError};
 use support::local::*;
 
+/// A sandbox created from snapshot `id`.
+async fn from_snapshot(
+    p: &sandkeep_local::LocalProvider,
+    id: &str,
+) -> sandkeep_provider::SandboxInfo {
+    p.create(CreateSpec {
+        template: id.to_owned(),
+        ..spec(120)
+    })
+    .await
+    .unwrap_or_else(|e| panic!("create from snapshot {id}: {e}"))
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sandbox_from_a_snapshot_sees_the_files_not_the_processes() {
     let (_home, p, info) = fresh_sandbox(120).await;
@@ -41,13 +54,7 @@ async fn a_sandbox_from_a_snapshot_sees_the_files_not_the_processes() {
     let listed = p.list_snapshots().await.unwrap();
     assert_eq!(listed, vec![snap.clone()]);
 
-    let copy = p
-        .create(CreateSpec {
-            template: snap.snapshot_id.clone(),
-            ..spec(120)
-        })
-        .await
-        .expect("create from the snapshot");
+    let copy = from_snapshot(&p, &snap.snapshot_id).await;
     assert_eq!(copy.template, snap.snapshot_id);
     let seen = sh(
         &p,
@@ -153,13 +160,7 @@ async fn a_snapshot_takes_what_changed_in_etc_not_all_of_it() {
         let before_copy = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap();
-        let copy = p
-            .create(CreateSpec {
-                template: snap.snapshot_id.clone(),
-                ..spec(120)
-            })
-            .await
-            .expect("create from the snapshot");
+        let copy = from_snapshot(&p, &snap.snapshot_id).await;
         let steady = etc_snapshots() == known;
         if steady || attempts == 3 {
             break (copy, before_copy, steady);
@@ -203,13 +204,7 @@ async fn a_snapshot_takes_what_changed_in_etc_not_all_of_it() {
         eprintln!("the host's /etc changed in each of 3 creates: its directories not checked");
     }
     let again = p.snapshot(&copy.sandbox_id, None).await.expect("snapshot");
-    let copy2 = p
-        .create(CreateSpec {
-            template: again.snapshot_id.clone(),
-            ..spec(120)
-        })
-        .await
-        .expect("create from the second snapshot");
+    let copy2 = from_snapshot(&p, &again.snapshot_id).await;
     let seen = sh(&p, &copy2.sandbox_id, &format!("tail -n 1 {file}")).await;
     assert_eq!(
         text(&seen.stdout),
