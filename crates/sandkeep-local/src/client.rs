@@ -2,6 +2,7 @@
 //! socket, send the request with fresh pipes, pump stdin/stdout/stderr,
 //! enforce the timeout and collect the exit status. A caller that stops
 //! waiting hangs up, and the fork server kills the command's process group.
+//! Also the one request that runs no child: a new boot id for the sandbox.
 //!
 //! Blocking code, run on tokio's blocking pool. It knows nothing of what the
 //! request means.
@@ -278,6 +279,33 @@ pub fn call(
         stderr: err,
         timed_out,
     })
+}
+
+/// Asks the sandbox's init for a new kernel boot id (see `boot_id`): no
+/// child runs, and the answer comes within `within` or the call fails.
+pub fn new_boot_id(socket: &Path, within: Duration) -> Result<(), CallError> {
+    let conn = wire::connect(socket).map_err(CallError::NotSent)?;
+    let body = serde_json::to_vec(&Request::NewBootId)
+        .map_err(|e| CallError::NotSent(io::Error::other(e)))?;
+    wire::send(&conn, &body, &[]).map_err(CallError::NotSent)?;
+    let ts = rustix::event::Timespec {
+        tv_sec: within.as_secs() as i64,
+        tv_nsec: i64::from(within.subsec_nanos()),
+    };
+    let mut fds = [PollFd::new(&conn, PollFlags::IN)];
+    let unconfirmed = |why: String| CallError::Unconfirmed(format!("a new boot id: {why}"));
+    match rustix::event::poll(&mut fds, Some(&ts)) {
+        Ok(0) => return Err(unconfirmed(format!("no answer within {within:?}"))),
+        Ok(_) => {}
+        Err(e) => return Err(unconfirmed(e.to_string())),
+    }
+    let mut buf = [0u8; 4096];
+    let (n, _) = wire::recv(&conn, &mut buf).map_err(|e| unconfirmed(e.to_string()))?;
+    match serde_json::from_slice(&buf[..n]) {
+        Ok(Reply::Exited(0)) => Ok(()),
+        Ok(Reply::Failed(why)) => Err(CallError::Refused(why)),
+        other => Err(unconfirmed(format!("unexpected answer {other:?}"))),
+    }
 }
 
 #[cfg(test)]

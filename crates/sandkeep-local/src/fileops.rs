@@ -17,9 +17,11 @@ pub fn run(request: Request) -> i32 {
         Request::ReadFile { path, limit } => read(&path, limit),
         Request::WriteFile { path } => write(&path),
         Request::ListFiles { path } => list(&path),
-        Request::Exec { .. } | Request::Run { .. } => Err(FileOpError::Other {
-            message: "not a file operation".into(),
-        }),
+        Request::Exec { .. } | Request::Run { .. } | Request::NewBootId => {
+            Err(FileOpError::Other {
+                message: "not a file operation".into(),
+            })
+        }
     };
     // The caller leaves with _exit, which flushes nothing.
     let result = result.and_then(|()| io::stdout().flush().map_err(classify));

@@ -16,6 +16,7 @@ use std::os::fd::{AsFd, OwnedFd};
 
 use rustix::thread::{CapabilitySet, UnshareFlags};
 
+use super::boot_id::BootId;
 use super::cgroup;
 use super::landlock;
 use super::rootfs::{self, Owner};
@@ -169,6 +170,7 @@ pub fn run(ctx: InitContext) -> ! {
         Mode::ProcessOnly { .. } => dir.home(),
     };
     let mut network_fds = None;
+    let mut boot_id = None;
     let setup = match (entered, mode) {
         (Err(e), _) => Err(InitReport::Failed(format!(
             "enter the sandbox's cgroups: {e}"
@@ -180,9 +182,10 @@ pub fn run(ctx: InitContext) -> ! {
                 etc_snapshot,
                 share_idmaps,
             };
-            setup(&spec, &dir, owner, userns, net, inputs).map(|(isolation, warnings, fds)| {
-                network_fds = fds;
-                (isolation, warnings)
+            setup(&spec, &dir, owner, userns, net, inputs).map(|made| {
+                network_fds = made.network_fds;
+                boot_id = made.boot_id;
+                (made.isolation, made.warnings)
             })
         }
         (Ok(()), Mode::ProcessOnly { uid }) => setup_process_only(&dir, uid),
@@ -219,7 +222,7 @@ pub fn run(ctx: InitContext) -> ! {
     }
     let proxy_port = proxy.map(|(_, port)| port);
     let env = environment(&spec, &home, proxy_port);
-    fork_server::serve(listener, &env, &home, work.as_ref())
+    fork_server::serve(listener, &env, &home, work.as_ref(), boot_id.as_ref())
 }
 
 fn setup(
@@ -229,7 +232,7 @@ fn setup(
     userns: Option<OwnedFd>,
     net: NetPlan,
     inputs: rootfs::Inputs<'_>,
-) -> Result<(String, Vec<String>, NetworkFds), InitReport> {
+) -> Result<Namespaced, InitReport> {
     sys::set_signal_mask(&[]).map_err(|e| format!("signal mask: {e}"))?;
     // The cgroup namespace roots each hierarchy at the cgroups the init
     // has just entered: the sandbox sees `/`, not the host's path of its
@@ -272,7 +275,20 @@ fn setup(
         (Owner::Invoker, _) => "userns-single",
     };
     warnings.extend(built.warnings);
-    Ok((isolation.to_owned(), warnings, network_fds))
+    Ok(Namespaced {
+        isolation: isolation.to_owned(),
+        warnings,
+        network_fds,
+        boot_id: built.boot_id,
+    })
+}
+
+/// What the setup of a namespaced sandbox leaves its init.
+struct Namespaced {
+    isolation: String,
+    warnings: Vec<String>,
+    network_fds: NetworkFds,
+    boot_id: Option<BootId>,
 }
 
 /// Overwrites the init's command line (the keeper's argument strings, in

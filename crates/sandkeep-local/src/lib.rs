@@ -31,6 +31,7 @@
 // checked functions.
 #![deny(unsafe_code)]
 
+mod boot_id;
 mod bounds;
 mod cgroup;
 mod client;

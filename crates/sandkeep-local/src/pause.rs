@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 use sandkeep_provider::{ProviderError, Result, SandboxInfo, SandboxState};
 
 use crate::cgroup::{RECORD, WORK};
+use crate::client;
 use crate::io_err;
 use crate::presence::{Presence, inspect, lock_sandbox};
 use crate::state::{self, SandboxDir};
@@ -163,12 +164,23 @@ pub fn pause(dir: &SandboxDir) -> Result<SandboxInfo> {
 /// Pauses the sandbox of `dir` keeping its files only (E2B's
 /// filesystem-only pause): its processes are killed and the empty work
 /// cgroup frozen, so a resume starts with none of them, as a cold boot
-/// would (the kernel, and so its boot id, stays the host's).
+/// would, and with a new kernel boot id (a namespaced sandbox's own, see
+/// `boot_id`; a process-only one shows the host's).
 pub fn pause_files_only(dir: &SandboxDir) -> Result<SandboxInfo> {
-    transition(dir, SandboxState::Paused, |work, _| {
+    transition(dir, SandboxState::Paused, |work, info| {
+        let unavailable =
+            |e: String| ProviderError::Unavailable(format!("cannot pause the sandbox: {e}"));
+        // First, so that a failure leaves the sandbox as it was (its
+        // processes see the new id for the moment before they die). Only
+        // namespaced isolations ("userns-…") have a /proc, and so a boot
+        // id, of their own.
+        if info.isolation.starts_with("userns") {
+            client::new_boot_id(&dir.socket(), FREEZE_WITHIN)
+                .map_err(|e| unavailable(format!("give it a new boot id: {e}")))?;
+        }
         work.empty()
             .and_then(|()| work.freeze())
-            .map_err(|e| ProviderError::Unavailable(format!("cannot pause the sandbox: {e}")))
+            .map_err(|e| unavailable(e.to_string()))
     })
 }
 

@@ -30,6 +30,7 @@ use rustix::mount::{
     MountFlags, MountPropagationFlags, MoveMountFlags, OpenTreeFlags, UnmountFlags,
 };
 
+use super::boot_id::BootId;
 use super::etc_snapshot;
 use super::state::{HELPER_DIR, HELPER_NAME, SandboxDir, Spec};
 use super::sys;
@@ -91,6 +92,8 @@ pub struct Built {
     /// lower layers, as root's `/etc` snapshot is) rather than as `nobody`.
     pub idmapped: bool,
     pub warnings: Vec<String>,
+    /// The sandbox's own kernel boot id, where its `/proc` shows one.
+    pub boot_id: Option<BootId>,
 }
 
 /// Why the root filesystem could not be built: the step that failed (the
@@ -251,6 +254,7 @@ pub fn build(
     let mut built = Built {
         idmapped: idmap.is_some(),
         warnings: Vec::new(),
+        boot_id: None,
     };
     let mut guess: Option<PathBuf> = None;
     match &spec.template_dir {
@@ -343,6 +347,7 @@ pub fn build(
             bind(&p, &p, true)?;
         }
     }
+    built.boot_id = own_boot_id(&disk, &root, owner)?;
     build_dev(&disk, &root.join("dev"))?;
     if let Some(cgroup) = memory_cgroup {
         show_cgroup(&root, cgroup)?;
@@ -376,6 +381,20 @@ pub fn build(
     // The tmpfs root itself stays writable: it belongs to the sandbox.
     pivot(&root)?;
     Ok(built)
+}
+
+/// The sandbox's own kernel boot id (see [`BootId`]), on the disk and
+/// bound read-only over the kernel's, where its `/proc` has one.
+fn own_boot_id(disk: &Path, root: &Path, owner: Owner) -> Result<Option<BootId>, BuildError> {
+    let target = root.join("proc/sys/kernel/random/boot_id");
+    if !target.is_file() {
+        return Ok(None);
+    }
+    let file = disk.join("boot_id");
+    let id = BootId::create(&file).map_err(ctx("create the sandbox's boot id"))?;
+    chown(&file, owner, 0, 0)?;
+    bind(&file, &target, true)?;
+    Ok(Some(id))
 }
 
 /// Mounts a host share at its own path (SPEC §13): `ro` and `rw` as binds

@@ -44,6 +44,10 @@ pub enum Request {
     WriteFile { path: String },
     /// Prints the directory's entries as JSON.
     ListFiles { path: String },
+    /// No child: the init writes the sandbox a new kernel boot id (see
+    /// `boot_id`) and answers `Exited(0)`, or `Failed` (a process-only
+    /// sandbox shows the host's). Sent without descriptors.
+    NewBootId,
 }
 
 /// A message to the fork server while its child runs. Anything that does

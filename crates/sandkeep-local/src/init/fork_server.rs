@@ -3,10 +3,11 @@
 //! sandbox's socket and forks one child per request (a command by the
 //! shell, an argv, or a file operation), with the caller's pipes as its
 //! stdio and nothing else of the init's descriptors, and reports its exit
-//! code; it reaps every orphan besides. It changes no namespace, identity
-//! or mount: it runs wholly inside what the setup made. Each child goes to
-//! the sandbox's work cgroup, the one a pause freezes, unless that is
-//! frozen (see `cgroup::WorkDoor`).
+//! code; it reaps every orphan besides. One request it answers itself, no
+//! child forked: a new boot id (see `boot_id`). It changes no namespace,
+//! identity or mount: it runs wholly inside what the setup made. Each
+//! child goes to the sandbox's work cgroup, the one a pause freezes,
+//! unless that is frozen (see `cgroup::WorkDoor`).
 
 use std::ffi::CString;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
@@ -15,6 +16,7 @@ use rustix::event::{PollFd, PollFlags};
 use sandkeep_proto::shell::SHELLS;
 use sandkeep_provider::ExitStatus;
 
+use crate::boot_id::BootId;
 use crate::cgroup::WorkDoor;
 use crate::fileops;
 use crate::sys;
@@ -31,6 +33,7 @@ pub fn serve(
     env: &[CString],
     home: &std::path::Path,
     work: Option<&WorkDoor>,
+    boot_id: Option<&BootId>,
 ) -> ! {
     let Ok(sigchld) = sys::signalfd(&[libc::SIGCHLD]) else {
         sys::exit_now(1)
@@ -39,6 +42,7 @@ pub fn serve(
     // work cgroup's are closed in each child).
     let mut keep = vec![listener.as_raw_fd(), sigchld.as_raw_fd()];
     keep.extend(work.map(WorkDoor::raw_fds).into_iter().flatten());
+    keep.extend(boot_id.map(BootId::as_raw_fd));
     if sys::close_fds_except(&keep).is_err() {
         sys::exit_now(1)
     }
@@ -75,21 +79,20 @@ pub fn serve(
         let (accept, reap, conn_ready) = ready;
         for (i, is_ready) in conn_ready {
             if is_ready {
-                on_message(&mut conns[i], &mut buf, env, home, work);
+                on_message(&mut conns[i], &mut buf, env, home, work, boot_id);
             }
         }
         if reap {
             sys::drain_signalfd(sigchld.as_fd());
             while let Some((pid, status)) = sys::reap_any() {
                 if let Some(conn) = conns.iter_mut().find(|c| c.child == Some(pid)) {
-                    if let Some(fd) = conn.fd.take() {
-                        let reply = match status {
+                    answer(
+                        conn,
+                        match status {
                             ExitStatus::Code(code) => Reply::Exited(code),
                             ExitStatus::Signal(signal) => Reply::Signaled(signal),
-                        };
-                        let reply = serde_json::to_vec(&reply).unwrap_or_default();
-                        let _ = wire::send(&fd, &reply, &[]);
-                    }
+                        },
+                    );
                     conn.child = None;
                 }
             }
@@ -115,6 +118,7 @@ fn on_message(
     env: &[CString],
     home: &std::path::Path,
     work: Option<&WorkDoor>,
+    boot_id: Option<&BootId>,
 ) {
     let Some(fd) = conn.fd.as_ref() else { return };
     let received = wire::recv(fd, buf);
@@ -164,6 +168,9 @@ fn on_message(
         Ok(r) => r,
         Err(e) => return fail(conn, format!("malformed request: {e}")),
     };
+    if request == Request::NewBootId {
+        return new_boot_id(conn, boot_id);
+    }
     let Ok([stdin, stdout, stderr]) = <[OwnedFd; 3]>::try_from(fds) else {
         return fail(conn, "a request needs exactly three descriptors".into());
     };
@@ -178,9 +185,25 @@ fn on_message(
     }
 }
 
+/// Answers [`Request::NewBootId`]: in the init itself, the only holder of
+/// the boot id's writable descriptor.
+fn new_boot_id(conn: &mut Conn, boot_id: Option<&BootId>) {
+    let reply = match boot_id.map(BootId::renew) {
+        Some(Ok(())) => Reply::Exited(0),
+        Some(Err(e)) => Reply::Failed(format!("write the sandbox's boot id: {e}")),
+        None => Reply::Failed("this sandbox shows the host's boot id".to_owned()),
+    };
+    answer(conn, reply);
+}
+
 fn fail(conn: &mut Conn, message: String) {
+    answer(conn, Reply::Failed(message));
+}
+
+/// Sends the connection's one reply and closes it.
+fn answer(conn: &mut Conn, reply: Reply) {
     if let Some(fd) = conn.fd.take() {
-        let reply = serde_json::to_vec(&Reply::Failed(message)).unwrap_or_default();
+        let reply = serde_json::to_vec(&reply).unwrap_or_default();
         let _ = wire::send(&fd, &reply, &[]);
     }
 }

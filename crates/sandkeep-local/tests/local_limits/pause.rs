@@ -114,6 +114,60 @@ async fn a_paused_sandbox_uses_no_cpu_and_resumes_where_it_was() {
     p.kill(id).await.unwrap();
 }
 
+/// A sandbox has a kernel boot id of its own (not the host's, not another
+/// sandbox's), which it cannot change; a pause keeps it, a
+/// filesystem-only pause's resume (a cold boot) has a new one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sandbox_boots_with_its_own_boot_id_and_reboots_after_a_files_only_pause() {
+    if !require(root(), "cgroup freezing is set up as root") {
+        return;
+    }
+    const BOOT_ID: &str = "cat /proc/sys/kernel/random/boot_id";
+    let (_home, p, info) = fresh_sandbox(120).await;
+    let id = &info.sandbox_id;
+    let other = p.create(spec(120)).await.expect("create");
+    let first = text(&run(&p, id, BOOT_ID).await.stdout);
+    let host = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap();
+    assert_eq!(
+        first.len(),
+        37,
+        "a boot id as the kernel writes it: {first:?}"
+    );
+    assert_ne!(first, host, "the host's boot id");
+    assert_ne!(
+        first,
+        text(&run(&p, &other.sandbox_id, BOOT_ID).await.stdout),
+        "another sandbox's boot id"
+    );
+    let changed = run(
+        &p,
+        id,
+        "echo 00000000-0000-4000-8000-000000000000 > /proc/sys/kernel/random/boot_id \
+         || umount /proc/sys/kernel/random/boot_id; cat /proc/sys/kernel/random/boot_id",
+    )
+    .await;
+    assert_eq!(
+        text(&changed.stdout),
+        first,
+        "the sandbox changed its boot id"
+    );
+
+    p.pause(id).await.expect("pause");
+    p.resume(id, None).await.expect("resume");
+    assert_eq!(text(&run(&p, id, BOOT_ID).await.stdout), first);
+    p.pause_files_only(id).await.expect("filesystem-only pause");
+    p.resume(id, None).await.expect("resume");
+    let rebooted = text(&run(&p, id, BOOT_ID).await.stdout);
+    assert_eq!(rebooted.len(), 37, "{rebooted:?}");
+    assert_ne!(
+        rebooted, first,
+        "a filesystem-only pause's resume is a new boot"
+    );
+    for sandbox in [id, &other.sandbox_id] {
+        p.kill(sandbox).await.unwrap();
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pausing_twice_and_resuming_a_running_sandbox_are_refused() {
     if !require(root(), "cgroup freezing is set up as root") {

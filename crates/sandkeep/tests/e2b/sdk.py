@@ -1132,11 +1132,13 @@ def _():
 @check("pause_filesystem_only")
 def _():
     # pause(keep_memory=False): not running while paused, connect resumes
-    # the same sandbox with its files and without its processes (E2B's
-    # cold boot; the kernel's boot id stays the host's here).
+    # the same sandbox with its files and without its processes, and with
+    # a new kernel boot id (E2B's cold boot; its own test compares them).
     sbx = make()
     try:
         sbx.files.write("/home/user/fs-only-marker.txt", "persisted")
+        boot_before = sbx.files.read("/proc/sys/kernel/random/boot_id").strip()
+        assert len(boot_before) == 36, boot_before
         sbx.commands.run("sleep 1000", background=True, timeout=0)
         _until(
             "the sleep running",
@@ -1152,6 +1154,8 @@ def _():
         assert resumed.files.read("/home/user/fs-only-marker.txt") == "persisted"
         r = resumed.commands.run("pgrep -x sleep || echo none")
         assert r.stdout == "none\n", r
+        boot_after = resumed.files.read("/proc/sys/kernel/random/boot_id").strip()
+        assert len(boot_after) == 36 and boot_after != boot_before, boot_after
     finally:
         sbx.kill()
 
