@@ -23,6 +23,8 @@ use crate::state::{self, SandboxDir};
 
 /// How long freezing may take before it is given up (and undone).
 const FREEZE_WITHIN: Duration = Duration::from_secs(5);
+/// How often a v1 freeze that has not completed is asked for again.
+const ASK_AGAIN: Duration = Duration::from_millis(100);
 
 /// A sandbox's work cgroup, seen from the host.
 struct Work {
@@ -62,10 +64,19 @@ impl Work {
         } else {
             "freezer.state"
         };
-        if let Err(now) = self.wait_for(status, |now| now.lines().any(|l| l.trim() == done))? {
+        // v1 asks each task to freeze once per write of FROZEN (the kernel
+        // walks the cgroup then). Under load a v1 cgroup was once seen
+        // FREEZING for the whole wait, the cause unknown: while waiting,
+        // the request is made again, which costs nothing if all is frozen.
+        let again = (!self.v2).then_some((file, value));
+        if let Err(now) =
+            self.wait_for(status, again, |now| now.lines().any(|l| l.trim() == done))?
+        {
+            let left = self.left();
             let _ = self.thaw();
             return Err(io::Error::other(format!(
-                "its processes did not freeze within {} s ({status}: {})",
+                "its processes did not freeze within {} s ({status}: {}; its processes, with \
+                 their state and what they wait in: {left})",
                 FREEZE_WITHIN.as_secs(),
                 now.trim()
             )));
@@ -73,14 +84,32 @@ impl Work {
         Ok(())
     }
 
-    /// Reads its `file` until `done` says so; what it read last when
+    /// Its processes as `pid state wchan`, for a message.
+    fn left(&self) -> String {
+        let procs = fs::read_to_string(self.dir.join("cgroup.procs")).unwrap_or_default();
+        let described: Vec<String> = procs
+            .split_whitespace()
+            .map(|pid| {
+                let stat = fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+                let state = stat.rsplit_once(") ").map_or("?", |(_, rest)| &rest[..1]);
+                let wchan = fs::read_to_string(format!("/proc/{pid}/wchan")).unwrap_or_default();
+                format!("{pid} {state} {wchan}")
+            })
+            .collect();
+        described.join(", ")
+    }
+
+    /// Reads its `file` until `done` says so, writing `again` (a file
+    /// and its value) anew every [`ASK_AGAIN`]; what it read last when
     /// that takes longer than [`FREEZE_WITHIN`].
     fn wait_for(
         &self,
         file: &str,
+        again: Option<(&str, &str)>,
         done: impl Fn(&str) -> bool,
     ) -> io::Result<std::result::Result<(), String>> {
         let start = Instant::now();
+        let mut asked = start;
         let mut pause = Duration::from_micros(50);
         loop {
             let now = fs::read_to_string(self.dir.join(file))?;
@@ -89,6 +118,12 @@ impl Work {
             }
             if start.elapsed() > FREEZE_WITHIN {
                 return Ok(Err(now));
+            }
+            if let Some((file, value)) = again
+                && asked.elapsed() >= ASK_AGAIN
+            {
+                self.write(file, value)?;
+                asked = Instant::now();
             }
             std::thread::sleep(pause);
             pause = (pause * 2).min(Duration::from_millis(5));
@@ -108,7 +143,7 @@ impl Work {
             }
         }
         self.thaw()?;
-        if let Err(left) = self.wait_for("cgroup.procs", |now| now.trim().is_empty())? {
+        if let Err(left) = self.wait_for("cgroup.procs", None, |now| now.trim().is_empty())? {
             return Err(io::Error::other(format!(
                 "its processes did not end within {} s (left: {})",
                 FREEZE_WITHIN.as_secs(),

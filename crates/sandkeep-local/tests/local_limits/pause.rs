@@ -32,15 +32,22 @@ async fn start_counter(p: &LocalProvider, id: &SandboxId, name: &str) -> i32 {
     )
     .await;
     assert_eq!(text(&out.stdout), "started\n", "{}", text(&out.stderr));
+    // The loop itself (`sh -c i=0;… NAME`): the shell and setsid that
+    // start it carry the name too, for a moment, and one mid-exec shows
+    // no command line at all (the v2 VM once found nothing on the second
+    // look). Its own forks, for `mv`, are copies of it for a moment: the
+    // loop is the oldest, the lowest pid.
+    let is_loop = |cmd: &str| cmd.starts_with("sh -c i=0;") && cmd.contains(name);
     until(
         Duration::from_secs(10) * patience(),
         "the counter visible on the host",
-        || async { !host_pids_with(name).is_empty() },
+        || async { !host_pids_where(is_loop).is_empty() },
     )
     .await;
-    // The loop's own forks (for `mv`) carry its name for a moment: the
-    // loop is the oldest, the lowest pid.
-    host_pids_with(name).into_iter().min().expect("a pid")
+    host_pids_where(is_loop)
+        .into_iter()
+        .min()
+        .expect("the counter's loop, seen a moment ago")
 }
 
 async fn count(p: &LocalProvider, id: &SandboxId) -> u64 {
