@@ -1,8 +1,8 @@
 //! Processes that outlive a call (`Provider::spawn`) over envd: one Start
 //! stream without a connect timeout, run by [`script::SPAWN`] so the
 //! process has its own group. Its stdout and stderr events become pipes,
-//! what is written to its stdin pipe goes out by SendInput (CloseStdin at
-//! the end), and signals and the group kill are small scripts run inside
+//! what is written to its stdin pipe goes out on one StreamInput kept open
+//! (by SendInput where envd refuses it; CloseStdin at the end), and signals and the group kill are small scripts run inside
 //! the sandbox (envd signals only the process it started, and only with
 //! TERM or KILL).
 //!
@@ -15,7 +15,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use sandkeep_provider::{ExitStatus, ProviderError, Result, RunningProcess, SpawnRequest, Spawned};
 use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream};
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
+use tokio_stream::wrappers::ReceiverStream;
 
 use crate::envd::{Envd, EnvdError, Event, Stream};
 use crate::script;
@@ -173,20 +174,102 @@ async fn pump(
 }
 
 /// Sends what is written to the stdin pipe, in order, then closes the
-/// process's stdin. A failed send drops the pipe, so the writer sees it.
+/// process's stdin. It all goes on one StreamInput, a request for the
+/// process's life rather than one per write; where envd refuses StreamInput
+/// (it does not serve it: nothing sent on it was written), by one SendInput
+/// per read of the pipe. A failed send drops the pipe, so the writer sees
+/// it.
 async fn feed(envd: Envd, pid: u32, mut from: DuplexStream) {
     let mut buf = vec![0; PIPE];
-    loop {
-        match from.read(&mut buf).await {
-            Ok(0) | Err(_) => break,
-            Ok(n) => {
-                if envd.send_input(pid, &buf[..n]).await.is_err() {
-                    return;
+    match stream(&envd, pid, &mut from, &mut buf).await {
+        Streamed::Ended => {}
+        Streamed::Refused(unsent) => {
+            let sent = async {
+                if !unsent.is_empty() {
+                    envd.send_input(pid, &unsent).await?;
                 }
+                loop {
+                    match from.read(&mut buf).await {
+                        Ok(0) | Err(_) => return Ok::<_, EnvdError>(()),
+                        Ok(n) => envd.send_input(pid, &buf[..n]).await?,
+                    }
+                }
+            };
+            if sent.await.is_err() {
+                return;
             }
         }
+        Streamed::Failed => return,
     }
     let _ = envd.close_stdin(pid).await;
+}
+
+/// How the StreamInput of a process's input ended.
+enum Streamed {
+    /// Its pipe ended and envd took all of it.
+    Ended,
+    /// envd does not serve StreamInput: these bytes (all that went on it)
+    /// and the rest of the pipe go by SendInput.
+    Refused(Vec<u8>),
+    /// It failed: the input is lost from here on.
+    Failed,
+}
+
+/// Sends the pipe's input on one StreamInput until the pipe ends.
+async fn stream(envd: &Envd, pid: u32, from: &mut DuplexStream, buf: &mut [u8]) -> Streamed {
+    // One chunk waits at most: a stream that is not taken holds the pipe,
+    // and so its writer, back.
+    let (chunks, queued) = mpsc::channel::<Vec<u8>>(1);
+    let answer = envd.stream_input(pid, ReceiverStream::new(queued));
+    tokio::pin!(answer);
+    // What went on the stream, for a refusal to send again. A refusal
+    // answers the request's head, so it comes long before this is full;
+    // past it, the stream is taken.
+    let mut sent = Some(Vec::new());
+    let ended = |answered: Result<(), EnvdError>, sent: Option<Vec<u8>>| match (answered, sent) {
+        (Err(EnvdError::Unimplemented(why)), Some(sent)) => {
+            tracing::debug!(
+                sandbox = envd.sandbox_id,
+                "input by SendInput: envd does not serve {why}"
+            );
+            Streamed::Refused(sent)
+        }
+        (answered, _) => {
+            let why = answered.map_or_else(|e| e.to_string(), |()| "envd ended it".into());
+            tracing::debug!(
+                sandbox = envd.sandbox_id,
+                "the input stream of process {pid} ended before its pipe: {why}"
+            );
+            Streamed::Failed
+        }
+    };
+    loop {
+        let n = tokio::select! {
+            answered = &mut answer => return ended(answered, sent),
+            read = from.read(buf) => match read {
+                Ok(0) | Err(_) => break,
+                Ok(n) => n,
+            },
+        };
+        if let Some(kept) = &mut sent {
+            kept.extend_from_slice(&buf[..n]);
+            if kept.len() > PIPE {
+                sent = None;
+            }
+        }
+        tokio::select! {
+            answered = &mut answer => return ended(answered, sent),
+            queued = chunks.send(buf[..n].to_vec()) => if queued.is_err() {
+                // The request is over: its answer says why.
+                return ended(answer.await, sent);
+            },
+        }
+    }
+    drop(chunks);
+    match answer.await {
+        Ok(()) => Streamed::Ended,
+        answered => ended(answered, sent),
+    }
 }
 
 /// The control of a spawned process, by its pid inside the sandbox.
