@@ -2,9 +2,10 @@
 //! stream without a connect timeout, run by [`script::SPAWN`] so the
 //! process has its own group. Its stdout and stderr events become pipes,
 //! what is written to its stdin pipe goes out on one StreamInput kept open
-//! (by SendInput where envd refuses it; CloseStdin at the end), and signals and the group kill are small scripts run inside
-//! the sandbox (envd signals only the process it started, and only with
-//! TERM or KILL).
+//! (by SendInput where envd refuses it; CloseStdin at the end), and
+//! signals and the group kill are small scripts run inside the sandbox
+//! (envd signals only the process it started, and only with TERM or
+//! KILL).
 //!
 //! As a local pipe would, dropping the stdout pipe ends the process (it is
 //! killed at its next output); dropping stderr only discards it. Dropping
