@@ -12,7 +12,7 @@ use futures_util::StreamExt;
 use reqwest::StatusCode;
 use sandkeep_envd_wire::connect::{self, Code};
 use sandkeep_envd_wire::process::{
-    self as wire, DataInput, Input, ProcessConfig, SelectRequest, SendInputRequest, StartRequest,
+    self as wire, Input, ProcessConfig, SelectRequest, SendInputRequest, StartRequest,
     StreamInputRequest,
 };
 use sandkeep_envd_wire::{ENVD_PORT, base64_bytes, header};
@@ -26,9 +26,10 @@ use crate::Stats;
 
 /// The bound of a unary call or a file transfer.
 const CALL_TIMEOUT: Duration = Duration::from_secs(120);
-/// envd emits a keepalive event after this many seconds without data, so
-/// idle proxies do not cut a long stream (the SDKs send 50).
-const KEEPALIVE_SECS: &str = "50";
+/// envd emits a keepalive event after this long without data, so idle
+/// proxies do not cut a long stream (the SDKs ask for 50 s); a StreamInput
+/// sends one as often while it has no input.
+pub const KEEPALIVE: Duration = Duration::from_secs(50);
 
 #[derive(Debug, thiserror::Error)]
 pub enum EnvdError {
@@ -275,7 +276,7 @@ impl Envd {
             .request(reqwest::Method::POST, "/process.Process/Start")
             .header("Content-Type", connect::STREAM_JSON)
             .header(header::CONNECT_PROTOCOL_VERSION, "1")
-            .header(header::KEEPALIVE_PING_INTERVAL, KEEPALIVE_SECS)
+            .header(header::KEEPALIVE_PING_INTERVAL, KEEPALIVE.as_secs())
             .body(connect::envelope(&message))
             .send()
             .await
@@ -349,29 +350,18 @@ impl Envd {
     }
 
     /// StreamInput to envd's process `pid`: a start message, then each of
-    /// `chunks` as a data message as it comes, on one request whose body
-    /// stays open until `chunks` ends. envd's answer comes at that end, or
-    /// before it if envd refuses the stream
-    /// ([`EnvdError::Unimplemented`]: it does not serve StreamInput).
+    /// `messages` as it comes, on one request whose body stays open until
+    /// `messages` ends. envd's answer comes at that end, or before it if
+    /// envd refuses the stream ([`EnvdError::Unimplemented`]: it does not
+    /// serve StreamInput).
     pub async fn stream_input(
         &self,
         pid: u32,
-        chunks: impl futures_util::Stream<Item = Vec<u8>> + Send + 'static,
+        messages: impl futures_util::Stream<Item = StreamInputRequest> + Send + 'static,
     ) -> Result<(), EnvdError> {
-        let start = StreamInputRequest {
-            start: Some(SelectRequest {
-                process: wire::Selector::pid(pid),
-            }),
-            data: None,
-        };
-        let data = chunks.map(|input| StreamInputRequest {
-            start: None,
-            data: Some(DataInput {
-                input: Input::stdin(&input),
-            }),
-        });
+        let start = StreamInputRequest::start(wire::Selector::pid(pid));
         let messages = futures_util::stream::iter([start])
-            .chain(data)
+            .chain(messages)
             .map(|m| Ok::<_, std::convert::Infallible>(connect::envelope(&m)));
         let response = self
             .request(reqwest::Method::POST, "/process.Process/StreamInput")

@@ -19,8 +19,9 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream};
 use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
 
-use crate::envd::{Envd, EnvdError, Event, Stream};
+use crate::envd::{Envd, EnvdError, Event, KEEPALIVE, Stream};
 use crate::script;
+use sandkeep_envd_wire::process::StreamInputRequest;
 
 /// Output held for a pipe's reader before the stream waits for it.
 const PIPE: usize = 64 * 1024;
@@ -178,49 +179,36 @@ async fn pump(
 /// process's stdin. It all goes on one StreamInput, a request for the
 /// process's life rather than one per write; where envd refuses StreamInput
 /// (it does not serve it: nothing sent on it was written), by one SendInput
-/// per read of the pipe. A failed send drops the pipe, so the writer sees
-/// it.
+/// per read of the pipe. A failed send ends the input: the pipe is dropped,
+/// so the writer sees it, and the process's stdin is closed, so the
+/// process sees its end (a reader or watcher then exits and is replaced).
 async fn feed(envd: Envd, pid: u32, mut from: DuplexStream) {
     let mut buf = vec![0; PIPE];
-    match stream(&envd, pid, &mut from, &mut buf).await {
-        Streamed::Ended => {}
-        Streamed::Refused(unsent) => {
-            let sent = async {
-                if !unsent.is_empty() {
-                    envd.send_input(pid, &unsent).await?;
-                }
-                loop {
-                    match from.read(&mut buf).await {
-                        Ok(0) | Err(_) => return Ok::<_, EnvdError>(()),
-                        Ok(n) => envd.send_input(pid, &buf[..n]).await?,
-                    }
-                }
-            };
-            if sent.await.is_err() {
-                return;
+    if let Some(unsent) = stream(&envd, pid, &mut from, &mut buf).await {
+        let sent = async {
+            if !unsent.is_empty() {
+                envd.send_input(pid, &unsent).await?;
             }
-        }
-        Streamed::Failed => return,
+            loop {
+                match from.read(&mut buf).await {
+                    Ok(0) | Err(_) => return Ok::<_, EnvdError>(()),
+                    Ok(n) => envd.send_input(pid, &buf[..n]).await?,
+                }
+            }
+        };
+        let _ = sent.await;
     }
+    drop(from);
     let _ = envd.close_stdin(pid).await;
 }
 
-/// How the StreamInput of a process's input ended.
-enum Streamed {
-    /// Its pipe ended and envd took all of it.
-    Ended,
-    /// envd does not serve StreamInput: these bytes (all that went on it)
-    /// and the rest of the pipe go by SendInput.
-    Refused(Vec<u8>),
-    /// It failed: the input is lost from here on.
-    Failed,
-}
-
-/// Sends the pipe's input on one StreamInput until the pipe ends.
-async fn stream(envd: &Envd, pid: u32, from: &mut DuplexStream, buf: &mut [u8]) -> Streamed {
-    // One chunk waits at most: a stream that is not taken holds the pipe,
-    // and so its writer, back.
-    let (chunks, queued) = mpsc::channel::<Vec<u8>>(1);
+/// Sends the pipe's input on one StreamInput until the pipe ends. Where
+/// envd refuses StreamInput: what went on it, to go by SendInput with the
+/// rest of the pipe; `None` once the stream is over (ended or failed).
+async fn stream(envd: &Envd, pid: u32, from: &mut DuplexStream, buf: &mut [u8]) -> Option<Vec<u8>> {
+    // One message waits at most: a stream that is not taken holds the
+    // pipe, and so its writer, back.
+    let (messages, queued) = mpsc::channel(1);
     let answer = envd.stream_input(pid, ReceiverStream::new(queued));
     tokio::pin!(answer);
     // What went on the stream, for a refusal to send again. A refusal
@@ -233,7 +221,7 @@ async fn stream(envd: &Envd, pid: u32, from: &mut DuplexStream, buf: &mut [u8]) 
                 sandbox = envd.sandbox_id,
                 "input by SendInput: envd does not serve {why}"
             );
-            Streamed::Refused(sent)
+            Some(sent)
         }
         (answered, _) => {
             let why = answered.map_or_else(|e| e.to_string(), |()| "envd ended it".into());
@@ -241,34 +229,39 @@ async fn stream(envd: &Envd, pid: u32, from: &mut DuplexStream, buf: &mut [u8]) 
                 sandbox = envd.sandbox_id,
                 "the input stream of process {pid} ended before its pipe: {why}"
             );
-            Streamed::Failed
+            None
         }
     };
     loop {
-        let n = tokio::select! {
+        let message = tokio::select! {
             answered = &mut answer => return ended(answered, sent),
             read = from.read(buf) => match read {
                 Ok(0) | Err(_) => break,
-                Ok(n) => n,
+                Ok(n) => {
+                    if let Some(kept) = &mut sent {
+                        kept.extend_from_slice(&buf[..n]);
+                        if kept.len() > PIPE {
+                            sent = None;
+                        }
+                    }
+                    StreamInputRequest::stdin(&buf[..n])
+                }
             },
+            // As the Start stream's keepalives: an idle proxy would cut a
+            // request that carries nothing for long.
+            () = tokio::time::sleep(KEEPALIVE) => StreamInputRequest::keepalive(),
         };
-        if let Some(kept) = &mut sent {
-            kept.extend_from_slice(&buf[..n]);
-            if kept.len() > PIPE {
-                sent = None;
-            }
-        }
         tokio::select! {
             answered = &mut answer => return ended(answered, sent),
-            queued = chunks.send(buf[..n].to_vec()) => if queued.is_err() {
+            queued = messages.send(message) => if queued.is_err() {
                 // The request is over: its answer says why.
                 return ended(answer.await, sent);
             },
         }
     }
-    drop(chunks);
+    drop(messages);
     match answer.await {
-        Ok(()) => Streamed::Ended,
+        Ok(()) => None,
         answered => ended(answered, sent),
     }
 }

@@ -441,6 +441,44 @@ async fn spawned_input_goes_by_send_input_where_stream_input_is_refused() {
     assert!(p.kill(&id).await.unwrap());
 }
 
+/// A spawned process's input stream cut under it (the connection of its
+/// StreamInput breaks) ends its input: the process sees the end of its
+/// stdin, so a reader or watcher exits and is replaced instead of waiting
+/// for input that can no longer come.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broken_input_stream_closes_the_processs_stdin() {
+    use sandkeep::provider::{ExitStatus, Program, SpawnRequest};
+    use tokio::io::{AsyncBufReadExt, BufReader};
+
+    let mut endpoint = Endpoint::start();
+    if endpoint.shared() {
+        return eprintln!("skipped: a real E2B account's envd is not behind this relay");
+    }
+    let upstream = endpoint.api_url.trim_start_matches("http://").to_owned();
+    endpoint.sandbox_url = Some(breaking_relay(upstream, b"/process.Process/StreamInput").await);
+    let p = provider(&endpoint);
+    let id = p.create(spec()).await.expect("create").sandbox_id;
+    let spawned = p
+        .spawn(
+            &id,
+            SpawnRequest {
+                program: Program::Shell("while read -r l; do :; done; echo eof".into()),
+                cwd: None,
+                stdin: true,
+            },
+        )
+        .await
+        .unwrap();
+    let _stdin = spawned.stdin.expect("a stdin pipe");
+    let mut lines = BufReader::new(spawned.stdout).lines();
+    let line = tokio::time::timeout(Duration::from_secs(10), lines.next_line())
+        .await
+        .expect("the process saw the end of its stdin within 10 s");
+    assert_eq!(line.unwrap().as_deref(), Some("eof"));
+    assert_eq!(spawned.process.wait().await.unwrap(), ExitStatus::Code(0));
+    assert!(p.kill(&id).await.unwrap());
+}
+
 /// Two providers (as two server processes would be) race a retain against
 /// a session end on the same sandbox, many times: exactly one wins, and a
 /// sandbox whose retain succeeded is never destroyed.
