@@ -16,7 +16,7 @@ use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use sandkeep_envd_wire::connect::{self as wire, COMPRESSED, END_STREAM, HEADER_LEN};
+use sandkeep_envd_wire::connect::{self as wire, COMPRESSED, END_STREAM, Frames, HEADER_LEN};
 pub use sandkeep_envd_wire::connect::{Code, STREAM_JSON, UNARY_JSON};
 
 /// The largest request message accepted (a 64 KiB command and its JSON).
@@ -125,53 +125,74 @@ pub fn unary_response(message: &impl Serialize) -> Response {
     ([(header::CONTENT_TYPE, UNARY_JSON)], wire::to_json(message)).into_response()
 }
 
-/// The messages of a client-stream or server-stream request body.
-pub fn stream_request<T: DeserializeOwned>(
-    headers: &HeaderMap,
-    mut body: &[u8],
-) -> Result<Vec<T>, RpcError> {
-    let ct = content_type(headers);
-    if ct != STREAM_JSON {
-        return Err(RpcError::new(
+/// Refuses a stream request that is not Connect's JSON stream.
+pub fn stream_content_type(headers: &HeaderMap) -> Result<(), RpcError> {
+    match content_type(headers) {
+        STREAM_JSON => Ok(()),
+        ct => Err(RpcError::new(
             Code::Unimplemented,
             format!("content type {ct:?} is not supported on a stream; send {STREAM_JSON}"),
-        ));
+        )),
     }
-    let mut out = Vec::new();
-    while !body.is_empty() {
-        let Some((flags, len)) = wire::read_header(body) else {
-            return Err(RpcError::new(
-                Code::InvalidArgument,
-                "malformed envelope: fewer than 5 header bytes",
-            ));
-        };
-        if len > MAX_MESSAGE {
+}
+
+/// The next message of a request stream once all of it came, `Ok(None)`
+/// before. End-stream envelopes are passed over: a client ends its stream
+/// by ending the body.
+pub fn next_message<T: DeserializeOwned>(frames: &mut Frames) -> Result<Option<T>, RpcError> {
+    loop {
+        if let Some((_, len)) = frames.announced()
+            && len > MAX_MESSAGE
+        {
             return Err(RpcError::new(
                 Code::InvalidArgument,
                 format!("envelope of {len} bytes is over the {MAX_MESSAGE}-byte limit"),
             ));
         }
-        let rest = &body[HEADER_LEN..];
-        if rest.len() < len {
-            return Err(RpcError::new(
-                Code::InvalidArgument,
-                format!(
-                    "malformed envelope: announces {len} bytes, {} follow",
-                    rest.len()
-                ),
-            ));
-        }
-        if flags & COMPRESSED != 0 {
+        let Some(frame) = frames.pop() else {
+            return Ok(None);
+        };
+        if frame.flags & COMPRESSED != 0 {
             return Err(RpcError::new(
                 Code::Unimplemented,
                 "compressed envelopes are not supported; send them uncompressed",
             ));
         }
-        if flags & END_STREAM == 0 {
-            out.push(parse(&rest[..len])?);
+        if frame.flags & END_STREAM == 0 {
+            return parse(&frame.message).map(Some);
         }
-        body = &rest[len..];
     }
+}
+
+/// At the end of a request body: no envelope may be left unfinished.
+pub fn body_ended(frames: &Frames) -> Result<(), RpcError> {
+    let rest = frames.partial();
+    if rest.is_empty() {
+        return Ok(());
+    }
+    let why = match frames.announced() {
+        None => "fewer than 5 header bytes".to_owned(),
+        Some((_, len)) => format!("announces {len} bytes, {} follow", rest.len() - HEADER_LEN),
+    };
+    Err(RpcError::new(
+        Code::InvalidArgument,
+        format!("malformed envelope: {why}"),
+    ))
+}
+
+/// The messages of a server-stream request body, read whole.
+fn stream_request<T: DeserializeOwned>(
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Result<Vec<T>, RpcError> {
+    stream_content_type(headers)?;
+    let mut frames = Frames::default();
+    frames.push(body);
+    let mut out = Vec::new();
+    while let Some(message) = next_message(&mut frames)? {
+        out.push(message);
+    }
+    body_ended(&frames)?;
     Ok(out)
 }
 

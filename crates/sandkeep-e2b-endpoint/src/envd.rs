@@ -373,10 +373,6 @@ async fn process_rpc(
             let request = connect::single_stream_request(headers, body, method)?;
             process::connect(procs, id, headers, request)
         }
-        "StreamInput" => {
-            let messages = connect::stream_request(headers, body)?;
-            process::stream_input(procs, id, messages).await
-        }
         "List" => {
             connect::unary_request::<serde::de::IgnoredAny>(headers, body)?;
             Ok(process::list(procs, id))
@@ -399,9 +395,25 @@ async fn process_rpc(
 fn is_stream(service: &str, method: &str) -> bool {
     matches!(
         (service, method),
-        ("process.Process", "Start" | "Connect" | "StreamInput")
-            | ("filesystem.Filesystem", "WatchDir")
+        ("process.Process", "Start" | "Connect") | ("filesystem.Filesystem", "WatchDir")
     )
+}
+
+/// Who a request runs as: envd's user named in its `Authorization`.
+fn user(envd: &Envd, headers: &HeaderMap) -> Result<RunAs, RpcError> {
+    users::basic_user(headers)
+        .and_then(|name| users::run_as(envd.record.account.as_ref(), name.as_deref()))
+        .map_err(|e| RpcError::new(Code::InvalidArgument, e))
+}
+
+/// `POST /process.Process/StreamInput`: its body read as it comes, not
+/// whole as the other calls' (see [`process::stream_input`]).
+pub async fn stream_input(envd: Envd, headers: HeaderMap, body: axum::body::Body) -> Response {
+    let streamed = match user(&envd, &headers) {
+        Ok(_) => process::stream_input(&envd.e2b.processes, &envd.id, &headers, body).await,
+        Err(e) => Err(e),
+    };
+    streamed.unwrap_or_else(|e| process::stream_error(&e))
 }
 
 /// `POST /{service}/{method}`.
@@ -413,9 +425,7 @@ pub async fn rpc(
     body: Result<SmallBody, BodyTooLarge>,
 ) -> Response {
     let e2b = &envd.e2b;
-    let user = users::basic_user(&headers)
-        .and_then(|name| users::run_as(envd.record.account.as_ref(), name.as_deref()))
-        .map_err(|e| RpcError::new(Code::InvalidArgument, e));
+    let user = user(&envd, &headers);
     let result = match (service, body, user) {
         (_, Err(too_large), _) => Err(too_large.into()),
         (_, _, Err(e)) => Err(e),

@@ -451,6 +451,7 @@ fn routes(e2b: Arc<E2b>) -> Router {
                 .post(files::upload)
                 .layer(DefaultBodyLimit::disable()),
         )
+        .route("/process.Process/StreamInput", post(envd::stream_input))
         .route("/process.Process/{method}", post(process_rpc))
         .route("/filesystem.Filesystem/{method}", post(filesystem_rpc))
         .route_layer(axum::middleware::from_fn_with_state(

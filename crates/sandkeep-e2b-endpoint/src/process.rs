@@ -28,8 +28,9 @@ use std::time::Duration;
 use axum::body::{Body, Bytes};
 use axum::http::{HeaderMap, header};
 use axum::response::{IntoResponse, Response};
+use futures_util::StreamExt;
 use sandkeep_envd_wire::base64_bytes;
-use sandkeep_envd_wire::connect::Empty;
+use sandkeep_envd_wire::connect::{Empty, Frames};
 use sandkeep_envd_wire::header as envd_header;
 use sandkeep_envd_wire::process::{
     Data, End, Event, EventMessage, Input, ListResponse, ProcessConfig, ProcessInfo, PtySize,
@@ -637,26 +638,47 @@ pub async fn send_input(
     Ok(connect::unary_response(&Empty {}))
 }
 
+/// StreamInput: each message is acted on as it comes, not once the body
+/// has ended, so one stream kept open carries all of a process's input
+/// (the e2b provider sends a spawned process's input so: one request for
+/// the process's life instead of a SendInput per write).
 pub async fn stream_input(
     processes: &Processes,
     id: &SandboxId,
-    messages: Vec<StreamInputRequest>,
+    headers: &HeaderMap,
+    body: Body,
 ) -> Result<Response, RpcError> {
+    connect::stream_content_type(headers)?;
+    let mut body = body.into_data_stream();
+    let mut frames = Frames::default();
     let mut proc = None;
-    for m in messages {
-        if let Some(start) = m.start {
-            proc = Some(processes.find(id, &start.process)?);
+    loop {
+        while let Some(m) = connect::next_message::<StreamInputRequest>(&mut frames)? {
+            if let Some(start) = m.start {
+                proc = Some(processes.find(id, &start.process)?);
+            }
+            if let Some(data) = m.data {
+                let Some(p) = &proc else {
+                    return Err(RpcError::new(
+                        Code::InvalidArgument,
+                        "StreamInput data came before its start message",
+                    ));
+                };
+                write_stdin(p, &stdin_bytes(p, &data.input)?).await?;
+            }
         }
-        if let Some(data) = m.data {
-            let Some(p) = &proc else {
+        match body.next().await {
+            Some(Ok(chunk)) => frames.push(&chunk),
+            Some(Err(e)) => {
                 return Err(RpcError::new(
-                    Code::InvalidArgument,
-                    "StreamInput data came before its start message",
+                    Code::Unavailable,
+                    format!("the input stream broke: {e}"),
                 ));
-            };
-            write_stdin(p, &stdin_bytes(p, &data.input)?).await?;
+            }
+            None => break,
         }
     }
+    connect::body_ended(&frames)?;
     Ok((
         [(header::CONTENT_TYPE, connect::STREAM_JSON)],
         [connect::envelope(&Empty {}), connect::end_stream(None)].concat(),

@@ -1,16 +1,19 @@
 //! One sandbox's envd: the process service's Start as a Connect JSON
 //! server stream (never with a `Connect-Timeout-Ms`, which envd turns into
-//! a kill timer) read event by event, SendInput and CloseStdin, `/files`
+//! a kill timer) read event by event, StreamInput (one request carrying a
+//! process's input as it is written), SendInput and CloseStdin, `/files`
 //! upload and ranged download, and unary calls such as the filesystem
 //! service's Move, Remove and ListDir.
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures_util::StreamExt;
 use reqwest::StatusCode;
 use sandkeep_envd_wire::connect::{self, Code};
 use sandkeep_envd_wire::process::{
     self as wire, Input, ProcessConfig, SelectRequest, SendInputRequest, StartRequest,
+    StreamInputRequest,
 };
 use sandkeep_envd_wire::{ENVD_PORT, base64_bytes, header};
 use serde::Serialize;
@@ -23,9 +26,10 @@ use crate::Stats;
 
 /// The bound of a unary call or a file transfer.
 const CALL_TIMEOUT: Duration = Duration::from_secs(120);
-/// envd emits a keepalive event after this many seconds without data, so
-/// idle proxies do not cut a long stream (the SDKs send 50).
-const KEEPALIVE_SECS: &str = "50";
+/// envd emits a keepalive event after this long without data, so idle
+/// proxies do not cut a long stream (the SDKs ask for 50 s); a StreamInput
+/// sends one as often while it has no input.
+pub const KEEPALIVE: Duration = Duration::from_secs(50);
 
 #[derive(Debug, thiserror::Error)]
 pub enum EnvdError {
@@ -38,6 +42,10 @@ pub enum EnvdError {
     /// envd refused the request: nothing happened.
     #[error("envd answered {code}: {message}")]
     Refused { code: String, message: String },
+    /// envd (or a proxy before it) does not serve the method: nothing of
+    /// the request was done.
+    #[error("envd does not serve {0}")]
+    Unimplemented(String),
     /// The request never reached envd.
     #[error("cannot reach envd: {0}")]
     Unreachable(String),
@@ -126,29 +134,23 @@ impl Event {
 /// at a time.
 pub struct Stream {
     response: reqwest::Response,
-    buf: Vec<u8>,
+    frames: connect::Frames,
 }
 
 impl Stream {
     /// The next event; `Ok(None)` at the end-of-stream message.
     pub async fn next(&mut self) -> Result<Option<Event>, EnvdError> {
         loop {
-            if let Some((flags, len)) = connect::read_header(&self.buf)
-                && self.buf.len() >= connect::HEADER_LEN + len
-            {
-                let frame: Vec<u8> = self
-                    .buf
-                    .drain(..connect::HEADER_LEN + len)
-                    .skip(connect::HEADER_LEN)
-                    .collect();
+            if let Some(frame) = self.frames.pop() {
                 let unreadable = |e: serde_json::Error| {
                     EnvdError::Broken(format!("unreadable message from envd: {e}"))
                 };
-                if flags & connect::END_STREAM == 0 {
-                    let v: Value = serde_json::from_slice(&frame).map_err(unreadable)?;
+                if frame.flags & connect::END_STREAM == 0 {
+                    let v: Value = serde_json::from_slice(&frame.message).map_err(unreadable)?;
                     return Ok(Some(Event::from_json(v)));
                 }
-                let end: connect::EndStream = serde_json::from_slice(&frame).map_err(unreadable)?;
+                let end: connect::EndStream =
+                    serde_json::from_slice(&frame.message).map_err(unreadable)?;
                 return match end.error {
                     Some(error) => Err(EnvdError::Broken(format!(
                         "the process stream ended with {}: {}",
@@ -158,7 +160,7 @@ impl Stream {
                 };
             }
             match self.response.chunk().await {
-                Ok(Some(chunk)) => self.buf.extend_from_slice(&chunk),
+                Ok(Some(chunk)) => self.frames.push(&chunk),
                 Ok(None) => {
                     return Err(EnvdError::Broken(
                         "the process stream was cut before its end".into(),
@@ -274,7 +276,7 @@ impl Envd {
             .request(reqwest::Method::POST, "/process.Process/Start")
             .header("Content-Type", connect::STREAM_JSON)
             .header(header::CONNECT_PROTOCOL_VERSION, "1")
-            .header(header::KEEPALIVE_PING_INTERVAL, KEEPALIVE_SECS)
+            .header(header::KEEPALIVE_PING_INTERVAL, KEEPALIVE.as_secs())
             .body(connect::envelope(&message))
             .send()
             .await
@@ -286,7 +288,7 @@ impl Envd {
         }
         Ok(Stream {
             response,
-            buf: Vec::new(),
+            frames: connect::Frames::default(),
         })
     }
 
@@ -345,6 +347,68 @@ impl Envd {
         self.unary::<_, IgnoredAny>("/process.Process/SendInput", &message)
             .await
             .map(drop)
+    }
+
+    /// StreamInput to envd's process `pid`: a start message, then each of
+    /// `messages` as it comes, on one request whose body stays open until
+    /// `messages` ends. envd's answer comes at that end, or before it if
+    /// envd refuses the stream ([`EnvdError::Unimplemented`]: it does not
+    /// serve StreamInput).
+    pub async fn stream_input(
+        &self,
+        pid: u32,
+        messages: impl futures_util::Stream<Item = StreamInputRequest> + Send + 'static,
+    ) -> Result<(), EnvdError> {
+        let start = StreamInputRequest::start(wire::Selector::pid(pid));
+        let messages = futures_util::stream::iter([start])
+            .chain(messages)
+            .map(|m| Ok::<_, std::convert::Infallible>(connect::envelope(&m)));
+        let response = self
+            .request(reqwest::Method::POST, "/process.Process/StreamInput")
+            .header("Content-Type", connect::STREAM_JSON)
+            .header(header::CONNECT_PROTOCOL_VERSION, "1")
+            .body(reqwest::Body::wrap_stream(messages))
+            .send()
+            .await
+            .map_err(|e| Self::transport(&e))?;
+        let status = response.status();
+        let bytes = response
+            .bytes()
+            .await
+            .map_err(|e| EnvdError::Broken(crate::chain(&e)))?;
+        // A method it does not know, connect-go answers with a bare 404
+        // (and a stream's own errors with 200 and an end-stream message);
+        // a proxy may say 405 or 501.
+        if matches!(status.as_u16(), 404 | 405 | 415 | 501) {
+            return Err(EnvdError::Unimplemented(format!(
+                "StreamInput (it answered {status})"
+            )));
+        }
+        if !status.is_success() {
+            return Err(Self::refused(status, &bytes));
+        }
+        let mut frames = connect::Frames::default();
+        frames.push(&bytes);
+        while let Some(frame) = frames.pop() {
+            if frame.flags & connect::END_STREAM == 0 {
+                continue;
+            }
+            let end: connect::EndStream = serde_json::from_slice(&frame.message)
+                .map_err(|e| EnvdError::Broken(format!("unreadable answer from envd: {e}")))?;
+            return match end.error {
+                None => Ok(()),
+                Some(e) if e.code == Code::Unimplemented.name() => Err(EnvdError::Unimplemented(
+                    format!("StreamInput ({})", e.message),
+                )),
+                Some(e) => Err(EnvdError::Refused {
+                    code: e.code,
+                    message: e.message,
+                }),
+            };
+        }
+        Err(EnvdError::Broken(
+            "envd's answer to StreamInput has no end-stream message".into(),
+        ))
     }
 
     /// Closes the stdin of envd's process `pid`.

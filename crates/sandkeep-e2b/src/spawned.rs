@@ -1,10 +1,11 @@
 //! Processes that outlive a call (`Provider::spawn`) over envd: one Start
 //! stream without a connect timeout, run by [`script::SPAWN`] so the
 //! process has its own group. Its stdout and stderr events become pipes,
-//! what is written to its stdin pipe goes out by SendInput (CloseStdin at
-//! the end), and signals and the group kill are small scripts run inside
-//! the sandbox (envd signals only the process it started, and only with
-//! TERM or KILL).
+//! what is written to its stdin pipe goes out on one StreamInput kept open
+//! (by SendInput where envd refuses it; CloseStdin at the end), and
+//! signals and the group kill are small scripts run inside the sandbox
+//! (envd signals only the process it started, and only with TERM or
+//! KILL).
 //!
 //! As a local pipe would, dropping the stdout pipe ends the process (it is
 //! killed at its next output); dropping stderr only discards it. Dropping
@@ -15,10 +16,12 @@ use std::time::Duration;
 use async_trait::async_trait;
 use sandkeep_provider::{ExitStatus, ProviderError, Result, RunningProcess, SpawnRequest, Spawned};
 use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream};
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
+use tokio_stream::wrappers::ReceiverStream;
 
-use crate::envd::{Envd, EnvdError, Event, Stream};
+use crate::envd::{Envd, EnvdError, Event, KEEPALIVE, Stream};
 use crate::script;
+use sandkeep_envd_wire::process::StreamInputRequest;
 
 /// Output held for a pipe's reader before the stream waits for it.
 const PIPE: usize = 64 * 1024;
@@ -173,20 +176,94 @@ async fn pump(
 }
 
 /// Sends what is written to the stdin pipe, in order, then closes the
-/// process's stdin. A failed send drops the pipe, so the writer sees it.
+/// process's stdin. It all goes on one StreamInput, a request for the
+/// process's life rather than one per write; where envd refuses StreamInput
+/// (it does not serve it: nothing sent on it was written), by one SendInput
+/// per read of the pipe. A failed send ends the input: the pipe is dropped,
+/// so the writer sees it, and the process's stdin is closed, so the
+/// process sees its end (a reader or watcher then exits and is replaced).
 async fn feed(envd: Envd, pid: u32, mut from: DuplexStream) {
     let mut buf = vec![0; PIPE];
-    loop {
-        match from.read(&mut buf).await {
-            Ok(0) | Err(_) => break,
-            Ok(n) => {
-                if envd.send_input(pid, &buf[..n]).await.is_err() {
-                    return;
+    if let Some(unsent) = stream(&envd, pid, &mut from, &mut buf).await {
+        let sent = async {
+            if !unsent.is_empty() {
+                envd.send_input(pid, &unsent).await?;
+            }
+            loop {
+                match from.read(&mut buf).await {
+                    Ok(0) | Err(_) => return Ok::<_, EnvdError>(()),
+                    Ok(n) => envd.send_input(pid, &buf[..n]).await?,
                 }
             }
+        };
+        let _ = sent.await;
+    }
+    drop(from);
+    let _ = envd.close_stdin(pid).await;
+}
+
+/// Sends the pipe's input on one StreamInput until the pipe ends. Where
+/// envd refuses StreamInput: what went on it, to go by SendInput with the
+/// rest of the pipe; `None` once the stream is over (ended or failed).
+async fn stream(envd: &Envd, pid: u32, from: &mut DuplexStream, buf: &mut [u8]) -> Option<Vec<u8>> {
+    // One message waits at most: a stream that is not taken holds the
+    // pipe, and so its writer, back.
+    let (messages, queued) = mpsc::channel(1);
+    let answer = envd.stream_input(pid, ReceiverStream::new(queued));
+    tokio::pin!(answer);
+    // What went on the stream, for a refusal to send again. A refusal
+    // answers the request's head, so it comes long before this is full;
+    // past it, the stream is taken.
+    let mut sent = Some(Vec::new());
+    let ended = |answered: Result<(), EnvdError>, sent: Option<Vec<u8>>| match (answered, sent) {
+        (Err(EnvdError::Unimplemented(why)), Some(sent)) => {
+            tracing::debug!(
+                sandbox = envd.sandbox_id,
+                "input by SendInput: envd does not serve {why}"
+            );
+            Some(sent)
+        }
+        (answered, _) => {
+            let why = answered.map_or_else(|e| e.to_string(), |()| "envd ended it".into());
+            tracing::debug!(
+                sandbox = envd.sandbox_id,
+                "the input stream of process {pid} ended before its pipe: {why}"
+            );
+            None
+        }
+    };
+    loop {
+        let message = tokio::select! {
+            answered = &mut answer => return ended(answered, sent),
+            read = from.read(buf) => match read {
+                Ok(0) | Err(_) => break,
+                Ok(n) => {
+                    if let Some(kept) = &mut sent {
+                        kept.extend_from_slice(&buf[..n]);
+                        if kept.len() > PIPE {
+                            sent = None;
+                        }
+                    }
+                    StreamInputRequest::stdin(&buf[..n])
+                }
+            },
+            // As the Start stream's keepalives: an idle proxy would cut a
+            // request that carries nothing for long.
+            () = tokio::time::sleep(KEEPALIVE) => StreamInputRequest::keepalive(),
+        };
+        tokio::select! {
+            answered = &mut answer => return ended(answered, sent),
+            queued = messages.send(message) => if queued.is_err() {
+                // The request is over: its answer says why.
+                return ended(answer.await, sent);
+            },
         }
     }
-    let _ = envd.close_stdin(pid).await;
+    drop(messages);
+    match answer.await {
+        Ok(()) => None,
+        answered => ended(answered, sent),
+    }
 }
 
 /// The control of a spawned process, by its pid inside the sandbox.

@@ -49,6 +49,49 @@ pub fn read_header(buf: &[u8]) -> Option<(u8, usize)> {
     Some((header[0], len as usize))
 }
 
+/// Envelopes taken from a byte stream as its chunks come, whatever their
+/// boundaries: a stream's messages are acted on one by one as they arrive.
+#[derive(Debug, Default)]
+pub struct Frames {
+    buf: Vec<u8>,
+}
+
+/// One envelope: its flags and its message.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Frame {
+    pub flags: u8,
+    pub message: Vec<u8>,
+}
+
+impl Frames {
+    pub fn push(&mut self, chunk: &[u8]) {
+        self.buf.extend_from_slice(chunk);
+    }
+
+    /// The flags and length the next envelope announces, once its header
+    /// is there: a reader with a limit refuses a length before it holds it.
+    pub fn announced(&self) -> Option<(u8, usize)> {
+        read_header(&self.buf)
+    }
+
+    /// The next envelope, once all of it is there.
+    pub fn pop(&mut self) -> Option<Frame> {
+        let (flags, len) = self.announced()?;
+        let end = HEADER_LEN.checked_add(len)?;
+        if self.buf.len() < end {
+            return None;
+        }
+        let message = self.buf[HEADER_LEN..end].to_vec();
+        self.buf.drain(..end);
+        Some(Frame { flags, message })
+    }
+
+    /// What was pushed of an envelope that is not whole yet.
+    pub fn partial(&self) -> &[u8] {
+        &self.buf
+    }
+}
+
 /// A message as JSON; the messages of this crate always serialize, so a
 /// failure (a caller's own type) degrades to the empty message.
 pub fn to_json(message: &impl Serialize) -> Vec<u8> {
@@ -149,5 +192,35 @@ mod tests {
             br#"{"error":{"code":"not_found","message":"gone"}}"#
         );
         assert_eq!(failed[0], END_STREAM);
+    }
+
+    #[test]
+    fn frames_come_whole_whatever_the_chunks() {
+        let stream = [envelope(&Empty {}), frame(0, b"[1,2]"), end_stream(None)].concat();
+        for size in 1..=stream.len() {
+            let mut frames = Frames::default();
+            let mut got = Vec::new();
+            for chunk in stream.chunks(size) {
+                frames.push(chunk);
+                while let Some(f) = frames.pop() {
+                    got.push((f.flags, f.message));
+                }
+            }
+            assert_eq!(
+                got,
+                vec![
+                    (0, b"{}".to_vec()),
+                    (0, b"[1,2]".to_vec()),
+                    (END_STREAM, b"{}".to_vec())
+                ],
+                "chunks of {size}"
+            );
+            assert!(frames.partial().is_empty());
+        }
+        let mut frames = Frames::default();
+        frames.push(&stream[..6]);
+        assert_eq!(frames.pop(), None);
+        assert_eq!(frames.announced(), Some((0, 2)));
+        assert_eq!(frames.partial().len(), 6);
     }
 }

@@ -139,13 +139,40 @@ impl SendSignalRequest {
 }
 
 /// One message of a StreamInput client stream: a start naming the
-/// process, then data.
+/// process, then data, and keepalives while there is none (a oneof).
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct StreamInputRequest {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub start: Option<SelectRequest>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub data: Option<DataInput>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keepalive: Option<crate::connect::Empty>,
+}
+
+impl StreamInputRequest {
+    pub fn start(process: Selector) -> Self {
+        Self {
+            start: Some(SelectRequest { process }),
+            ..Self::default()
+        }
+    }
+
+    pub fn stdin(bytes: &[u8]) -> Self {
+        Self {
+            data: Some(DataInput {
+                input: Input::stdin(bytes),
+            }),
+            ..Self::default()
+        }
+    }
+
+    pub fn keepalive() -> Self {
+        Self {
+            keepalive: Some(crate::connect::Empty {}),
+            ..Self::default()
+        }
+    }
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]

@@ -10,6 +10,7 @@
 use crate::support;
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use sandkeep::provider::e2b::{E2bConfig, E2bProvider};
@@ -286,10 +287,12 @@ async fn a_spawned_process_has_live_pipes_and_ends_with_its_stdout() {
             .write_all(format!("{word}\n").as_bytes())
             .await
             .unwrap();
-        assert_eq!(
-            lines.next_line().await.unwrap(),
-            Some(format!("got {word}"))
-        );
+        // Each line is answered while stdin stays open: the input is
+        // passed on as it is written, not when it ends.
+        let answer = tokio::time::timeout(Duration::from_secs(10), lines.next_line())
+            .await
+            .unwrap_or_else(|_| panic!("no answer to {word:?} within 10 s"));
+        assert_eq!(answer.unwrap(), Some(format!("got {word}")));
     }
     drop(stdin);
     assert_eq!(lines.next_line().await.unwrap(), None, "stdin closed: done");
@@ -322,6 +325,157 @@ async fn a_spawned_process_has_live_pipes_and_ends_with_its_stdout() {
         .expect("ended within 10 s of its stdout being dropped")
         .unwrap();
     assert_eq!(running("303").await, "0");
+    assert!(p.kill(&id).await.unwrap());
+}
+
+/// A reverse proxy to `upstream` that answers StreamInput as connect-go
+/// answers a method it does not serve (a bare 404), counting those
+/// refusals; every other request goes through.
+async fn refusing_stream_input(upstream: String) -> (String, Arc<AtomicUsize>) {
+    use axum::http::header;
+    use axum::response::IntoResponse;
+
+    let refused = Arc::new(AtomicUsize::new(0));
+    let counted = Arc::clone(&refused);
+    let client = reqwest::Client::new();
+    let hop = [
+        header::HOST,
+        header::CONNECTION,
+        header::TRANSFER_ENCODING,
+        header::CONTENT_LENGTH,
+    ];
+    let app = axum::Router::new().fallback(move |request: axum::extract::Request| {
+        let (client, upstream, counted) = (client.clone(), upstream.clone(), Arc::clone(&counted));
+        let hop = hop.clone();
+        async move {
+            if request.uri().path() == "/process.Process/StreamInput" {
+                // Once input came on it (so that what went on the refused
+                // stream must be sent again), never forwarded.
+                let mut body = request.into_body();
+                let mut seen = Vec::new();
+                while !seen.windows(6).any(|w| w == b"\"data\"") {
+                    use axum::body::HttpBody;
+                    let frame =
+                        std::future::poll_fn(|cx| std::pin::Pin::new(&mut body).poll_frame(cx));
+                    match frame.await {
+                        Some(Ok(frame)) => {
+                            seen.extend_from_slice(frame.data_ref().map_or(&[][..], |d| &d[..]))
+                        }
+                        _ => break,
+                    }
+                }
+                counted.fetch_add(1, Ordering::SeqCst);
+                return (axum::http::StatusCode::NOT_FOUND, "404 page not found\n").into_response();
+            }
+            let (parts, body) = request.into_parts();
+            let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+            let mut forward = client
+                .request(parts.method, format!("{upstream}{path}"))
+                .body(reqwest::Body::wrap_stream(body.into_data_stream()));
+            for (name, value) in parts.headers.iter().filter(|(n, _)| !hop.contains(n)) {
+                forward = forward.header(name, value);
+            }
+            let answer = forward.send().await.expect("the endpoint answers");
+            let mut response = axum::http::Response::builder().status(answer.status());
+            for (name, value) in answer.headers().iter().filter(|(n, _)| !hop.contains(n)) {
+                response = response.header(name, value);
+            }
+            response
+                .body(axum::body::Body::from_stream(answer.bytes_stream()))
+                .expect("a response")
+        }
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (format!("http://{addr}"), refused)
+}
+
+/// Where envd refuses StreamInput, a spawned process's input goes by
+/// SendInput, none of it lost: what went on the refused stream is sent
+/// again, and the rest follows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spawned_input_goes_by_send_input_where_stream_input_is_refused() {
+    use sandkeep::provider::{ExitStatus, Program, SpawnRequest};
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+
+    let mut endpoint = Endpoint::start();
+    if endpoint.shared() {
+        return eprintln!("skipped: a real E2B account's envd is not behind this proxy");
+    }
+    let (proxy, refused) = refusing_stream_input(endpoint.api_url.clone()).await;
+    endpoint.sandbox_url = Some(proxy);
+    let p = provider(&endpoint);
+    let id = p.create(spec()).await.expect("create").sandbox_id;
+    let spawned = p
+        .spawn(
+            &id,
+            SpawnRequest {
+                program: Program::Shell("while read -r l; do echo \"got $l\"; done".into()),
+                cwd: None,
+                stdin: true,
+            },
+        )
+        .await
+        .unwrap();
+    let mut stdin = spawned.stdin.expect("a stdin pipe");
+    let mut lines = BufReader::new(spawned.stdout).lines();
+    stdin.write_all(b"one\ntwo\n").await.unwrap();
+    for word in ["one", "two", "three"] {
+        if word == "three" {
+            stdin.write_all(b"three\n").await.unwrap();
+        }
+        let answer = tokio::time::timeout(Duration::from_secs(10), lines.next_line())
+            .await
+            .unwrap_or_else(|_| panic!("no answer to {word:?} within 10 s"));
+        assert_eq!(answer.unwrap(), Some(format!("got {word}")));
+    }
+    assert_eq!(
+        refused.load(Ordering::SeqCst),
+        1,
+        "StreamInput was tried once"
+    );
+    drop(stdin);
+    assert_eq!(lines.next_line().await.unwrap(), None, "stdin closed: done");
+    assert_eq!(spawned.process.wait().await.unwrap(), ExitStatus::Code(0));
+    assert!(p.kill(&id).await.unwrap());
+}
+
+/// A spawned process's input stream cut under it (the connection of its
+/// StreamInput breaks) ends its input: the process sees the end of its
+/// stdin, so a reader or watcher exits and is replaced instead of waiting
+/// for input that can no longer come.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broken_input_stream_closes_the_processs_stdin() {
+    use sandkeep::provider::{ExitStatus, Program, SpawnRequest};
+    use tokio::io::{AsyncBufReadExt, BufReader};
+
+    let mut endpoint = Endpoint::start();
+    if endpoint.shared() {
+        return eprintln!("skipped: a real E2B account's envd is not behind this relay");
+    }
+    let upstream = endpoint.api_url.trim_start_matches("http://").to_owned();
+    endpoint.sandbox_url = Some(breaking_relay(upstream, b"/process.Process/StreamInput").await);
+    let p = provider(&endpoint);
+    let id = p.create(spec()).await.expect("create").sandbox_id;
+    let spawned = p
+        .spawn(
+            &id,
+            SpawnRequest {
+                program: Program::Shell("while read -r l; do :; done; echo eof".into()),
+                cwd: None,
+                stdin: true,
+            },
+        )
+        .await
+        .unwrap();
+    let _stdin = spawned.stdin.expect("a stdin pipe");
+    let mut lines = BufReader::new(spawned.stdout).lines();
+    let line = tokio::time::timeout(Duration::from_secs(10), lines.next_line())
+        .await
+        .expect("the process saw the end of its stdin within 10 s");
+    assert_eq!(line.unwrap().as_deref(), Some("eof"));
+    assert_eq!(spawned.process.wait().await.unwrap(), ExitStatus::Code(0));
     assert!(p.kill(&id).await.unwrap());
 }
 
@@ -1009,6 +1163,7 @@ async fn task_reads_go_through_one_long_lived_reader_over_envd() {
     };
     let first = readers().await;
     assert_eq!(first.lines().count(), 1, "one reader: {first}");
+    let requests = p.stats().envd_requests();
     for _ in 0..30 {
         let r = get().await.expect("get_task");
         assert_eq!(
@@ -1016,6 +1171,13 @@ async fn task_reads_go_through_one_long_lived_reader_over_envd() {
             ("running".into(), "hi")
         );
     }
+    // The reads go on the reader's one StreamInput, already open: no
+    // envd request of their own (a SendInput each would be 30).
+    assert_eq!(
+        p.stats().envd_requests() - requests,
+        0,
+        "envd requests for 30 reads"
+    );
     assert_eq!(
         readers().await,
         first,
