@@ -30,11 +30,11 @@ use std::time::{Duration, Instant};
 use rustix::event::{PollFd, PollFlags, Timespec};
 use rustix::fs::inotify;
 use rustix::process::{Pid, PidfdFlags};
+use sandkeep_proto::TaskId;
 use sandkeep_proto::wire::{StatusRequest, TaskStatus, WaitReply, WaitRequest, WatchCommand};
-use sandkeep_proto::{TaskId, TaskState};
 
 use crate::error::{HelperError, IoContext};
-use crate::status::{observe, open_checked, status, status_of};
+use crate::status::{Observation, observe, open_checked, status, status_of, status_seen};
 use crate::taskdir::{STDERR_LOG, STDOUT_LOG, TaskDir};
 
 /// Without inotify a change is only seen by looking: often enough to stay
@@ -262,17 +262,24 @@ pub fn stream() {
             let Some(task) = tasks.get_mut(&id) else {
                 continue;
             };
-            // A task that cannot be looked at is answered with what
-            // `status` says of it.
-            let seen = task.look().ok();
+            let seen = task.look();
             task.waits.retain(|&number, request| {
-                let due = seen.is_none_or(|(state, stdout_bytes, stderr_bytes)| {
-                    request.is_due(state, stdout_bytes, stderr_bytes)
+                // Each wait's page read after the look: a terminal state
+                // comes with its complete logs.
+                let status = match &seen {
+                    // No record (the task was deleted since), or none
+                    // readable: answered as `status` would answer now,
+                    // from a fresh look by its id.
+                    Ok(observation) if observation.record.is_some() => {
+                        status_seen(&task.dir, observation, request)
+                    }
+                    _ => status(request.clone()),
+                };
+                let due = status.as_ref().map_or(true, |s| {
+                    request.is_due(s.summary.state, s.stdout_bytes, s.stderr_bytes)
                 });
                 if due {
-                    // Read after the look: a terminal state comes with its
-                    // complete logs, and a task deleted since is no task.
-                    answer(&mut answers, number, status(request.clone()));
+                    answer(&mut answers, number, status);
                     waits.remove(&number);
                 }
                 !due
@@ -327,10 +334,10 @@ impl Watched {
         matches!(self.supervisor, Supervisor::Done) && self.running
     }
 
-    /// The task's state and log sizes now. A running task gets its
+    /// The task's record and state now. A running task gets its
     /// supervisor's pidfd first, then is looked at again, so a death
     /// between the look and the open is not missed.
-    fn look(&mut self) -> Result<(TaskState, u64, u64), HelperError> {
+    fn look(&mut self) -> Result<Observation, HelperError> {
         loop {
             let observation = observe(&self.dir)?;
             self.running = !observation.state.is_settled();
@@ -345,16 +352,7 @@ impl Watched {
                 };
                 continue;
             }
-            let context = |name: &str| format!("reading the size of {name} of a watched task");
-            return Ok((
-                observation.state,
-                self.dir
-                    .log_len(STDOUT_LOG)
-                    .context(|| context(STDOUT_LOG))?,
-                self.dir
-                    .log_len(STDERR_LOG)
-                    .context(|| context(STDERR_LOG))?,
-            ));
+            return Ok(observation);
         }
     }
 }
