@@ -45,6 +45,11 @@ const RECHECK_NO_INOTIFY: Duration = Duration::from_millis(25);
 /// is rare, so a slow look suffices.
 const RECHECK_NO_PIDFD: Duration = Duration::from_secs(1);
 
+/// The most answer bytes `wait --stream` holds before writing them: an
+/// answer carries up to two 64 KiB pages (escaped, up to six times that),
+/// and a look may answer hundreds of waits.
+const ANSWERS_HELD: usize = 1024 * 1024;
+
 pub fn wait(req: WaitRequest) -> Result<WaitReply, HelperError> {
     req.validate()?;
     let status_req = req.status_request();
@@ -298,9 +303,14 @@ pub fn stream() {
 }
 
 /// Appends a wait's answer line: what `status` would exit with and print.
+/// Past [`ANSWERS_HELD`] bytes the lines held so far are written at once
+/// (a failed write shows at the look's own write).
 fn answer(answers: &mut Vec<u8>, number: u64, status: Result<TaskStatus, HelperError>) {
     let (reply, code) = crate::encode(status);
     crate::serve::push_answer(answers, number, code, &reply);
+    if answers.len() > ANSWERS_HELD && crate::serve::write_answers(answers) {
+        answers.clear();
+    }
 }
 
 /// Opens the task of a wait's request, as `status` would (so a task that
