@@ -1,8 +1,9 @@
 //! The resident reader of each sandbox: one `sandkeep-task serve` per
-//! sandbox that is read, answering `status` and `list` (get_task, the
-//! answers of wait_task, cancel_task's first look, list_tasks, the MCP
-//! Tasks extension's reads, the CLI's) and `changes` without a diff
-//! (list_changes) without a process start per call.
+//! sandbox that is read, answering `status` and `list` (get_task,
+//! wait_task's answer at its timeout, cancel_task's first look,
+//! list_tasks, the MCP Tasks extension's reads, the CLI's) and `changes`
+//! without a diff (list_changes) without a process start per call. Its
+//! answer lines are also the shared watcher's ([`next_answer`]).
 //!
 //! The reader runs inside the sandbox with the sandbox user's rights, as
 //! the one-shot helper does: no host process parses the task files. It is
