@@ -17,6 +17,20 @@ pub fn pids() -> io::Result<impl Iterator<Item = u32>> {
     Ok(fs::read_dir("/proc")?.filter_map(|entry| entry.ok()?.file_name().to_str()?.parse().ok()))
 }
 
+/// The children of this single-threaded process (its one thread's id is
+/// its pid), zombies too; `None` where the kernel does not list them
+/// (`CONFIG_PROC_CHILDREN`).
+pub fn own_children() -> Option<Vec<u32>> {
+    let pid = std::process::id();
+    let listed = fs::read_to_string(format!("/proc/self/task/{pid}/children")).ok()?;
+    Some(
+        listed
+            .split_whitespace()
+            .filter_map(|p| p.parse().ok())
+            .collect(),
+    )
+}
+
 /// True when a process other than `except` that has not finished is a
 /// member of process group `pgid`.
 ///
