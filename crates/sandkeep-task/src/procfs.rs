@@ -1,5 +1,6 @@
-//! Who is left in a process group, from `/proc` (process identity and
-//! liveness are `sandkeep_proto::procfs`, shared with the host).
+//! Who is left in a process group, and this process's own children, from
+//! `/proc` (process identity and liveness are `sandkeep_proto::procfs`,
+//! shared with the host).
 //!
 //! Read-only; it never signals anything. Public so that the tests inspect
 //! processes exactly the way the helper does.
