@@ -273,7 +273,7 @@ pub struct ResizeReply {
 }
 
 /// `sandkeep-task status JSON` and `sandkeep-task cancel JSON`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct StatusRequest {
     pub task_id: TaskId,
@@ -362,6 +362,13 @@ impl StartRequest {
 }
 
 impl StatusRequest {
+    /// Whether a wait with these offsets is answered by a task in `state`
+    /// with these log sizes: it is settled, or either log has saved bytes
+    /// past its offset (docs/tools.md, wait_task).
+    pub fn is_due(&self, state: TaskState, stdout_bytes: u64, stderr_bytes: u64) -> bool {
+        state.is_settled() || stdout_bytes > self.stdout_offset || stderr_bytes > self.stderr_offset
+    }
+
     /// Checks offsets and page limit against docs/tools.md.
     pub fn validate(&self) -> Result<(), RequestError> {
         check_range("stdout_offset", self.stdout_offset, 0, limits::OFFSET_MAX)?;
@@ -481,43 +488,23 @@ pub fn split_reader_line(line: &[u8]) -> Option<(u64, &str, &[u8])> {
 }
 
 /// `sandkeep-task wait --stream`: one process watching many tasks for one
-/// host. It reads [`WatchCommand`] lines on stdin and writes a
-/// [`WatchEvent`] line whenever a watched task's state or log sizes change
-/// (and once when the watch is added); it exits at the end of its stdin.
+/// host, answering its waits. It reads [`WatchCommand`] lines on stdin; it
+/// answers each wait once (at once if already due) the task is settled or
+/// either log has saved bytes past the wait's offset, with a line
+/// `NUMBER CODE JSON` where `CODE JSON` is exactly what `status` of the
+/// wait's request would exit with and print (a resident reader's answer
+/// line, [`split_reader_line`]), and forgets the wait. It exits at the end
+/// of its stdin.
 pub const WAIT_STREAM: &str = "--stream";
 
 /// One line on the stdin of `wait --stream`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case", deny_unknown_fields)]
 pub enum WatchCommand {
-    /// Start reporting this task (at once, then on every change).
-    Watch(TaskId),
-    /// Stop reporting it.
-    Unwatch(TaskId),
-}
-
-/// One line on the stdout of `wait --stream`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum WatchEvent {
-    /// The task as it is now: enough to tell whether a waiter is answered.
-    Seen {
-        task_id: TaskId,
-        state: TaskState,
-        stdout_bytes: u64,
-        stderr_bytes: u64,
-    },
-    /// The task cannot be watched (no such task, unreadable); it is no
-    /// longer watched.
-    Refused { task_id: TaskId, error: ErrorBody },
-}
-
-impl WatchEvent {
-    pub fn task_id(&self) -> &TaskId {
-        match self {
-            Self::Seen { task_id, .. } | Self::Refused { task_id, .. } => task_id,
-        }
-    }
+    /// Answer this wait, numbered by the host, when it is due.
+    Watch { number: u64, request: StatusRequest },
+    /// Forget the wait with this number, unanswered.
+    Unwatch { number: u64 },
 }
 
 /// `sandkeep-task delete JSON`.

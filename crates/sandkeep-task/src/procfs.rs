@@ -1,5 +1,6 @@
-//! Who is left in a process group, from `/proc` (process identity and
-//! liveness are `sandkeep_proto::procfs`, shared with the host).
+//! Who is left in a process group, and this process's own children, from
+//! `/proc` (process identity and liveness are `sandkeep_proto::procfs`,
+//! shared with the host).
 //!
 //! Read-only; it never signals anything. Public so that the tests inspect
 //! processes exactly the way the helper does.
@@ -15,6 +16,20 @@ use sandkeep_proto::procfs::stat;
 /// The pids listed in `/proc` at the moment of reading.
 pub fn pids() -> io::Result<impl Iterator<Item = u32>> {
     Ok(fs::read_dir("/proc")?.filter_map(|entry| entry.ok()?.file_name().to_str()?.parse().ok()))
+}
+
+/// The children of this single-threaded process (its one thread's id is
+/// its pid), zombies too; `None` where the kernel does not list them
+/// (`CONFIG_PROC_CHILDREN`).
+pub fn own_children() -> Option<Vec<u32>> {
+    let pid = std::process::id();
+    let listed = fs::read_to_string(format!("/proc/self/task/{pid}/children")).ok()?;
+    Some(
+        listed
+            .split_whitespace()
+            .filter_map(|p| p.parse().ok())
+            .collect(),
+    )
 }
 
 /// True when a process other than `except` that has not finished is a

@@ -100,7 +100,7 @@ pub fn serve() -> i32 {
 
 /// Writes whole answer lines at once: the lock keeps a walk's answer and
 /// the main loop's from mixing. False when stdout is gone.
-fn write_answers(answers: &[u8]) -> bool {
+pub(crate) fn write_answers(answers: &[u8]) -> bool {
     let mut out = std::io::stdout().lock();
     out.write_all(answers).and_then(|()| out.flush()).is_ok()
 }
@@ -135,7 +135,8 @@ fn answer(line: &[u8], answers: &mut Vec<u8>, walker: &mut Walker) {
     push_answer(answers, id, code, &reply);
 }
 
-fn push_answer(answers: &mut Vec<u8>, id: u64, code: i32, reply: &str) {
+/// Appends the answer line `ID CODE REPLY`.
+pub(crate) fn push_answer(answers: &mut Vec<u8>, id: u64, code: i32, reply: &str) {
     answers.extend_from_slice(format!("{id} {code} ").as_bytes());
     answers.extend_from_slice(reply.as_bytes());
     answers.push(b'\n');

@@ -81,7 +81,16 @@ pub fn open_checked(req: &StatusRequest) -> Result<TaskDir, HelperError> {
 /// The state, then one page of each log. The logs are read after the
 /// record, so a terminal state always comes with its complete logs.
 pub fn status_of(dir: &TaskDir, req: &StatusRequest) -> Result<TaskStatus, HelperError> {
-    let observation = observe(dir)?;
+    status_seen(dir, &observe(dir)?, req)
+}
+
+/// The status of a task whose record was just observed: that observation
+/// and one page of each log, read now (after it).
+pub fn status_seen(
+    dir: &TaskDir,
+    observation: &Observation,
+    req: &StatusRequest,
+) -> Result<TaskStatus, HelperError> {
     let page = |name: &str, offset: u64| {
         dir.read_log_page(name, offset, req.limit)
             .context(|| format!("reading {name} of task {}", req.task_id))

@@ -28,6 +28,9 @@ use sandkeep_proto::record::{
 use sandkeep_proto::shell::SHELLS;
 use sandkeep_proto::wire::{InputMode, StartRequest};
 
+use nix::sys::signal::SigSet;
+use nix::sys::signalfd::{SfdFlags, SignalFd};
+
 use crate::capture::{Capture, Saved};
 use crate::input::{Eof, InputQueue, Pump};
 use crate::nullio::{discarding_output, empty_input};
@@ -111,6 +114,20 @@ fn fail_before_start(message: String) -> i32 {
     let mut out = io::stdout();
     let _ = out.write_all(message.as_bytes()).and_then(|()| out.flush());
     1
+}
+
+/// Makes this process the child subreaper of what it will spawn, with
+/// SIGCHLD blocked and read from a descriptor instead (the spawned command
+/// starts with an empty signal mask: std resets it). `None`, and no
+/// subreaper, if either cannot be had: orphans that nothing reaps would
+/// pile up here as zombies.
+fn adopt_orphans() -> Option<SignalFd> {
+    let mut chld = SigSet::empty();
+    chld.add(nix::sys::signal::Signal::SIGCHLD);
+    chld.thread_block().ok()?;
+    let fd = SignalFd::with_flags(&chld, SfdFlags::SFD_NONBLOCK | SfdFlags::SFD_CLOEXEC).ok()?;
+    rustix::process::set_child_subreaper(Some(rustix::process::getpid())).ok()?;
+    Some(fd)
 }
 
 /// `bash -c COMMAND`, or `sh -c COMMAND` where bash is missing, in its own
@@ -252,6 +269,8 @@ struct Exited {
 enum Source {
     Stream(usize),
     Exit,
+    /// A child other than the leader may have died.
+    Orphan,
     Control,
     /// The task's stdin can take more of the input waiting for it.
     Input,
@@ -262,6 +281,11 @@ struct Supervisor {
     record: StateRecord,
     leader: Pid,
     exit_watch: Option<OwnedFd>,
+    /// SIGCHLD as a descriptor, when this process is the task's child
+    /// subreaper: the task's orphans come to it, are reaped as they die
+    /// (none piles up as a zombie), and "no child but the leader" proves
+    /// the group empty without a `/proc` scan. `None`: neither.
+    orphans: Option<SignalFd>,
     control: OwnedFd,
     /// An interactive task's queued input on its way to the task.
     input: Option<Pump>,
@@ -319,6 +343,7 @@ impl Supervisor {
             error: None,
         };
         let wiring = Wiring::prepare(&dir, order.input)?;
+        let orphans = adopt_orphans();
         // Read before the spawn: a kill the task causes raises the count.
         let memory = MemoryCgroup::find().and_then(|m| Some((m.kills()?, m)));
         let spawned = match &wiring {
@@ -363,6 +388,7 @@ impl Supervisor {
             leader,
             // Without pidfds (Linux < 5.3) the exit is polled instead.
             exit_watch: rustix::process::pidfd_open(leader, PidfdFlags::empty()).ok(),
+            orphans,
             control,
             input,
             terminal,
@@ -395,6 +421,7 @@ impl Supervisor {
                 match source {
                     Source::Stream(i) => self.read_stream(i),
                     Source::Exit => self.check_exit(),
+                    Source::Orphan => self.reap_orphans(),
                     Source::Control => self.read_control(),
                     Source::Input => self.pump_input(),
                 }
@@ -415,6 +442,10 @@ impl Supervisor {
                 fds.push(PollFd::new(&s.fd, PollFlags::IN));
                 sources.push(Source::Stream(i));
             }
+        }
+        if let Some(fd) = &self.orphans {
+            fds.push(PollFd::new(fd, PollFlags::IN));
+            sources.push(Source::Orphan);
         }
         if self.exited.is_none() {
             if let Some(fd) = &self.exit_watch {
@@ -501,11 +532,48 @@ impl Supervisor {
             return;
         }
         exited.scanned_at = Some(now);
-        let members = procfs::group_has_members(leader, leader).unwrap_or(false);
+        let members = !self.only_the_leader_is_left(leader)
+            && procfs::group_has_members(leader, leader).unwrap_or(false);
         let given_up = self
             .killed_at
             .is_some_and(|k| now.saturating_duration_since(k) >= KILL_WAIT);
-        exited.group_gone = !members || given_up;
+        if let Some(exited) = &mut self.exited {
+            exited.group_gone = !members || given_up;
+        }
+    }
+
+    /// Whether, as the task's child subreaper, this process has no child
+    /// but the leader once the dead ones are reaped. Then the group is
+    /// empty: every member is in the task's session (a process joins a
+    /// group of its own session only), so a descendant of this process,
+    /// and one whose parent died came to this process.
+    fn only_the_leader_is_left(&self, leader: u32) -> bool {
+        if self.orphans.is_none() {
+            return false;
+        }
+        self.reap_orphans();
+        procfs::own_children().is_some_and(|children| children.iter().all(|&c| c == leader))
+    }
+
+    /// Reaps the dead among the task's orphans (never the leader, which
+    /// stays unreaped until the end so that its group id stays taken).
+    fn reap_orphans(&self) {
+        let Some(orphans) = &self.orphans else {
+            return;
+        };
+        // Each read takes one pending SIGCHLD; they only wake us.
+        while let Ok(Some(_)) = orphans.read_signal() {}
+        let leader = self.leader.as_raw_nonzero().get() as u32;
+        for child in procfs::own_children().unwrap_or_default() {
+            if child != leader
+                && let Some(pid) = Pid::from_raw(child as i32)
+            {
+                let _ = rustix::process::waitid(
+                    WaitId::Pid(pid),
+                    WaitIdOptions::EXITED | WaitIdOptions::NOHANG,
+                );
+            }
+        }
     }
 
     fn is_done(&self, now: Instant) -> bool {

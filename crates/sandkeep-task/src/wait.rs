@@ -15,14 +15,14 @@
 //! Where inotify or pidfds are unavailable it falls back to looking again
 //! every [`RECHECK_NO_INOTIFY`] / [`RECHECK_NO_PIDFD`].
 //!
-//! `wait --stream` ([`stream`]) is the same watch over many tasks for one
+//! `wait --stream` ([`stream`]) is the same watch over many waits for one
 //! host: one process and one inotify instance (instances are few per user:
-//! `fs.inotify.max_user_instances`), told on stdin which tasks to watch and
-//! writing a line on stdout whenever one changes. The host decides which of
-//! its waiters that answers; this side only reports.
+//! `fs.inotify.max_user_instances`), told on stdin which waits to answer
+//! (a task and offsets each) and writing each one's answer on stdout when
+//! it is due: the same rule, the same answer as this verb's.
 
+use std::collections::hash_map::Entry;
 use std::collections::{HashMap, HashSet};
-use std::io::Write;
 use std::mem::MaybeUninit;
 use std::os::fd::{AsFd, OwnedFd};
 use std::time::{Duration, Instant};
@@ -31,11 +31,11 @@ use rustix::event::{PollFd, PollFlags, Timespec};
 use rustix::fs::inotify;
 use rustix::process::{Pid, PidfdFlags};
 use sandkeep_proto::TaskId;
-use sandkeep_proto::wire::{ErrorBody, WaitReply, WaitRequest, WatchCommand, WatchEvent};
+use sandkeep_proto::wire::{StatusRequest, TaskStatus, WaitReply, WaitRequest, WatchCommand};
 
 use crate::error::{HelperError, IoContext};
-use crate::status::{Observation, observe, open_checked, status_of};
-use crate::taskdir::{STDERR_LOG, STDOUT_LOG, TaskDir, TaskRoot};
+use crate::status::{Observation, observe, open_checked, status, status_of, status_seen};
+use crate::taskdir::{STDERR_LOG, STDOUT_LOG, TaskDir};
 
 /// Without inotify a change is only seen by looking: often enough to stay
 /// within the 50 ms the contract promises.
@@ -44,6 +44,11 @@ const RECHECK_NO_INOTIFY: Duration = Duration::from_millis(25);
 /// Without a pidfd a lost supervisor is only noticed by looking; losing one
 /// is rare, so a slow look suffices.
 const RECHECK_NO_PIDFD: Duration = Duration::from_secs(1);
+
+/// The most answer bytes `wait --stream` holds before writing them: an
+/// answer carries up to two 64 KiB pages (escaped, up to six times that),
+/// and a look may answer hundreds of waits.
+const ANSWERS_HELD: usize = 1024 * 1024;
 
 pub fn wait(req: WaitRequest) -> Result<WaitReply, HelperError> {
     req.validate()?;
@@ -58,9 +63,11 @@ pub fn wait(req: WaitRequest) -> Result<WaitReply, HelperError> {
     loop {
         let observation = observe(&dir)?;
         let context = |name: &str| format!("reading the size of {name} of task {}", req.task_id);
-        let ready = observation.state.is_settled()
-            || dir.log_len(STDOUT_LOG).context(|| context(STDOUT_LOG))? > req.stdout_offset
-            || dir.log_len(STDERR_LOG).context(|| context(STDERR_LOG))? > req.stderr_offset;
+        let ready = status_req.is_due(
+            observation.state,
+            dir.log_len(STDOUT_LOG).context(|| context(STDOUT_LOG))?,
+            dir.log_len(STDERR_LOG).context(|| context(STDERR_LOG))?,
+        );
         let now = Instant::now();
         if ready || now >= deadline {
             let status = status_of(&dir, &status_req)?;
@@ -160,8 +167,10 @@ struct Watched {
     /// Its inotify watch; `None` without inotify.
     wd: Option<i32>,
     supervisor: Supervisor,
-    /// The last line written about it: only changes are reported.
-    last: Option<WatchEvent>,
+    /// Its waits not answered yet, by the host's numbers.
+    waits: HashMap<u64, StatusRequest>,
+    /// The last look found it not settled.
+    running: bool,
 }
 
 /// The pidfd of a running task's supervisor, which becomes readable when
@@ -174,13 +183,20 @@ enum Supervisor {
     Done,
 }
 
-/// `wait --stream`: reports the watched tasks until stdin ends or stdout's
-/// reader goes away. Nothing it meets ends it early: a task it cannot
-/// watch is reported as [`WatchEvent::Refused`].
+/// `wait --stream`: answers the host's waits until stdin ends or stdout's
+/// reader goes away. Each answer is the `status` of the wait's request,
+/// read when the wait is due, so the host needs no read of its own (with
+/// 100 waits due at once that read was most of the time from a task's
+/// record to its waiter's answer: docs/benchmarks-log.md). The answers
+/// of one look leave in one write. Nothing it meets ends it early: a wait
+/// on a task it cannot watch is answered with what `status` says of it.
 pub fn stream() {
     let inotify = new_inotify();
     let mut tasks: HashMap<TaskId, Watched> = HashMap::new();
+    // The task of each unanswered wait.
+    let mut waits: HashMap<u64, TaskId> = HashMap::new();
     let mut input = Vec::new();
+    let mut answers = Vec::new();
     loop {
         let mut wait = None;
         if !tasks.is_empty() && inotify.is_none() {
@@ -209,23 +225,32 @@ pub fn stream() {
             while let Some(end) = input.iter().position(|&b| b == b'\n') {
                 let line: Vec<u8> = input.drain(..=end).collect();
                 match serde_json::from_slice(&line) {
-                    Ok(WatchCommand::Watch(id)) => match start_watching(inotify.as_ref(), &id) {
-                        Ok(task) => {
-                            tasks.insert(id.clone(), task);
-                            dirty.insert(id);
-                        }
-                        Err(e) => {
-                            if !write_event(&refused(&id, e)) {
-                                return;
+                    Ok(WatchCommand::Watch { number, request }) => {
+                        let id = request.task_id.clone();
+                        let task = match tasks.entry(id.clone()) {
+                            Entry::Occupied(task) => task.into_mut(),
+                            Entry::Vacant(vacant) => {
+                                match start_watching(inotify.as_ref(), &request) {
+                                    Ok(task) => vacant.insert(task),
+                                    Err(e) => {
+                                        answer(&mut answers, number, Err(e));
+                                        continue;
+                                    }
+                                }
                             }
-                        }
-                    },
-                    Ok(WatchCommand::Unwatch(id)) => {
-                        if let Some(Watched { wd: Some(wd), .. }) = tasks.remove(&id)
-                            && let Some(fd) = &inotify
+                        };
+                        task.waits.insert(number, request);
+                        waits.insert(number, id.clone());
+                        dirty.insert(id);
+                    }
+                    Ok(WatchCommand::Unwatch { number }) => {
+                        if let Some(id) = waits.remove(&number)
+                            && let Some(task) = tasks.get_mut(&id)
                         {
-                            // The directory may be gone, taking its watch along.
-                            let _ = inotify::remove_watch(fd, wd);
+                            task.waits.remove(&number);
+                            if task.waits.is_empty() {
+                                unwatch(inotify.as_ref(), &mut tasks, &id);
+                            }
                         }
                     }
                     // Only the host writes here; a line it garbled is
@@ -242,56 +267,92 @@ pub fn stream() {
             let Some(task) = tasks.get_mut(&id) else {
                 continue;
             };
-            let event = task.look(&id);
-            if task.last.as_ref() == Some(&event) {
-                continue;
+            let seen = task.look();
+            task.waits.retain(|&number, request| {
+                // Each wait's page read after the look: a terminal state
+                // comes with its complete logs.
+                let status = match &seen {
+                    // No record (the task was deleted since), or none
+                    // readable: answered as `status` would answer now,
+                    // from a fresh look by its id.
+                    Ok(observation) if observation.record.is_some() => {
+                        status_seen(&task.dir, observation, request)
+                    }
+                    _ => status(request.clone()),
+                };
+                let due = status.as_ref().map_or(true, |s| {
+                    request.is_due(s.summary.state, s.stdout_bytes, s.stderr_bytes)
+                });
+                if due {
+                    answer(&mut answers, number, status);
+                    waits.remove(&number);
+                }
+                !due
+            });
+            if task.waits.is_empty() {
+                unwatch(inotify.as_ref(), &mut tasks, &id);
             }
-            if !write_event(&event) {
+        }
+        if !answers.is_empty() {
+            if !crate::serve::write_answers(&answers) {
                 return;
             }
-            if matches!(event, WatchEvent::Refused { .. }) {
-                tasks.remove(&id);
-            } else {
-                task.last = Some(event);
-            }
+            answers.clear();
         }
     }
 }
 
-fn start_watching(inotify: Option<&OwnedFd>, id: &TaskId) -> Result<Watched, HelperError> {
-    let dir = TaskRoot::open_existing()?
-        .map(|root| root.open_task_dir(id))
-        .transpose()?
-        .flatten()
-        .ok_or_else(|| HelperError::NoSuchTask(id.clone()))?;
+/// Appends a wait's answer line: what `status` would exit with and print.
+/// Past [`ANSWERS_HELD`] bytes the lines held so far are written at once
+/// (a failed write shows at the look's own write).
+fn answer(answers: &mut Vec<u8>, number: u64, status: Result<TaskStatus, HelperError>) {
+    let (reply, code) = crate::encode(status);
+    crate::serve::push_answer(answers, number, code, &reply);
+    if answers.len() > ANSWERS_HELD && crate::serve::write_answers(answers) {
+        answers.clear();
+    }
+}
+
+/// Opens the task of a wait's request, as `status` would (so a task that
+/// cannot be opened is refused as `status` refuses it), and watches it.
+fn start_watching(
+    inotify: Option<&OwnedFd>,
+    request: &StatusRequest,
+) -> Result<Watched, HelperError> {
+    let dir = open_checked(request)?;
     Ok(Watched {
         wd: inotify.and_then(|fd| add_watch(fd, &dir)),
         dir,
         supervisor: Supervisor::Unopened,
-        last: None,
+        waits: HashMap::new(),
+        running: false,
     })
+}
+
+/// Stops watching a task that has no wait left.
+fn unwatch(inotify: Option<&OwnedFd>, tasks: &mut HashMap<TaskId, Watched>, id: &TaskId) {
+    if let Some(Watched { wd: Some(wd), .. }) = tasks.remove(id)
+        && let Some(fd) = inotify
+    {
+        // The directory may be gone, taking its watch along.
+        let _ = inotify::remove_watch(fd, wd);
+    }
 }
 
 impl Watched {
     fn pidfd_failed(&self) -> bool {
-        matches!(self.supervisor, Supervisor::Done) && self.last_running()
+        matches!(self.supervisor, Supervisor::Done) && self.running
     }
 
-    fn last_running(&self) -> bool {
-        matches!(&self.last, Some(WatchEvent::Seen { state, .. }) if !state.is_settled())
-    }
-
-    /// The task as it is now. A running task gets its supervisor's pidfd
-    /// first, then is looked at again, so a death between the look and
-    /// the open is not missed.
-    fn look(&mut self, id: &TaskId) -> WatchEvent {
+    /// The task's record and state now. A running task gets its
+    /// supervisor's pidfd first, then is looked at again, so a death
+    /// between the look and the open is not missed.
+    fn look(&mut self) -> Result<Observation, HelperError> {
         loop {
-            let seen = match self.seen(id) {
-                Ok(seen) => seen,
-                Err(e) => return refused(id, e),
-            };
-            if let (Supervisor::Unopened, Some(record)) = (&self.supervisor, &seen.0.record)
-                && !seen.0.state.is_settled()
+            let observation = observe(&self.dir)?;
+            self.running = !observation.state.is_settled();
+            if let (Supervisor::Unopened, Some(record)) = (&self.supervisor, &observation.record)
+                && self.running
             {
                 self.supervisor = match Pid::from_raw(record.supervisor.pid as i32)
                     .map(|pid| rustix::process::pidfd_open(pid, PidfdFlags::empty()))
@@ -301,45 +362,9 @@ impl Watched {
                 };
                 continue;
             }
-            return seen.1;
+            return Ok(observation);
         }
     }
-
-    fn seen(&self, id: &TaskId) -> Result<(Observation, WatchEvent), HelperError> {
-        let observation = observe(&self.dir)?;
-        let context = |name: &str| format!("reading the size of {name} of task {id}");
-        let event = WatchEvent::Seen {
-            task_id: id.clone(),
-            state: observation.state,
-            stdout_bytes: self
-                .dir
-                .log_len(STDOUT_LOG)
-                .context(|| context(STDOUT_LOG))?,
-            stderr_bytes: self
-                .dir
-                .log_len(STDERR_LOG)
-                .context(|| context(STDERR_LOG))?,
-        };
-        Ok((observation, event))
-    }
-}
-
-fn refused(id: &TaskId, e: HelperError) -> WatchEvent {
-    WatchEvent::Refused {
-        task_id: id.clone(),
-        error: ErrorBody {
-            kind: e.kind(),
-            message: e.to_string(),
-        },
-    }
-}
-
-/// Writes one line; false when no one reads stdout any more.
-fn write_event(event: &WatchEvent) -> bool {
-    let mut line = serde_json::to_vec(event).expect("events always encode");
-    line.push(b'\n');
-    let mut out = std::io::stdout().lock();
-    out.write_all(&line).and_then(|()| out.flush()).is_ok()
 }
 
 struct StreamWake {

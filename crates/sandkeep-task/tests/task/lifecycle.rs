@@ -162,6 +162,56 @@ fn background_child_is_not_left_behind_after_exit() {
     assert_eq!(live_with_cmdline(&["sleep", "1000.271"]), Vec::<u32>::new());
 }
 
+/// The supervisor is its task's child subreaper: the task's orphans come
+/// to it, and it reaps them as they die, so none piles up as a zombie
+/// while the task runs (its group check counts on knowing them).
+#[test]
+fn orphans_of_a_running_task_come_to_its_supervisor_and_are_reaped() {
+    let user = User::new();
+    let id = new_id();
+    // Each subshell exits at once, leaving its sleep an orphan.
+    user.start(
+        &id,
+        "for i in $(seq 20); do (sleep 0.01 &); done; (exec sleep 1000.292 &); echo spawned; \
+         exec sleep 1000.291",
+        60,
+    );
+    user.wait_for(&id, SOON, "its orphans spawned", |s| {
+        s.stdout == "spawned\n"
+    });
+    let supervisor = user.record(&id).supervisor.pid;
+    let stat = |pid: u32| sandkeep_proto::procfs::stat(pid).ok();
+    let long = live_with_cmdline(&["sleep", "1000.292"]);
+    assert_eq!(long.len(), 1, "{long:?}");
+    assert_eq!(
+        stat(long[0]).map(|s| s.ppid),
+        Some(supervisor),
+        "an orphan's parent is the supervisor"
+    );
+    let zombies = || {
+        sandkeep_task::procfs::pids()
+            .expect("listing /proc")
+            .filter(|&pid| stat(pid).is_some_and(|s| s.ppid == supervisor && !s.is_running()))
+            .count()
+    };
+    let deadline = Instant::now() + SOON;
+    while zombies() > 0 || !live_with_cmdline(&["sleep", "0.01"]).is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "the supervisor still has {} zombie children after {SOON:?}",
+            zombies()
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // They are the task's too: its end stops the one left.
+    user.cancel(&id);
+    let deadline = Instant::now() + SOON;
+    while !live_with_cmdline(&["sleep", "1000.292"]).is_empty() {
+        assert!(Instant::now() < deadline, "the orphan outlived its task");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
 #[test]
 fn escaped_process_holding_the_pipes_does_not_keep_the_task_running() {
     let user = User::new();

@@ -1,8 +1,8 @@
 //! The `wait`, `delete` and `list` verbs against real processes: the
 //! long-poll answers on exit, on new output past each offset, on a lost
 //! supervisor and at its timeout; a waiter whose reader goes away exits;
-//! `wait --stream` reports many tasks' changes from one process with one
-//! inotify instance and exits when its stdin ends;
+//! `wait --stream` answers many waits from one process with one inotify
+//! instance, each as `status` would, and exits when its stdin ends;
 //! delete frees a place and refuses a running task; list shows the
 //! command redacted, newest first.
 
@@ -18,7 +18,7 @@ use sandkeep_proto::TaskId;
 use sandkeep_proto::TaskState;
 use sandkeep_proto::limits::MAX_TASK_DIRS;
 use sandkeep_proto::wire::{
-    DeleteReply, ErrorKind, ListReply, WaitReply, WatchCommand, WatchEvent,
+    DeleteReply, ErrorKind, ListReply, StatusRequest, TaskStatus, WaitReply, WatchCommand,
 };
 use serde_json::json;
 
@@ -156,31 +156,44 @@ fn a_waiter_whose_reader_goes_away_exits() {
     user.cancel(&id);
 }
 
-/// The next event `wait --stream` reports, within [`SOON`].
-fn next_event(events: &mpsc::Receiver<WatchEvent>, what: &str) -> WatchEvent {
-    events
+/// One answer line of `wait --stream`: the wait's number, and the
+/// `CODE JSON` that `status` of its request would exit with and print.
+type Answer = (u64, String);
+
+/// The next answer `wait --stream` writes, within [`SOON`].
+fn next_answer(answers: &mpsc::Receiver<Answer>, what: &str) -> Answer {
+    answers
         .recv_timeout(SOON)
-        .unwrap_or_else(|e| panic!("no event ({what}) within {SOON:?}: {e}"))
+        .unwrap_or_else(|e| panic!("no answer ({what}) within {SOON:?}: {e}"))
 }
 
-fn seen(event: &WatchEvent) -> (&TaskId, TaskState, u64, u64) {
-    match event {
-        WatchEvent::Seen {
-            task_id,
-            state,
-            stdout_bytes,
-            stderr_bytes,
-        } => (task_id, *state, *stdout_bytes, *stderr_bytes),
-        WatchEvent::Refused { .. } => panic!("refused: {event:?}"),
+/// What the one-shot `status` exits with and prints for this request.
+fn one_shot_status(user: &User, request: &StatusRequest) -> String {
+    let out = user.run(&["status", &serde_json::to_string(request).unwrap()]);
+    format!(
+        "{} {}",
+        out.status.code().expect("status exited"),
+        String::from_utf8(out.stdout).unwrap().trim_end()
+    )
+}
+
+fn page(task_id: &TaskId, stdout_offset: u64) -> StatusRequest {
+    StatusRequest {
+        task_id: task_id.clone(),
+        stdout_offset,
+        stderr_offset: 0,
+        limit: 16384,
     }
 }
 
 #[test]
-fn one_stream_reports_many_tasks_and_ends_with_its_stdin() {
+fn one_stream_answers_many_waits_and_ends_with_its_stdin() {
     let user = User::new();
-    let (writer, lost, unknown) = (new_id(), new_id(), new_id());
+    let (writer, lost, finished, unknown) = (new_id(), new_id(), new_id(), new_id());
     user.start(&writer, "sleep 0.5; printf x; sleep 0.5; exit 2", 60);
     user.start(&lost, "sleep 1000.613", 60);
+    user.start(&finished, "printf done", 60);
+    user.wait_terminal(&finished, SOON);
     let mut stream = user
         .command()
         .args(["wait", "--stream"])
@@ -190,36 +203,59 @@ fn one_stream_reports_many_tasks_and_ends_with_its_stdin() {
         .unwrap();
     let mut stdin = stream.stdin.take().unwrap();
     let stdout = BufReader::new(stream.stdout.take().unwrap());
-    let (tx, events) = mpsc::channel();
+    let (tx, answers) = mpsc::channel();
     std::thread::spawn(move || {
         for line in stdout.lines() {
-            let event: WatchEvent = serde_json::from_str(&line.unwrap()).unwrap();
-            if tx.send(event).is_err() {
+            let line = line.unwrap();
+            let (number, rest) = line.split_once(' ').expect("NUMBER CODE JSON");
+            if tx.send((number.parse().unwrap(), rest.to_owned())).is_err() {
                 break;
             }
         }
     });
-    for id in [&writer, &lost, &unknown] {
-        let line = serde_json::to_string(&WatchCommand::Watch(id.clone())).unwrap();
-        writeln!(stdin, "{line}").unwrap();
-    }
-    // Each watch is reported at once (in no particular order).
-    let mut first: Vec<WatchEvent> = (0..3)
-        .map(|_| next_event(&events, "the watches' first reports"))
-        .collect();
-    first.sort_by_key(|e| {
-        [&writer, &lost, &unknown]
-            .iter()
-            .position(|id| *id == e.task_id())
-    });
-    assert_eq!(seen(&first[0]), (&writer, TaskState::Running, 0, 0));
-    assert_eq!(seen(&first[1]), (&lost, TaskState::Running, 0, 0));
-    match &first[2] {
-        WatchEvent::Refused { task_id, error } => {
-            assert_eq!((task_id, error.kind), (&unknown, ErrorKind::NoSuchTask));
-        }
-        other => panic!("{other:?}"),
-    }
+    let mut watch = |number: u64, request: &StatusRequest| {
+        let command = WatchCommand::Watch {
+            number,
+            request: request.clone(),
+        };
+        writeln!(stdin, "{}", serde_json::to_string(&command).unwrap()).unwrap();
+    };
+    // Waits already due are answered at once, as `status` answers them: a
+    // finished task, a task that is not there.
+    watch(1, &page(&finished, 0));
+    watch(2, &page(&unknown, 0));
+    let mut first = [
+        next_answer(&answers, "the finished task"),
+        next_answer(&answers, "the missing task"),
+    ];
+    first.sort();
+    assert_eq!(first[0], (1, one_shot_status(&user, &page(&finished, 0))));
+    assert_eq!(first[1], (2, one_shot_status(&user, &page(&unknown, 0))));
+    assert!(first[1].1.starts_with("1 "), "{first:?}");
+    assert!(first[0].1.contains("\"stdout\":\"done\""), "{first:?}");
+
+    // A wait from the start is answered by the output, one past it by the
+    // exit; each with the page its own offsets ask for.
+    watch(3, &page(&writer, 0));
+    watch(4, &page(&writer, 1));
+    watch(5, &page(&lost, 0));
+    let (number, output) = next_answer(&answers, "writer's output");
+    assert_eq!(number, 3, "{output}");
+    let output: TaskStatus = serde_json::from_str(output.strip_prefix("0 ").unwrap()).unwrap();
+    assert_eq!(
+        (output.summary.state, output.stdout.as_str()),
+        (TaskState::Running, "x"),
+        "{output:?}"
+    );
+    let t = Instant::now();
+    let exit = next_answer(&answers, "writer's exit");
+    assert_eq!(exit, (4, one_shot_status(&user, &page(&writer, 1))));
+    assert!(exit.1.contains("\"state\":\"failed\""), "{exit:?}");
+    assert!(
+        t.elapsed() > Duration::from_millis(300),
+        "{:?}",
+        t.elapsed()
+    );
     // One process, one inotify instance for every task.
     let inotify_fds = std::fs::read_dir(format!("/proc/{}/fd", stream.id()))
         .unwrap()
@@ -230,22 +266,6 @@ fn one_stream_reports_many_tasks_and_ends_with_its_stdin() {
         .count();
     assert_eq!(inotify_fds, 1, "one inotify instance for all tasks");
 
-    // Output, then the exit, each reported as it happens.
-    assert_eq!(
-        seen(&next_event(&events, "writer's output")),
-        (&writer, TaskState::Running, 1, 0)
-    );
-    let t = Instant::now();
-    assert_eq!(
-        seen(&next_event(&events, "writer's exit")),
-        (&writer, TaskState::Failed, 1, 0)
-    );
-    assert!(
-        t.elapsed() > Duration::from_millis(300),
-        "{:?}",
-        t.elapsed()
-    );
-
     // A supervisor killed without recording its end: `unknown` at once.
     let supervisor = user.record(&lost).supervisor.pid as i32;
     let t = Instant::now();
@@ -254,9 +274,11 @@ fn one_stream_reports_many_tasks_and_ends_with_its_stdin() {
         rustix::process::Signal::KILL,
     )
     .unwrap();
-    assert_eq!(
-        seen(&next_event(&events, "lost supervisor")),
-        (&lost, TaskState::Unknown, 0, 0)
+    let unknown_now = next_answer(&answers, "lost supervisor");
+    assert_eq!(unknown_now, (5, one_shot_status(&user, &page(&lost, 0))));
+    assert!(
+        unknown_now.1.contains("\"state\":\"unknown\""),
+        "{unknown_now:?}"
     );
     assert!(
         t.elapsed() < Duration::from_millis(500),
@@ -264,18 +286,16 @@ fn one_stream_reports_many_tasks_and_ends_with_its_stdin() {
         t.elapsed()
     );
 
-    // An unwatched task is no longer reported.
+    // A wait given up is not answered.
     let again = new_id();
     user.start(&again, "sleep 0.3; printf y", 60);
-    let line = serde_json::to_string(&WatchCommand::Watch(again.clone())).unwrap();
-    writeln!(stdin, "{line}").unwrap();
-    assert_eq!(seen(&next_event(&events, "again watched")).0, &again,);
-    let line = serde_json::to_string(&WatchCommand::Unwatch(again.clone())).unwrap();
-    writeln!(stdin, "{line}").unwrap();
+    watch(6, &page(&again, 0));
+    let unwatch = serde_json::to_string(&WatchCommand::Unwatch { number: 6 }).unwrap();
+    writeln!(stdin, "{unwatch}").unwrap();
     user.wait_terminal(&again, SOON);
     assert!(
-        events.recv_timeout(Duration::from_millis(300)).is_err(),
-        "an unwatched task is not reported"
+        answers.recv_timeout(Duration::from_millis(300)).is_err(),
+        "a wait given up is not answered"
     );
 
     drop(stdin);

@@ -80,7 +80,6 @@ pub struct Service {
     helpers: helper::HelperPaths,
     readers: reader::Readers,
     waiters: waiters::Waiters,
-    answers: wait_task::SharedReads,
     ceilings: Ceilings,
     /// The operator's host shares (SPEC §13).
     shares: Vec<sandkeep_shares::ShareConfig>,
@@ -134,7 +133,6 @@ impl Service {
             helpers: helper::HelperPaths::default(),
             readers: reader::Readers::default(),
             waiters: waiters::Waiters::default(),
-            answers: wait_task::SharedReads::default(),
             ceilings: Ceilings::default(),
             shares: Vec::new(),
         }

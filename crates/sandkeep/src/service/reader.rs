@@ -1,8 +1,9 @@
 //! The resident reader of each sandbox: one `sandkeep-task serve` per
-//! sandbox that is read, answering `status` and `list` (get_task, the
-//! answers of wait_task, cancel_task's first look, list_tasks, the MCP
-//! Tasks extension's reads, the CLI's) and `changes` without a diff
-//! (list_changes) without a process start per call.
+//! sandbox that is read, answering `status` and `list` (get_task,
+//! wait_task's answer at its timeout, cancel_task's first look,
+//! list_tasks, the MCP Tasks extension's reads, the CLI's) and `changes`
+//! without a diff (list_changes) without a process start per call. Its
+//! answer lines are also the shared watcher's ([`next_answer`]).
 //!
 //! The reader runs inside the sandbox with the sandbox user's rights, as
 //! the one-shot helper does: no host process parses the task files. It is
@@ -28,7 +29,9 @@ use std::time::Duration;
 use sandkeep_proto::wire;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
+use tokio::io::{
+    AsyncBufRead, AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader,
+};
 use tokio::sync::{OnceCell, mpsc, oneshot};
 
 use super::helper::{self, HelperError, HelperPaths};
@@ -79,9 +82,16 @@ struct Pending {
 }
 
 /// What the one-shot helper would have exited with and printed.
-struct Answer {
-    code: i32,
-    json: Vec<u8>,
+pub(super) struct Answer {
+    pub(super) code: i32,
+    pub(super) json: Vec<u8>,
+}
+
+impl Answer {
+    /// The reply it carries, as [`helper::call`] would return it.
+    pub(super) fn decode<Rep: DeserializeOwned>(&self) -> Result<Rep, HelperError> {
+        helper::decode(Some(self.code), &self.json, b"")
+    }
 }
 
 /// Why a reader did not answer.
@@ -139,7 +149,7 @@ impl Readers {
                 }
             };
             match reader.ask(verb, request, within).await {
-                Ok(answer) => return helper::decode(Some(answer.code), &answer.json, b""),
+                Ok(answer) => return answer.decode(),
                 Err(Lost::Died) => self.forget(sandbox, &slot),
                 Err(Lost::Wedged) => {
                     tracing::warn!(
@@ -349,33 +359,14 @@ async fn read_answers(
     let mut stdout = BufReader::new(stdout);
     let mut line = Vec::new();
     let why = loop {
-        line.clear();
-        match (&mut stdout)
-            .take(REPLY_LINE_MAX)
-            .read_until(b'\n', &mut line)
-            .await
-        {
-            Ok(0) => break "its output ended".to_owned(),
-            Ok(_) if line.ends_with(b"\n") => {}
-            Ok(_) => break format!("it wrote a line of over {REPLY_LINE_MAX} bytes"),
-            Err(e) => break format!("its output failed: {e}"),
-        }
-        let Some((id, code, json)) = wire::split_reader_line(&line) else {
-            break format!(
-                "it wrote {:?}, not an answer",
-                String::from_utf8_lossy(&line[..line.len().min(200)])
-            );
-        };
-        let Ok(code) = code.parse::<i32>() else {
-            break format!("it wrote {code:?} as an exit code");
+        let (id, answer) = match next_answer(&mut stdout, &mut line).await {
+            Ok(answer) => answer,
+            Err(why) => break why,
         };
         // A read that stopped waiting (it timed out, its caller went away)
         // has no one to hand the answer to.
-        if let Some(answer) = lock(&pending).waiting.remove(&id) {
-            let _ = answer.send(Answer {
-                code,
-                json: json.to_vec(),
-            });
+        if let Some(waiting) = lock(&pending).waiting.remove(&id) {
+            let _ = waiting.send(answer);
         }
     };
     tracing::debug!(%sandbox, "the resident task reader ended: {why}");
@@ -390,4 +381,37 @@ async fn read_answers(
         }
         forget(&by_sandbox, &sandbox, &slot);
     }
+}
+
+/// The next answer line `ID CODE JSON` of a reader (or of the shared
+/// watcher, whose answers are the same lines, [`super::waiters`]), read
+/// into `line`; why not when the output ended, failed or carries what
+/// neither writes.
+pub(super) async fn next_answer(
+    output: &mut (impl AsyncBufRead + Unpin),
+    line: &mut Vec<u8>,
+) -> Result<(u64, Answer), String> {
+    line.clear();
+    match output.take(REPLY_LINE_MAX).read_until(b'\n', line).await {
+        Ok(0) => return Err("its output ended".to_owned()),
+        Ok(_) if line.ends_with(b"\n") => {}
+        Ok(_) => return Err(format!("it wrote a line of over {REPLY_LINE_MAX} bytes")),
+        Err(e) => return Err(format!("its output failed: {e}")),
+    }
+    let Some((id, code, json)) = wire::split_reader_line(line) else {
+        return Err(format!(
+            "it wrote {:?}, not an answer",
+            String::from_utf8_lossy(&line[..line.len().min(200)])
+        ));
+    };
+    let Ok(code) = code.parse::<i32>() else {
+        return Err(format!("it wrote {code:?} as an exit code"));
+    };
+    Ok((
+        id,
+        Answer {
+            code,
+            json: json.to_vec(),
+        },
+    ))
 }

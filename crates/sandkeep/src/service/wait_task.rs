@@ -2,18 +2,13 @@
 //! tools): the long-poll on a task, and the removal of a settled one.
 //!
 //! Like get_task they neither renew the deadline nor touch the session.
-//! wait_task waits on the sandbox's shared watcher ([`super::waiters`]),
-//! then reads its answer with the helper's `status` (one read for all the
-//! waiters asking the same at once, [`SharedReads`]); where no watcher can
-//! run it falls back to one `wait` call of its own. delete_task is the
-//! helper's `delete`.
+//! wait_task is answered by the sandbox's shared watcher
+//! ([`super::waiters`]), or at its timeout by a `status` read through the
+//! sandbox's reader; where no watcher can run it falls back to one `wait`
+//! call of its own. delete_task is the helper's `delete`.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use sandkeep_proto::TaskId;
-use tokio::sync::OnceCell;
 use tokio::time::Instant;
 
 use sandkeep_proto::limits::*;
@@ -23,10 +18,9 @@ use serde::{Deserialize, Serialize};
 
 use super::handlers::helper_error;
 use super::helper;
-use super::reader::Readers;
 use super::waiters::Outcome;
 use super::{Service, TaskResult, ToolError, validate};
-use crate::provider::{Provider, SandboxId};
+use crate::provider::SandboxId;
 
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -98,26 +92,30 @@ impl Service {
         };
         let started = Instant::now();
         let deadline = started + Duration::from_secs(request.timeout);
+        let status_request = request.status_request();
         let outcome = self
             .waiters
-            .until_changed(
+            .until_answered(
                 self.provider.as_ref(),
                 &self.helpers,
                 &id,
-                &request,
+                &status_request,
                 deadline,
             )
             .await
             .map_err(|e| helper_error(e, &id, &request.task_id))?;
         let status: TaskStatus = match outcome {
-            Outcome::Done => self
-                .answers
+            Outcome::Answered(answer) => answer
+                .decode()
+                .map_err(|e| helper_error(e, &id, &request.task_id))?,
+            Outcome::TimedOut => self
+                .readers
                 .read(
                     self.provider.as_ref(),
                     &self.helpers,
-                    &self.readers,
                     &id,
-                    &request,
+                    wire::verb::STATUS,
+                    &status_request,
                 )
                 .await
                 .map_err(|e| helper_error(e, &id, &request.task_id))?,
@@ -174,61 +172,6 @@ impl Service {
             task_id: reply.task_id.to_string(),
             deleted: reply.deleted,
         })
-    }
-}
-
-/// The `status` reads that answer waiters, shared by waiters asking the
-/// same of the same task at the same time: when a task ends, its N waiters
-/// cost one read, not N. Only reads in flight are shared; a later waiter
-/// reads afresh.
-#[derive(Default)]
-pub(super) struct SharedReads {
-    in_flight: Mutex<HashMap<ReadKey, Arc<OnceCell<TaskStatus>>>>,
-}
-
-/// A sandbox and the status request's task, offsets and page limit.
-type ReadKey = (SandboxId, TaskId, u64, u64, u64);
-
-impl SharedReads {
-    async fn read(
-        &self,
-        provider: &dyn Provider,
-        paths: &helper::HelperPaths,
-        readers: &Readers,
-        sandbox: &SandboxId,
-        request: &WaitRequest,
-    ) -> Result<TaskStatus, helper::HelperError> {
-        let key = (
-            sandbox.clone(),
-            request.task_id.clone(),
-            request.stdout_offset,
-            request.stderr_offset,
-            request.limit,
-        );
-        let flight = Arc::clone(self.lock().entry(key.clone()).or_default());
-        let status_request = request.status_request();
-        // A failed read is not shared: the next waiter in line reads itself.
-        let result = flight
-            .get_or_try_init(|| {
-                readers.read(
-                    provider,
-                    paths,
-                    sandbox,
-                    wire::verb::STATUS,
-                    &status_request,
-                )
-            })
-            .await
-            .cloned();
-        let mut in_flight = self.lock();
-        if in_flight.get(&key).is_some_and(|f| Arc::ptr_eq(f, &flight)) {
-            in_flight.remove(&key);
-        }
-        result
-    }
-
-    fn lock(&self) -> MutexGuard<'_, HashMap<ReadKey, Arc<OnceCell<TaskStatus>>>> {
-        self.in_flight.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 

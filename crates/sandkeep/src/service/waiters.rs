@@ -1,26 +1,30 @@
 //! The shared in-sandbox watcher behind wait_task (docs/tools.md): one
 //! `sandkeep-task wait --stream` per sandbox that has waiters, however many
-//! wait there, its reports fanned out to them through `watch` channels.
+//! wait there, answering them.
 //!
 //! It owns the watchers' lives: started with a sandbox's first waiter, told
-//! which tasks to watch as waiters come and go, killed when the last one
+//! which waits to answer as waiters come and go, killed when the last one
 //! leaves (a waiter dropped mid-wait leaves nothing in the sandbox), and
 //! forgotten when it dies, so the next waiter starts a new one. An idle
-//! waiter is one pending future: no thread, no process, no CPU. It does not
-//! read task pages: the caller reads the answer with `status` once
-//! [`Waiters::until_changed`] returns.
+//! waiter is one pending future: no thread, no process, no CPU.
+//!
+//! The watcher decides when a wait is due and answers it with the `status`
+//! read the helper would give, in the line a resident reader writes
+//! ([`super::reader`]): a woken waiter needs no read of its own. Waiters
+//! asking the same (task, offsets, page limit) at once share one wait and
+//! its answer; an answered wait is forgotten at once, so a later waiter
+//! asks afresh.
 
 use std::collections::HashMap;
-use std::collections::hash_map::Entry;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
-use sandkeep_proto::TaskId;
-use sandkeep_proto::wire::{self, WaitRequest, WatchCommand, WatchEvent};
-use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
+use sandkeep_proto::wire::{self, StatusRequest, WatchCommand};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
 use super::helper::{HelperError, HelperPaths};
+use super::reader::{Answer, next_answer};
 use crate::provider::{Program, Provider, ProviderError, RunningProcess, SandboxId, SpawnRequest};
 
 /// How often in one wait a dead watcher is replaced before giving up on
@@ -50,21 +54,31 @@ struct Watcher {
     generation: u64,
     /// To the task writing the watcher's stdin; dropping it ends stdin.
     commands: mpsc::UnboundedSender<WatchCommand>,
-    tasks: HashMap<TaskId, Watched>,
+    /// The waits sent to the watcher and not answered yet, by number.
+    waits: HashMap<u64, Wait>,
+    /// The number of each of those waits' request.
+    numbers: HashMap<StatusRequest, u64>,
+    next_number: u64,
+    /// Waiters subscribed, answered or not: the watcher ends with the last.
+    subscribers: usize,
     process: Box<dyn RunningProcess>,
 }
 
-struct Watched {
-    /// The watcher's latest report; `None` before its first.
-    seen: watch::Sender<Option<WatchEvent>>,
+struct Wait {
+    request: StatusRequest,
+    /// Its answer once the watcher gave it; dropped unanswered when the
+    /// watcher dies.
+    answer: watch::Sender<Option<Arc<Answer>>>,
     waiters: usize,
 }
 
-/// How [`Waiters::until_changed`] ended.
-#[derive(Debug, PartialEq, Eq)]
+/// How [`Waiters::until_answered`] ended.
 pub(super) enum Outcome {
-    /// The task changed as asked, or the deadline passed.
-    Done,
+    /// The task changed as asked: the watcher's answer, what `status`
+    /// would have exited with and printed.
+    Answered(Arc<Answer>),
+    /// The deadline passed first.
+    TimedOut,
     /// No watcher could serve this wait (the provider cannot keep a process
     /// running, or the watcher keeps dying); the reason is for the log.
     NoWatcher(String),
@@ -73,55 +87,35 @@ pub(super) enum Outcome {
 impl Waiters {
     /// Waits until the task is settled or either log has bytes past the
     /// request's offsets, or until `deadline`.
-    pub(super) async fn until_changed(
+    pub(super) async fn until_answered(
         &self,
         provider: &dyn Provider,
         paths: &HelperPaths,
         sandbox: &SandboxId,
-        request: &WaitRequest,
+        request: &StatusRequest,
         deadline: Instant,
     ) -> Result<Outcome, HelperError> {
         for _ in 0..=MAX_RESTARTS {
-            let mut sub = match self
-                .subscribe(provider, paths, sandbox, &request.task_id)
-                .await
-            {
+            let mut sub = match self.subscribe(provider, paths, sandbox, request).await {
                 Ok(sub) => sub,
                 Err(HelperError::Provider(ProviderError::Unsupported(why))) => {
                     return Ok(Outcome::NoWatcher(why));
                 }
                 Err(e) => return Err(e),
             };
-            // The value is the watcher's latest report, given after the
-            // watch was in place: a change after it is another report.
-            loop {
-                match &*sub.seen.borrow_and_update() {
-                    Some(WatchEvent::Seen {
-                        state,
-                        stdout_bytes,
-                        stderr_bytes,
-                        ..
-                    }) if state.is_settled()
-                        || *stdout_bytes > request.stdout_offset
-                        || *stderr_bytes > request.stderr_offset =>
-                    {
-                        return Ok(Outcome::Done);
+            // Closed unanswered: the watcher died. Ask a new one.
+            if let Ok(answer) =
+                tokio::time::timeout_at(deadline, sub.answer.wait_for(Option::is_some)).await
+            {
+                match answer {
+                    Ok(answer) => {
+                        let answer = answer.clone().expect("waited for an answer");
+                        return Ok(Outcome::Answered(answer));
                     }
-                    Some(WatchEvent::Refused { error, .. }) => {
-                        return Err(HelperError::Refused {
-                            kind: error.kind,
-                            message: error.message.clone(),
-                        });
-                    }
-                    _ => {}
-                }
-                match tokio::time::timeout_at(deadline, sub.seen.changed()).await {
-                    Err(_) => return Ok(Outcome::Done),
-                    Ok(Ok(())) => {}
-                    // The watcher died: look again through a new one.
-                    Ok(Err(_)) => break,
+                    Err(_) => continue,
                 }
             }
+            return Ok(Outcome::TimedOut);
         }
         Ok(Outcome::NoWatcher(format!(
             "the watcher in sandbox {sandbox} died {} times in one wait",
@@ -129,17 +123,17 @@ impl Waiters {
         )))
     }
 
-    /// Registers a waiter on the task, starting the sandbox's watcher if it
-    /// has none.
+    /// Registers a waiter on the request, starting the sandbox's watcher if
+    /// it has none.
     async fn subscribe(
         &self,
         provider: &dyn Provider,
         paths: &HelperPaths,
         sandbox: &SandboxId,
-        task: &TaskId,
+        request: &StatusRequest,
     ) -> Result<Subscription, HelperError> {
         loop {
-            if let Some(sub) = join(&self.shared, &mut lock(&self.shared), sandbox, task) {
+            if let Some(sub) = join(&self.shared, &mut lock(&self.shared), sandbox, request) {
                 return Ok(sub);
             }
             let gate = Arc::clone(
@@ -154,7 +148,7 @@ impl Waiters {
                 sandbox,
                 gate: &gate,
             };
-            if let Some(sub) = join(&self.shared, &mut lock(&self.shared), sandbox, task) {
+            if let Some(sub) = join(&self.shared, &mut lock(&self.shared), sandbox, request) {
                 return Ok(sub);
             }
             let helper = paths
@@ -199,7 +193,7 @@ impl Waiters {
             watchers.next_generation += 1;
             let (commands, pending) = mpsc::unbounded_channel();
             tokio::spawn(write_commands(pending, stdin));
-            tokio::spawn(read_reports(
+            tokio::spawn(read_answers(
                 Arc::downgrade(&self.shared),
                 sandbox.clone(),
                 generation,
@@ -210,11 +204,14 @@ impl Waiters {
                 Watcher {
                     generation,
                     commands,
-                    tasks: HashMap::new(),
+                    waits: HashMap::new(),
+                    numbers: HashMap::new(),
+                    next_number: 0,
+                    subscribers: 0,
                     process: spawned.process,
                 },
             );
-            let sub = join(&self.shared, &mut watchers, sandbox, task);
+            let sub = join(&self.shared, &mut watchers, sandbox, request);
             drop(watchers);
             drop(started);
             return Ok(sub.expect("the watcher was just added"));
@@ -248,45 +245,59 @@ fn lock(shared: &Mutex<Watchers>) -> MutexGuard<'_, Watchers> {
     shared.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// A waiter on the sandbox's existing watcher, if it has one.
+/// A waiter on the sandbox's existing watcher, if it has one: on the wait
+/// already asked with the same request, or on a new one.
 fn join(
     shared: &Arc<Mutex<Watchers>>,
     watchers: &mut Watchers,
     sandbox: &SandboxId,
-    task: &TaskId,
+    request: &StatusRequest,
 ) -> Option<Subscription> {
     let watcher = watchers.by_sandbox.get_mut(sandbox)?;
-    let watched = match watcher.tasks.entry(task.clone()) {
-        Entry::Occupied(e) => e.into_mut(),
-        Entry::Vacant(e) => {
+    let number = match watcher.numbers.get(request) {
+        Some(&number) => number,
+        None => {
+            let number = watcher.next_number;
+            watcher.next_number += 1;
             // A watcher whose stdin is gone is dying; its reader will
             // forget it and this waiter will start again.
-            let _ = watcher.commands.send(WatchCommand::Watch(task.clone()));
-            e.insert(Watched {
-                seen: watch::Sender::new(None),
-                waiters: 0,
-            })
+            let _ = watcher.commands.send(WatchCommand::Watch {
+                number,
+                request: request.clone(),
+            });
+            watcher.numbers.insert(request.clone(), number);
+            watcher.waits.insert(
+                number,
+                Wait {
+                    request: request.clone(),
+                    answer: watch::Sender::new(None),
+                    waiters: 0,
+                },
+            );
+            number
         }
     };
-    watched.waiters += 1;
+    let wait = watcher.waits.get_mut(&number).expect("numbered above");
+    wait.waiters += 1;
+    watcher.subscribers += 1;
     Some(Subscription {
         shared: Arc::clone(shared),
         sandbox: sandbox.clone(),
-        task: task.clone(),
         generation: watcher.generation,
-        seen: watched.seen.subscribe(),
+        number,
+        answer: wait.answer.subscribe(),
     })
 }
 
-/// One waiter on one task. Dropping it (answered, timed out, or the call
-/// dropped) unwatches the task when no one else waits on it, and ends the
+/// One waiter on one wait. Dropping it (answered, timed out, or the call
+/// dropped) forgets the wait when no one else waits on it, and ends the
 /// watcher when no one waits in the sandbox.
 struct Subscription {
     shared: Arc<Mutex<Watchers>>,
     sandbox: SandboxId,
-    task: TaskId,
     generation: u64,
-    seen: watch::Receiver<Option<WatchEvent>>,
+    number: u64,
+    answer: watch::Receiver<Option<Arc<Answer>>>,
 }
 
 impl Drop for Subscription {
@@ -299,16 +310,19 @@ impl Drop for Subscription {
         else {
             return;
         };
-        if let Entry::Occupied(mut watched) = watcher.tasks.entry(self.task.clone()) {
-            watched.get_mut().waiters -= 1;
-            if watched.get().waiters == 0 {
-                watched.remove();
-                let _ = watcher
-                    .commands
-                    .send(WatchCommand::Unwatch(self.task.clone()));
+        // An answered wait is forgotten already.
+        if let Some(wait) = watcher.waits.get_mut(&self.number) {
+            wait.waiters -= 1;
+            if wait.waiters == 0 {
+                let wait = watcher.waits.remove(&self.number).expect("found above");
+                watcher.numbers.remove(&wait.request);
+                let _ = watcher.commands.send(WatchCommand::Unwatch {
+                    number: self.number,
+                });
             }
         }
-        if watcher.tasks.is_empty() {
+        watcher.subscribers -= 1;
+        if watcher.subscribers == 0 {
             let watcher = watchers
                 .by_sandbox
                 .remove(&self.sandbox)
@@ -325,47 +339,52 @@ async fn write_commands(
     mut stdin: Box<dyn AsyncWrite + Send + Unpin>,
 ) {
     while let Some(command) = pending.recv().await {
-        let mut line = serde_json::to_vec(&command).expect("commands always encode");
-        line.push(b'\n');
-        if stdin.write_all(&line).await.is_err() {
+        let mut lines = Vec::new();
+        // Commands queued together go in one write.
+        for command in
+            std::iter::once(command).chain(std::iter::from_fn(|| pending.try_recv().ok()))
+        {
+            serde_json::to_writer(&mut lines, &command).expect("commands always encode");
+            lines.push(b'\n');
+        }
+        if stdin.write_all(&lines).await.is_err() {
             return;
         }
     }
 }
 
-/// Hands each report to the task's waiters; when the watcher's stdout ends
-/// (it died, or was ended) forgets it, which wakes its waiters to start
+/// Hands each answer to its wait's waiters and forgets the wait; when the
+/// watcher's stdout ends (it died, or was ended) or carries what no
+/// watcher writes, forgets the watcher, which wakes its waiters to start
 /// again. Holds the watchers weakly: a dropped service ends this too.
-async fn read_reports(
+async fn read_answers(
     shared: Weak<Mutex<Watchers>>,
     sandbox: SandboxId,
     generation: u64,
     stdout: Box<dyn AsyncRead + Send + Unpin>,
 ) {
-    let mut lines = BufReader::new(stdout).lines();
+    let mut stdout = BufReader::new(stdout);
+    let mut line = Vec::new();
     let why = loop {
-        let line = match lines.next_line().await {
-            Ok(Some(line)) => line,
-            Ok(None) => break "its output ended".to_owned(),
-            Err(e) => break format!("its output failed: {e}"),
-        };
-        let event: WatchEvent = match serde_json::from_str(&line) {
-            Ok(event) => event,
-            Err(e) => break format!("it wrote {line:?}, not a report ({e})"),
+        let (number, answer) = match next_answer(&mut stdout, &mut line).await {
+            Ok(answer) => answer,
+            Err(why) => break why,
         };
         let Some(shared) = shared.upgrade() else {
             return;
         };
-        let watchers = lock(&shared);
+        let mut watchers = lock(&shared);
         let Some(watcher) = watchers
             .by_sandbox
-            .get(&sandbox)
+            .get_mut(&sandbox)
             .filter(|w| w.generation == generation)
         else {
             return;
         };
-        if let Some(watched) = watcher.tasks.get(event.task_id()) {
-            watched.seen.send_replace(Some(event));
+        // A wait given up meanwhile has no one to answer.
+        if let Some(wait) = watcher.waits.remove(&number) {
+            watcher.numbers.remove(&wait.request);
+            wait.answer.send_replace(Some(Arc::new(answer)));
         }
     };
     let Some(shared) = shared.upgrade() else {

@@ -5,7 +5,8 @@
 //! no process of the sandbox can reach its pipes to answer in its name; an
 //! idle reader uses no CPU; cancel_task of a task that is not running and
 //! list_changes start no helper process; a long `changes` walk does not
-//! hold up a status read.
+//! hold up a status read; waiters woken together read nothing themselves
+//! (the shared watcher answers them).
 
 use crate::support;
 
@@ -19,6 +20,7 @@ use sandkeep::provider::local::LocalProvider;
 use sandkeep::provider::{Program, Provider, SandboxId, SpawnRequest};
 use sandkeep::service::{
     GetTaskArgs, ListTasksArgs, Service, Session, StartTaskArgs, TaskResult, ToolError,
+    WaitTaskArgs,
 };
 use sandkeep_proto::wire::shell_quote;
 use serde_json::json;
@@ -718,4 +720,111 @@ async fn a_long_changes_walk_does_not_hold_up_a_status_read() {
         "then the walk, which found the files equal"
     );
     f.finish().await;
+}
+
+/// 100 waiters whose tasks end at once are answered by the sandbox's
+/// shared watcher, which reads each answer (the `status` read the helper
+/// gives) when it sees the task end: they make no read of their own, so
+/// no reader is even started. (Each woken waiter read its answer through
+/// the reader before: 100 reads queued behind the watcher's report.) Each
+/// answer is byte for byte what get_task reads afterwards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_woken_together_are_answered_without_a_read_of_their_own() {
+    const N: usize = 100;
+    let (_home, local, info) = fresh_sandbox(300).await;
+    let service = Arc::new(Service::new(Arc::new(local.clone()), Vec::new()));
+    let sandbox = info.sandbox_id.to_string();
+    let session = Session::stateless();
+    let start = |command: String| StartTaskArgs {
+        command,
+        sandbox_id: Some(sandbox.clone()),
+        cwd: None,
+        timeout: None,
+    };
+    // The gate holds /tmp/gate while its sleep lives; every task ends as
+    // soon as it gets the lock shared. The sleep marks the sandbox.
+    let marker = tag("8");
+    service
+        .start_task(
+            &session,
+            start(format!("exec flock /tmp/gate sleep 1000.{marker}")),
+        )
+        .await
+        .expect("start the gate");
+    until(Duration::from_secs(10), "the gate to hold its lock", || {
+        let (local, sandbox) = (&local, &info.sandbox_id);
+        async move {
+            text(
+                &sh(local, sandbox, "flock -n -s /tmp/gate true; echo $?")
+                    .await
+                    .stdout,
+            ) == "1\n"
+        }
+    })
+    .await;
+    let gate = host_pids_where(|cmd| cmd.starts_with(&format!("sleep 1000.{marker}")));
+    assert_eq!(gate.len(), 1, "the gate's sleep: {gate:?}");
+    let pid_ns = |pid: i32| std::fs::read_link(format!("/proc/{pid}/ns/pid")).ok();
+    let ns = pid_ns(gate[0]).expect("the gate's pid namespace");
+    let readers = || {
+        host_pids_where(|cmd| cmd.contains("sandkeep-task serve"))
+            .into_iter()
+            .filter(|&pid| pid_ns(pid).as_ref() == Some(&ns) && !zombie(pid))
+            .count()
+    };
+    let mut tasks = Vec::with_capacity(N);
+    for _ in 0..N {
+        let task = service
+            .start_task(&session, start("flock -s /tmp/gate printf ended".into()))
+            .await
+            .expect("start a task");
+        tasks.push(task.task_id);
+    }
+    // Past the output ("ended"): only each task's end answers its wait.
+    let args = |task: &str| WaitTaskArgs {
+        sandbox_id: sandbox.clone(),
+        task_id: task.into(),
+        stdout_offset: Some(5),
+        stderr_offset: None,
+        limit: None,
+        timeout: Some(120),
+    };
+    let waits: Vec<_> = tasks
+        .iter()
+        .map(|task| {
+            let (service, args) = (Arc::clone(&service), args(task));
+            tokio::spawn(async move { service.wait_task(args).await })
+        })
+        .collect();
+    signal(gate[0], Signal::KILL);
+    let mut answers = Vec::with_capacity(N);
+    for wait in waits {
+        let answer = tokio::time::timeout(Duration::from_secs(60), wait)
+            .await
+            .expect("every wait is answered within 60 s of the gate's opening")
+            .unwrap()
+            .expect("wait_task");
+        assert_eq!(answer.task.state.to_string(), "succeeded", "{answer:?}");
+        answers.push(answer);
+    }
+    assert_eq!(readers(), 0, "the answers started no reader");
+    for (task, answer) in tasks.iter().zip(&answers) {
+        let read = service
+            .get_task(GetTaskArgs {
+                sandbox_id: sandbox.clone(),
+                task_id: task.clone(),
+                stdout_offset: Some(5),
+                stderr_offset: None,
+                limit: None,
+            })
+            .await
+            .expect("get_task");
+        assert_eq!(
+            serde_json::to_string(&answer.task).unwrap(),
+            serde_json::to_string(&read).unwrap()
+        );
+    }
+    // The look above can tell: get_task's reads started one.
+    assert_eq!(readers(), 1, "get_task's reader");
+    assert!(local.kill(&info.sandbox_id).await.unwrap());
 }

@@ -450,9 +450,9 @@ async fn three_hundred_waiters_share_one_watcher_and_answer_right_after_their_ta
         "the last of {} waiters answered {latest:?} after the gate opened",
         N * PER_TASK
     );
-    // On e2b every answer is still read with one helper call through
-    // envd (here the local endpoint, on the same two cores as the test):
-    // 100 round trips where the local provider reads 100 files.
+    // On e2b the watcher's answers come through envd's stream (here the
+    // local endpoint, on the same two cores as the test), and the tasks
+    // were started with a helper call each.
     let bound = if support::e2b::enabled() {
         Duration::from_secs(15)
     } else {
