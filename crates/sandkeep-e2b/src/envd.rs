@@ -363,19 +363,12 @@ impl Envd {
         let messages = futures_util::stream::iter([start])
             .chain(messages)
             .map(|m| Ok::<_, std::convert::Infallible>(connect::envelope(&m)));
-        let response = self
+        let request = self
             .request(reqwest::Method::POST, "/process.Process/StreamInput")
             .header("Content-Type", connect::STREAM_JSON)
             .header(header::CONNECT_PROTOCOL_VERSION, "1")
-            .body(reqwest::Body::wrap_stream(messages))
-            .send()
-            .await
-            .map_err(|e| Self::transport(&e))?;
-        let status = response.status();
-        let bytes = response
-            .bytes()
-            .await
-            .map_err(|e| EnvdError::Broken(crate::chain(&e)))?;
+            .body(reqwest::Body::wrap_stream(messages));
+        let (status, bytes) = Self::answer(request).await?;
         // A method it does not know, connect-go answers with a bare 404
         // (and a stream's own errors with 200 and an end-stream message);
         // a proxy may say 405 or 501.
@@ -421,26 +414,32 @@ impl Envd {
             .map(drop)
     }
 
+    /// Sends `request` and reads its whole answer.
+    async fn answer(
+        request: reqwest::RequestBuilder,
+    ) -> Result<(reqwest::StatusCode, bytes::Bytes), EnvdError> {
+        let response = request.send().await.map_err(|e| Self::transport(&e))?;
+        let status = response.status();
+        let bytes = response
+            .bytes()
+            .await
+            .map_err(|e| EnvdError::Broken(crate::chain(&e)))?;
+        Ok((status, bytes))
+    }
+
     /// A unary Connect call with the JSON codec.
     pub async fn unary<M: Serialize, A: DeserializeOwned>(
         &self,
         path: &str,
         message: &M,
     ) -> Result<A, EnvdError> {
-        let response = self
+        let request = self
             .request(reqwest::Method::POST, path)
             .header("Content-Type", connect::UNARY_JSON)
             .header(header::CONNECT_PROTOCOL_VERSION, "1")
             .timeout(CALL_TIMEOUT)
-            .json(message)
-            .send()
-            .await
-            .map_err(|e| Self::transport(&e))?;
-        let status = response.status();
-        let bytes = response
-            .bytes()
-            .await
-            .map_err(|e| EnvdError::Broken(crate::chain(&e)))?;
+            .json(message);
+        let (status, bytes) = Self::answer(request).await?;
         if !status.is_success() {
             return Err(Self::refused(status, &bytes));
         }

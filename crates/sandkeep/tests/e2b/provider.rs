@@ -396,7 +396,7 @@ async fn refusing_stream_input(upstream: String) -> (String, Arc<AtomicUsize>) {
 /// again, and the rest follows.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn spawned_input_goes_by_send_input_where_stream_input_is_refused() {
-    use sandkeep::provider::{ExitStatus, Program, SpawnRequest};
+    use sandkeep::provider::ExitStatus;
     use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
     let mut endpoint = Endpoint::start();
@@ -407,17 +407,7 @@ async fn spawned_input_goes_by_send_input_where_stream_input_is_refused() {
     endpoint.sandbox_url = Some(proxy);
     let p = provider(&endpoint);
     let id = p.create(spec()).await.expect("create").sandbox_id;
-    let spawned = p
-        .spawn(
-            &id,
-            SpawnRequest {
-                program: Program::Shell("while read -r l; do echo \"got $l\"; done".into()),
-                cwd: None,
-                stdin: true,
-            },
-        )
-        .await
-        .unwrap();
+    let spawned = spawn_reading(&p, &id, "while read -r l; do echo \"got $l\"; done").await;
     let mut stdin = spawned.stdin.expect("a stdin pipe");
     let mut lines = BufReader::new(spawned.stdout).lines();
     stdin.write_all(b"one\ntwo\n").await.unwrap();
@@ -441,13 +431,28 @@ async fn spawned_input_goes_by_send_input_where_stream_input_is_refused() {
     assert!(p.kill(&id).await.unwrap());
 }
 
+/// `script` spawned by the shell with a stdin pipe.
+async fn spawn_reading(
+    p: &E2bProvider,
+    id: &sandkeep::provider::SandboxId,
+    script: &str,
+) -> sandkeep::provider::Spawned {
+    use sandkeep::provider::{Program, SpawnRequest};
+    let request = SpawnRequest {
+        program: Program::Shell(script.into()),
+        cwd: None,
+        stdin: true,
+    };
+    p.spawn(id, request).await.expect("spawn")
+}
+
 /// A spawned process's input stream cut under it (the connection of its
 /// StreamInput breaks) ends its input: the process sees the end of its
 /// stdin, so a reader or watcher exits and is replaced instead of waiting
 /// for input that can no longer come.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_broken_input_stream_closes_the_processs_stdin() {
-    use sandkeep::provider::{ExitStatus, Program, SpawnRequest};
+    use sandkeep::provider::ExitStatus;
     use tokio::io::{AsyncBufReadExt, BufReader};
 
     let mut endpoint = Endpoint::start();
@@ -458,17 +463,7 @@ async fn a_broken_input_stream_closes_the_processs_stdin() {
     endpoint.sandbox_url = Some(breaking_relay(upstream, b"/process.Process/StreamInput").await);
     let p = provider(&endpoint);
     let id = p.create(spec()).await.expect("create").sandbox_id;
-    let spawned = p
-        .spawn(
-            &id,
-            SpawnRequest {
-                program: Program::Shell("while read -r l; do :; done; echo eof".into()),
-                cwd: None,
-                stdin: true,
-            },
-        )
-        .await
-        .unwrap();
+    let spawned = spawn_reading(&p, &id, "while read -r l; do :; done; echo eof").await;
     let _stdin = spawned.stdin.expect("a stdin pipe");
     let mut lines = BufReader::new(spawned.stdout).lines();
     let line = tokio::time::timeout(Duration::from_secs(10), lines.next_line())
