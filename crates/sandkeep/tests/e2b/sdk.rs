@@ -604,6 +604,17 @@ async fn another_sandboxs_access_token_is_refused() {
         .await
         .unwrap();
     assert_eq!(r.status(), 401, "another sandbox's token on /files");
+    // StreamInput has a route of its own (its body is read as it comes).
+    let r = http
+        .post(format!("{}/process.Process/StreamInput", server.url))
+        .header("e2b-sandbox-id", &a)
+        .header("x-access-token", &b_token)
+        .header("content-type", "application/connect+json")
+        .body(Vec::new())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 401, "another sandbox's token on StreamInput");
     // The same token by host-name routing (`49983-ID.…`).
     let r = http
         .post(format!("{}/process.Process/List", server.url))
