@@ -15,6 +15,7 @@ use std::ffi::CString;
 use std::os::fd::{AsFd, OwnedFd};
 
 use rustix::thread::{CapabilitySet, UnshareFlags};
+use sandkeep_proto::shell::USER_OOM_SCORE_ADJ;
 
 use super::boot_id::BootId;
 use super::cgroup;
@@ -258,6 +259,7 @@ fn setup(
     let idmap = userns.as_ref().map(|f| f.as_fd());
     let built = rootfs::build(dir, spec, owner, idmap, inputs)?;
     retitle(spec.sandbox_id.as_str());
+    first_for_the_oom_killer(&mut warnings);
     enter_sandbox_identity(owner, userns)?;
     // The keeper's death must end the sandbox. Set only now: credential
     // changes clear it. Should the keeper already be gone, the report
@@ -337,6 +339,21 @@ fn argument_range() -> Option<(u64, u64)> {
 /// Unshares the network namespace. A kernel without network namespaces
 /// refuses a request that names `network` or `allow_hosts` (SPEC.md §10);
 /// without them the sandbox shares the host's network and says so.
+/// Puts the init, and so every process it forks, at the user processes'
+/// `oom_score_adj` (see `USER_OOM_SCORE_ADJ`), for the helper's processes
+/// to stand back from. Before the init takes the sandbox's identity: a
+/// change of credentials makes a process non-dumpable, and one that is not
+/// dumpable cannot write its own score, nor can the fork server's children,
+/// which share that; so the init stays at the users' level, compared by
+/// size.
+fn first_for_the_oom_killer(warnings: &mut Vec<String>) {
+    if let Err(e) = std::fs::write("/proc/self/oom_score_adj", USER_OOM_SCORE_ADJ) {
+        warnings.push(format!(
+            "cannot set the sandbox's oom_score_adj ({e}): the memory limit's OOM kill may take a task's supervisor, and the task then reads unknown"
+        ));
+    }
+}
+
 fn own_network(spec: &Spec, net: NetPlan, warnings: &mut Vec<String>) -> Result<bool, InitReport> {
     let Err(e) = sys::unshare(UnshareFlags::NEWNET) else {
         return Ok(true);
@@ -389,6 +406,8 @@ fn setup_process_only(
     sys::set_signal_mask(&[]).step(|| "signal mask".into())?;
     rustix::process::set_child_subreaper(Some(rustix::process::getpid()))
         .step(|| "PR_SET_CHILD_SUBREAPER".into())?;
+    let mut warnings = Vec::new();
+    first_for_the_oom_killer(&mut warnings);
     if let Some(uid) = uid {
         // Bounding set first, while root still may; changing to a non-zero
         // uid then clears the permitted, effective and ambient sets.
@@ -400,7 +419,6 @@ fn setup_process_only(
     rustix::thread::set_no_new_privs(true).step(|| "no_new_privs".into())?;
     rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::NotDumpable)
         .step(|| "non-dumpable".into())?;
-    let mut warnings = Vec::new();
     let isolation = match landlock::landlock_writes(&dir.path) {
         Ok(true) => "landlock",
         Ok(false) => {

@@ -205,6 +205,44 @@ async fn memory_past_the_limit_is_oom_killed_and_the_neighbour_lives() {
     p.kill(&neighbour.sandbox_id).await.unwrap();
 }
 
+/// Under v1 the kernel may kill a second time before the first victim's
+/// memory is uncharged; once it took the task's supervisor then, and the
+/// task read `unknown`. The helper's processes now stand behind every user
+/// process in the OOM killer's line.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_oom_killer_takes_user_processes_before_a_supervisor() {
+    if !require(root(), "cgroup limits are set up as root") {
+        return;
+    }
+    let home = state_dir();
+    let p = provider(home.path());
+    let sb = create(&p, 120 * u64::from(patience())).await;
+    let score = "cat /proc/self/oom_score_adj; cat /proc/1/oom_score_adj";
+    let out = run(&p, &sb.sandbox_id, score).await;
+    assert_eq!(out.exit_code, Some(0), "{}", text(&out.stderr));
+    assert_eq!(
+        text(&out.stdout),
+        "1000\n1000\n",
+        "a command, then the init (which the fork server's children share)"
+    );
+    // The shell's parent is the supervisor; `cat` is the shell's child.
+    let helper = p.task_helper(&sb.sandbox_id).await.unwrap();
+    let status = run_task(
+        &p,
+        &sb.sandbox_id,
+        &helper,
+        "2123456789abcdef0123456789abcdef",
+        "cat /proc/self/oom_score_adj; cat /proc/$PPID/oom_score_adj",
+    )
+    .await;
+    assert_eq!(status["state"], "succeeded", "{status}");
+    assert_eq!(
+        status["stdout"], "1000\n0\n",
+        "a task's process, then its supervisor"
+    );
+    p.kill(&sb.sandbox_id).await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn forking_past_pids_fails_with_eagain_inside() {
     if !require(root(), "cgroup limits are set up as root") {

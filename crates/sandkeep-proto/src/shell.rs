@@ -9,6 +9,17 @@ use std::path::{Path, PathBuf};
 /// and `run_command` run the same way, so `[[ … ]]` works in both.
 pub const SHELLS: [&str; 2] = ["/bin/bash", "/bin/sh"];
 
+/// The `oom_score_adj` of a sandbox's user processes: the most, so that
+/// under the sandbox's memory limit, or the host's, the OOM killer takes
+/// them before the helper's processes (a supervisor's loss would leave its
+/// task `unknown` instead of `failed` with its OOM error) and before
+/// anything of the host's. Among themselves the largest goes first, as
+/// without it. The local init sets it for itself and so for everything it
+/// forks; the helper sets 0 again for itself (lowering down to the
+/// inherited minimum, 0, takes no privilege) and this for a task's
+/// processes.
+pub const USER_OOM_SCORE_ADJ: &str = "1000";
+
 /// `${XDG_STATE_HOME:-$HOME/.local/state}` from the values of those two
 /// variables. The XDG specification says a relative `XDG_STATE_HOME` is
 /// invalid and is to be ignored, and so is an empty one; `None` when

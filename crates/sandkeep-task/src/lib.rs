@@ -13,8 +13,9 @@
 //! The supervisor is the same executable re-run detached under a hidden
 //! verb. Nothing here knows about MCP or the host.
 
-// Denied, not forbidden: closing the descriptors this process inherited
-// (`close_inherited_fds`) is the one `unsafe` call, allowed there alone.
+// Denied, not forbidden: two `unsafe` calls are allowed where they are
+// made, closing the descriptors this process inherited
+// (`close_inherited_fds`) and the task's `pre_exec` (`spawn_command`).
 #![deny(unsafe_code)]
 
 mod cancel;
@@ -71,6 +72,7 @@ const USAGE: &str = "usage: sandkeep-task --version | start JSON | status JSON |
 /// that process exits: call this from a short-lived process (the helper
 /// executable), not from a long-running one.
 pub fn main_with_args(args: Vec<String>) -> i32 {
+    oom::stand_back();
     let verb_name = args.first().map(String::as_str);
     if verb_name == Some(SUPERVISE_VERB) {
         return supervisor::main(&args[1..]);

@@ -6,6 +6,11 @@
 //! one there is no memory limit to report. A limit so large that it is no
 //! limit (say the host's own root cgroup, seen by a process-only sandbox)
 //! reports nothing.
+//!
+//! It also sets who the OOM killer takes first: a task's processes, not
+//! the helper's (`USER_OOM_SCORE_ADJ`).
+
+use sandkeep_proto::shell::USER_OOM_SCORE_ADJ;
 
 /// Where the counter and the limit are, for v2 then v1.
 const PLACES: [(&str, &str); 2] = [
@@ -47,6 +52,31 @@ impl MemoryCgroup {
     /// The task's `error` when the limit killed it (SPEC.md §10).
     pub fn error(&self) -> String {
         format!("out of memory (limit {} MiB)", self.limit_mib)
+    }
+}
+
+/// Makes this process, and whatever it forks from now on, the OOM killer's
+/// first choice: a task's processes, not its supervisor.
+pub fn volunteer() {
+    set_score_adj(USER_OOM_SCORE_ADJ.as_bytes());
+}
+
+/// Undoes [`volunteer`] for the helper's own processes, which the local
+/// fork server starts as commands.
+pub fn stand_back() {
+    set_score_adj(b"0");
+}
+
+/// Best effort: where `/proc` is not this sandbox's own or not writable (a
+/// process-only level under Landlock), nothing changes. Safe between fork
+/// and exec: an open, a write and a close, no allocation.
+fn set_score_adj(value: &[u8]) {
+    if let Ok(fd) = rustix::fs::open(
+        c"/proc/self/oom_score_adj",
+        rustix::fs::OFlags::WRONLY | rustix::fs::OFlags::CLOEXEC,
+        rustix::fs::Mode::empty(),
+    ) {
+        let _ = rustix::io::write(&fd, value);
     }
 }
 

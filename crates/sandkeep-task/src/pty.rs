@@ -99,6 +99,7 @@ pub fn session_main(args: &[String]) -> i32 {
         eprintln!("sandkeep-task: could not make the terminal the task's own: {e}");
         return 126;
     }
+    crate::oom::volunteer();
     let mut last = None;
     for shell in SHELLS {
         // exec returns only when it failed.

@@ -132,7 +132,12 @@ fn adopt_orphans() -> Option<SignalFd> {
 
 /// `bash -c COMMAND`, or `sh -c COMMAND` where bash is missing, in its own
 /// process group; stdin from `/dev/null`, or a pipe for an interactive
-/// task. A pty task goes through [`pty::spawn_session`] instead.
+/// task, the OOM killer's first choice ([`crate::oom::volunteer`]). A pty
+/// task goes through [`pty::spawn_session`] instead.
+// The one `unsafe` here is std's `pre_exec`: the score must be set before
+// the shell runs, since what it forks first (the two sides of a pipeline)
+// inherits it; a write to `/proc/PID` after the spawn would race them.
+#[allow(unsafe_code)]
 fn spawn_command(order: &StartRequest) -> io::Result<Child> {
     let mut last_err = None;
     for shell in SHELLS {
@@ -147,6 +152,15 @@ fn spawn_command(order: &StartRequest) -> io::Result<Child> {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .process_group(0);
+        // SAFETY: `volunteer` makes only async-signal-safe system calls
+        // (open, write, close) and allocates nothing, as the code between
+        // fork and exec must.
+        unsafe {
+            cmd.pre_exec(|| {
+                crate::oom::volunteer();
+                Ok(())
+            });
+        }
         if let Some(cwd) = &order.cwd {
             cmd.current_dir(cwd);
         }
