@@ -345,9 +345,18 @@ fn argument_range() -> Option<(u64, u64)> {
 /// change of credentials makes a process non-dumpable, and one that is not
 /// dumpable cannot write its own score, nor can the fork server's children,
 /// which share that; so the init stays at the users' level, compared by
-/// size.
+/// size. Written without `CAP_SYS_RESOURCE` in effect (nothing after this
+/// needs it): a writer holding it also makes the value the minimum of
+/// every descendant, and the helper could not stand back below it.
 fn first_for_the_oom_killer(warnings: &mut Vec<String>) {
-    if let Err(e) = std::fs::write("/proc/self/oom_score_adj", USER_OOM_SCORE_ADJ) {
+    let written = rustix::thread::capabilities(None)
+        .and_then(|mut caps| {
+            caps.effective.remove(CapabilitySet::SYS_RESOURCE);
+            rustix::thread::set_capabilities(None, caps)
+        })
+        .map_err(std::io::Error::from)
+        .and_then(|()| std::fs::write("/proc/self/oom_score_adj", USER_OOM_SCORE_ADJ));
+    if let Err(e) = written {
         warnings.push(format!(
             "cannot set the sandbox's oom_score_adj ({e}): the memory limit's OOM kill may take a task's supervisor, and the task then reads unknown"
         ));
