@@ -7,7 +7,7 @@
 use std::collections::HashMap;
 use std::path::Path;
 use std::process::Stdio;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use rmcp::ServiceExt;
 use rmcp::model::CallToolRequestParams;
@@ -182,32 +182,7 @@ pub fn pss_kib(pid: u32) -> u64 {
 /// environment that points the e2b provider at it.
 pub fn e2b_endpoint(home: &std::path::Path) -> (std::process::Child, Vec<(&'static str, String)>) {
     const KEY: &str = "e2b_bench";
-    let log = home.join("endpoint.log");
-    let child = std::process::Command::new(EXE)
-        .args(["serve", "--e2b", "127.0.0.1:0", "--api-key", KEY])
-        .env("SANDKEEP_HOME", home)
-        .env("SANDKEEP_LOG", "sandkeep=info")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log).expect("endpoint log"))
-        .spawn()
-        .expect("spawn sandkeep serve --e2b");
-    let started = Instant::now();
-    let url = loop {
-        let text = std::fs::read_to_string(&log).unwrap_or_default();
-        let complete = &text[..text.rfind('\n').map_or(0, |i| i + 1)];
-        if let Some(url) = complete
-            .lines()
-            .find_map(|l| l.split("E2B-compatible endpoint at ").nth(1))
-        {
-            break url.trim().to_owned();
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(20),
-            "serve --e2b printed no address within 20 s:\n{text}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let (child, url) = sandkeep_testkit::e2b::start_endpoint(Path::new(EXE), home, KEY, &[]);
     let env = vec![
         ("SANDKEEP_PROVIDER", "e2b".to_owned()),
         ("E2B_API_KEY", KEY.to_owned()),

@@ -7,7 +7,6 @@
 //! E2B_* variables of the environment are used instead (a real account).
 
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
 
 use super::bin;
 
@@ -59,35 +58,12 @@ impl Endpoint {
         let mut bytes = [0u8; 16];
         getrandom::fill(&mut bytes).expect("random");
         let key: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
-        let log = home.path().join("endpoint.log");
-        let child = Command::new(bin())
-            .args(["serve", "--e2b", "127.0.0.1:0", "--api-key", &key])
-            .env("SANDKEEP_HOME", home.path())
-            .env_remove("SANDKEEP_PROVIDER")
-            .env("SANDKEEP_LOG", "sandkeep=info")
-            .envs(vars.iter().copied())
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).expect("endpoint log"))
-            .spawn()
-            .expect("spawn sandkeep serve --e2b");
-        let start = Instant::now();
-        let url = loop {
-            let text = std::fs::read_to_string(&log).unwrap_or_default();
-            // Only whole lines: the address may be read half written.
-            let complete = &text[..text.rfind('\n').map_or(0, |i| i + 1)];
-            if let Some(url) = complete
-                .lines()
-                .find_map(|l| l.split("E2B-compatible endpoint at ").nth(1))
-            {
-                break url.trim().to_owned();
-            }
-            assert!(
-                start.elapsed() < Duration::from_secs(20),
-                "sandkeep serve --e2b did not print its address within 20 s:\n{text}"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        };
+        let (child, url) = sandkeep_testkit::e2b::start_endpoint(
+            std::path::Path::new(bin()),
+            home.path(),
+            &key,
+            vars,
+        );
         Self {
             child: Some(child),
             home: Some(home),
