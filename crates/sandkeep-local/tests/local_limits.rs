@@ -225,6 +225,23 @@ async fn the_oom_killer_takes_user_processes_before_a_supervisor() {
         "1000\n1000\n",
         "a command, then the init (which the fork server's children share)"
     );
+    // Sandbox root cannot put itself behind the helper's processes, nor
+    // move the init: it has no CAP_SYS_RESOURCE in the host's namespace,
+    // and the init is not dumpable.
+    let out = run(
+        &p,
+        &sb.sandbox_id,
+        "echo -1 > /proc/self/oom_score_adj || echo refused; \
+         echo 0 > /proc/1/oom_score_adj || echo refused; \
+         cat /proc/self/oom_score_adj /proc/1/oom_score_adj",
+    )
+    .await;
+    assert_eq!(
+        text(&out.stdout),
+        "refused\nrefused\n1000\n1000\n",
+        "{}",
+        text(&out.stderr)
+    );
     // The shell's parent is the supervisor; `cat` is the shell's child.
     let helper = p.task_helper(&sb.sandbox_id).await.unwrap();
     let status = run_task(

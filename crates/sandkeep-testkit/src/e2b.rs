@@ -4,7 +4,7 @@
 
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// `exe serve --e2b 127.0.0.1:0 --api-key key` on the state directory
 /// `home` (its local sandboxes live there), its log in
@@ -28,18 +28,22 @@ pub fn start_endpoint(
         .stderr(std::fs::File::create(&log).expect("endpoint log"))
         .spawn()
         .expect("spawn sandkeep serve --e2b");
-    let url = crate::poll(
-        Duration::from_secs(20),
-        "sandkeep serve --e2b printing its address",
-        || {
-            let text = std::fs::read_to_string(&log).unwrap_or_default();
-            // Only whole lines: the address may be read half written.
-            let complete = &text[..text.rfind('\n').map_or(0, |i| i + 1)];
-            complete
-                .lines()
-                .find_map(|l| l.split("E2B-compatible endpoint at ").nth(1))
-                .map(|url| url.trim().to_owned())
-        },
-    );
+    let started = Instant::now();
+    let url = loop {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        // Only whole lines: the address may be read half written.
+        let complete = &text[..text.rfind('\n').map_or(0, |i| i + 1)];
+        if let Some(url) = complete
+            .lines()
+            .find_map(|l| l.split("E2B-compatible endpoint at ").nth(1))
+        {
+            break url.trim().to_owned();
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "sandkeep serve --e2b did not print its address within 20 s; its log:\n{text}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
     (child, url)
 }

@@ -4,7 +4,8 @@
 //! inspection of processes and mounts through /proc, the local provider on
 //! a throwaway state directory (`local`), servers and clients for port
 //! forwards (`ports`), a local E2B-compatible endpoint (`e2b`) and a
-//! kernel without namespaces, simulated (`fake_kernel`). Nothing here asserts product behaviour; the tests do.
+//! kernel without namespaces, simulated (`fake_kernel`). Nothing here
+//! asserts product behaviour; the tests do.
 //! Each test crate names the executable its local providers run as keeper
 //! and task helper (`local::provider_of`): only its tests know where cargo
 //! built it.
